@@ -1,0 +1,37 @@
+# Two commands for a fresh machine (see README): `make lab` and `make test`.
+# Both create (once) and reuse a local virtual environment in .venv.
+PYTHON ?= python3
+VENV ?= .venv
+# torch is installed first, pinned, so that pip does not pick a multi-gigabyte CUDA build
+# on a machine that has a CPU wheel at hand; set TORCH=... (or PIP_INDEX_URL) to choose another.
+TORCH ?= torch==2.13.0
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PORT ?= 8888
+
+.PHONY: setup lab test release bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --upgrade pip
+	$(BIN)/python -m pip install "$(TORCH)"
+	$(BIN)/python -m pip install -e ".[lab,dev]"
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+lab: setup
+	$(BIN)/jupyter lab --port=$(PORT) --ServerApp.root_dir=. notebooks/
+
+test: setup
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest
+
+release: setup
+	$(BIN)/attn-course release
+
+bench: setup
+	$(BIN)/python -m attn_course.bench notebooks
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,241 @@
+"""The machinery every check shares: calling the learner's code safely, comparing, diagnosing.
+
+A check calls the learner's function on seeded inputs, compares the result with the reference,
+and when they differ, compares it with known wrong variants (`Mistake`) to name the mistake.
+Everything that goes wrong becomes a `CheckFailed` with a message in the learner's terms.
+"""
+
+from __future__ import annotations
+
+import functools
+import linecache
+import traceback
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+
+class CheckFailed(AssertionError):
+    """A learner's implementation is wrong; the message says how, in the learner's terms."""
+
+
+@dataclass(frozen=True)
+class Mistake:
+    """A known wrong implementation and the message that names it."""
+
+    message: str
+    """What the learner did wrong and how to fix it."""
+    implementation: Callable[..., Any]
+    """Computes what a candidate making this mistake would return, from the same arguments."""
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Absolute and relative tolerance for comparing a result of one dtype."""
+
+    atol: float
+    rtol: float
+
+
+TOLERANCES = {
+    torch.float64: Tolerance(atol=1e-7, rtol=1e-6),
+    torch.float32: Tolerance(atol=2e-5, rtol=1e-4),
+    torch.float16: Tolerance(atol=2e-3, rtol=2e-3),
+    torch.bfloat16: Tolerance(atol=2e-2, rtol=2e-2),
+}
+
+
+def check(name: str) -> Callable[[Callable[[Callable[..., Any]], str]], Callable[[Any], None]]:
+    """Turn `body(candidate) -> pass detail` into `check_NAME(candidate)`.
+
+    The wrapper rejects what is not callable, seeds torch without disturbing the learner's
+    random state, silences warnings, prints one pass line, and turns any error of the checker
+    itself into a `CheckFailed`, so that no traceback from inside the check is ever shown.
+    """
+
+    def decorate(body: Callable[[Callable[..., Any]], str]) -> Callable[[Any], None]:
+        @functools.wraps(body)
+        def run_check(candidate: Any) -> None:
+            if not callable(candidate):
+                raise CheckFailed(
+                    f"check_{name} expects your function `{name}` itself, "
+                    f"but got {_describe(candidate)}. Call it as check_{name}({name})."
+                )
+            failure: CheckFailed | None = None
+            try:
+                with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    torch.manual_seed(0)
+                    detail = body(candidate)
+            except CheckFailed as error:
+                failure = CheckFailed(str(error))
+            except Exception as error:  # a bug in the checker, never the learner's fault
+                failure = CheckFailed(
+                    f"the checker for `{name}` itself failed ({type(error).__name__}: {error}). "
+                    "This is not your mistake: please report it to the course staff."
+                )
+            if failure is not None:
+                raise failure from None
+            print(f"✅ {name} passed: {detail}")
+
+        run_check.__name__ = run_check.__qualname__ = f"check_{name}"
+        run_check.__doc__ = f"Check a learner's `{name}`; raise CheckFailed naming the mistake."
+        return run_check
+
+    return decorate
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"a tensor of shape {tuple(value.shape)} and dtype {value.dtype}"
+    if isinstance(value, tuple | list):
+        return f"a {type(value).__name__} of {len(value)} items"
+    return f"{type(value).__name__} {value!r}"[:120]
+
+
+def _learner_location(error: BaseException) -> str:
+    """The last line of the learner's own code in a traceback, as ' (line N: `code`)'."""
+    frames = [
+        frame
+        for frame in traceback.extract_tb(error.__traceback__)
+        if "attn_course" not in frame.filename and "/torch/" not in frame.filename
+    ]
+    if not frames:
+        return ""
+    last = frames[-1]
+    code = (last.line or linecache.getline(last.filename, last.lineno)).strip()
+    return f" at line {last.lineno} of your code: `{code}`" if code else ""
+
+
+def call(name: str, candidate: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Call the learner's function; turn anything it raises into a CheckFailed naming the call."""
+    try:
+        return candidate(*args, **kwargs)
+    except NotImplementedError:
+        raise CheckFailed(
+            f"`{name}` is not implemented yet: replace `raise NotImplementedError` "
+            "with your code, run that cell, then run this check again."
+        ) from None
+    except Exception as error:
+        raise CheckFailed(
+            f"`{name}` raised {type(error).__name__}: {error}{_learner_location(error)}\n"
+            f"It was called as {name}({describe_args(args, kwargs)})."
+        ) from None
+
+
+def describe_args(args: Sequence[Any], kwargs: dict[str, Any]) -> str:
+    """Arguments of a call, tensors shown by shape, for messages."""
+
+    def show(value: Any) -> str:
+        if isinstance(value, torch.Tensor):
+            if value.numel() <= 8 and value.dtype in (torch.long, torch.int32, torch.bool):
+                return f"tensor({value.tolist()})"
+            device = "" if value.device.type == "cpu" else f", {value.device.type}"
+            dtype = str(value.dtype).removeprefix("torch.")
+            return f"<{dtype} tensor of shape {tuple(value.shape)}{device}>"
+        return repr(value)
+
+    parts = [show(a) for a in args] + [f"{key}={show(value)}" for key, value in kwargs.items()]
+    return ", ".join(parts)
+
+
+def expect_tensor(
+    value: Any,
+    shape: Sequence[int],
+    what: str,
+    *,
+    dtype: torch.dtype | None = None,
+    device: torch.device | None = None,
+) -> torch.Tensor:
+    """Require a tensor of the given shape (and dtype, device) that is free of NaN and inf."""
+    if not isinstance(value, torch.Tensor):
+        raise CheckFailed(f"{what} should be a torch.Tensor, but it is {_describe(value)}.")
+    if tuple(value.shape) != tuple(shape):
+        raise CheckFailed(f"{what} should have shape {tuple(shape)}, but has {tuple(value.shape)}.")
+    if dtype is not None and value.dtype != dtype:
+        raise CheckFailed(f"{what} should have dtype {dtype}, but has {value.dtype}.")
+    if device is not None and value.device.type != torch.device(device).type:
+        raise CheckFailed(
+            f"{what} is on {value.device.type} but the inputs are on {torch.device(device).type}: "
+            "create new tensors on the inputs' device (device=x.device)."
+        )
+    if value.is_floating_point() and not torch.isfinite(value).all():
+        bad = "NaN" if torch.isnan(value).any() else "inf"
+        raise CheckFailed(f"{what} contains {bad} values.")
+    return value
+
+
+def is_close(actual: torch.Tensor, expected: torch.Tensor) -> bool:
+    """Whether two tensors of one shape agree within the tolerance of the coarser dtype."""
+    if actual.shape != expected.shape:
+        return False
+    if not (actual.is_floating_point() or expected.is_floating_point()):
+        return bool(torch.equal(actual.cpu(), expected.to(actual.dtype).cpu()))
+    coarse = max(
+        (actual.dtype, expected.dtype),
+        key=lambda d: TOLERANCES.get(d, TOLERANCES[torch.float32]).atol,
+    )
+    tol = TOLERANCES.get(coarse, TOLERANCES[torch.float32])
+    a = actual.detach().to("cpu", torch.float64)
+    e = expected.detach().to("cpu", torch.float64)
+    finite = torch.isfinite(e)
+    if not torch.equal(finite, torch.isfinite(a)):
+        return False
+    if not torch.equal(a[~finite], e[~finite]):
+        return False
+    return bool(torch.allclose(a[finite], e[finite], atol=tol.atol, rtol=tol.rtol))
+
+
+def expect_close(
+    actual: torch.Tensor,
+    expected: torch.Tensor,
+    what: str,
+    *,
+    mistakes: Sequence[Mistake] = (),
+    args: Sequence[Any] = (),
+    kwargs: dict[str, Any] | None = None,
+    call_text: str = "",
+) -> None:
+    """Require `actual` to match `expected`; if not, name the first known mistake it matches."""
+    if is_close(actual, expected):
+        return
+    kwargs = kwargs or {}
+    for mistake in mistakes:
+        try:
+            with torch.no_grad():
+                wrong = mistake.implementation(*args, **kwargs)
+        except Exception:  # a mistake that cannot even run on these inputs is not this one
+            continue
+        if isinstance(wrong, torch.Tensor) and not is_close(wrong, expected) and is_close(actual, wrong):
+            raise CheckFailed(f"{what} {mistake.message}" + (f"\n(Called as {call_text}.)" if call_text else ""))
+    raise CheckFailed(f"{what} is wrong: {difference(actual, expected)}" + (f"\n(Called as {call_text}.)" if call_text else ""))
+
+
+def difference(actual: torch.Tensor, expected: torch.Tensor) -> str:
+    """Describe where two same-shaped tensors differ most, for a failure message."""
+    a = actual.detach().to("cpu", torch.float64)
+    e = expected.detach().to("cpu", torch.float64)
+    gap = (a - e).abs().nan_to_num(nan=float("inf"))
+    index = tuple(int(i) for i in torch.unravel_index(gap.argmax(), gap.shape))
+    return (
+        f"the largest difference is at index {list(index)}: "
+        f"you have {a[index].item():.6g}, expected {e[index].item():.6g}."
+    )
+
+
+def randn(*shape: int, dtype: torch.dtype = torch.float64, scale: float = 1.0) -> torch.Tensor:
+    """Seeded normal inputs (the check wrapper seeds torch before each check)."""
+    return torch.randn(*shape, dtype=dtype) * scale
+
+
+def cuda_device() -> torch.device | None:
+    """The CUDA device when one is usable here, else None (checks then stay on the CPU)."""
+    try:
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+    except Exception:
+        return None
+    return None
