@@ -110,10 +110,17 @@ def _learner_location(error: BaseException) -> str:
     return f" at line {last.lineno} of your code: `{code}`" if code else ""
 
 
-def call(name: str, candidate: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """Call the learner's function; turn anything it raises into a CheckFailed naming the call."""
+def call(
+    name: str, candidate: Callable[..., Any], *args: Any, hint: str = "", **kwargs: Any
+) -> Any:
+    """Call the learner's function; turn anything it raises into a CheckFailed naming the call.
+
+    `hint` is added to the message when the call raises. A call that changes one of its tensor
+    arguments in place is rejected too: the caller's tensors must come back as they went in.
+    """
+    before = [(a, a.detach().clone()) for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
     try:
-        return candidate(*args, **kwargs)
+        result = candidate(*args, **kwargs)
     except NotImplementedError:
         raise CheckFailed(
             f"`{name}` is not implemented yet: replace `raise NotImplementedError` "
@@ -122,8 +129,15 @@ def call(name: str, candidate: Callable[..., Any], *args: Any, **kwargs: Any) ->
     except Exception as error:
         raise CheckFailed(
             f"`{name}` raised {type(error).__name__}: {error}{_learner_location(error)}\n"
-            f"It was called as {name}({describe_args(args, kwargs)})."
+            f"It was called as {name}({describe_args(args, kwargs)})." + (f"\n{hint}" if hint else "")
         ) from None
+    for tensor, copy in before:
+        if tensor.device.type != "meta" and not torch.equal(tensor.detach(), copy):
+            raise CheckFailed(
+                f"`{name}` changed one of its input tensors in place (for example `q /= ...` or "
+                "`x.sub_(...)`): compute new tensors instead and leave the inputs as they were."
+            )
+    return result
 
 
 def describe_args(args: Sequence[Any], kwargs: dict[str, Any]) -> str:
@@ -147,25 +161,37 @@ def expect_tensor(
     shape: Sequence[int],
     what: str,
     *,
-    dtype: torch.dtype | None = None,
-    device: torch.device | None = None,
+    device: torch.device | str | None = None,
+    finite: bool = True,
+    hints: dict[tuple[int, ...], str] | None = None,
 ) -> torch.Tensor:
-    """Require a tensor of the given shape (and dtype, device) that is free of NaN and inf."""
+    """Require a tensor of the given shape (on `device`), free of NaN and inf when `finite`.
+
+    `hints` maps a wrong shape to a message that explains how learners typically get it.
+    """
     if not isinstance(value, torch.Tensor):
         raise CheckFailed(f"{what} should be a torch.Tensor, but it is {_describe(value)}.")
     if tuple(value.shape) != tuple(shape):
-        raise CheckFailed(f"{what} should have shape {tuple(shape)}, but has {tuple(value.shape)}.")
-    if dtype is not None and value.dtype != dtype:
-        raise CheckFailed(f"{what} should have dtype {dtype}, but has {value.dtype}.")
+        hint = (hints or {}).get(tuple(value.shape), "")
+        raise CheckFailed(
+            f"{what} should have shape {tuple(shape)}, but has {tuple(value.shape)}."
+            + (f" {hint}" if hint else "")
+        )
     if device is not None and value.device.type != torch.device(device).type:
         raise CheckFailed(
             f"{what} is on {value.device.type} but the inputs are on {torch.device(device).type}: "
             "create new tensors on the inputs' device (device=x.device)."
         )
+    if finite:
+        expect_finite(value, what)
+    return value
+
+
+def expect_finite(value: torch.Tensor, what: str, hint: str = "") -> None:
+    """Require a tensor free of NaN and inf; `hint` says why learners typically get them."""
     if value.is_floating_point() and not torch.isfinite(value).all():
         bad = "NaN" if torch.isnan(value).any() else "inf"
-        raise CheckFailed(f"{what} contains {bad} values.")
-    return value
+        raise CheckFailed(f"{what} contains {bad} values." + (f" {hint}" if hint else ""))
 
 
 def is_close(actual: torch.Tensor, expected: torch.Tensor) -> bool:
@@ -184,7 +210,7 @@ def is_close(actual: torch.Tensor, expected: torch.Tensor) -> bool:
     finite = torch.isfinite(e)
     if not torch.equal(finite, torch.isfinite(a)):
         return False
-    if not torch.equal(a[~finite], e[~finite]):
+    if not torch.equal(a[~finite].nan_to_num(nan=0.5), e[~finite].nan_to_num(nan=0.5)):
         return False
     return bool(torch.allclose(a[finite], e[finite], atol=tol.atol, rtol=tol.rtol))
 
@@ -197,12 +223,17 @@ def expect_close(
     mistakes: Sequence[Mistake] = (),
     args: Sequence[Any] = (),
     kwargs: dict[str, Any] | None = None,
-    call_text: str = "",
+    nonfinite_hint: str = "",
 ) -> None:
-    """Require `actual` to match `expected`; if not, name the first known mistake it matches."""
+    """Require `actual` to match `expected`; if not, name the first known mistake it matches.
+
+    Each mistake's implementation is called with `args` and `kwargs`; a mistake that gives the
+    right answer on these inputs, or cannot run on them, is skipped.
+    """
     if is_close(actual, expected):
         return
     kwargs = kwargs or {}
+    where = f"\n(Called as {describe_args(args, kwargs)}.)"
     for mistake in mistakes:
         try:
             with torch.no_grad():
@@ -210,8 +241,10 @@ def expect_close(
         except Exception:  # a mistake that cannot even run on these inputs is not this one
             continue
         if isinstance(wrong, torch.Tensor) and not is_close(wrong, expected) and is_close(actual, wrong):
-            raise CheckFailed(f"{what} {mistake.message}" + (f"\n(Called as {call_text}.)" if call_text else ""))
-    raise CheckFailed(f"{what} is wrong: {difference(actual, expected)}" + (f"\n(Called as {call_text}.)" if call_text else ""))
+            raise CheckFailed(f"{what} {mistake.message}{where}")
+    if actual.is_floating_point() and not torch.isfinite(actual).all() and torch.isfinite(expected).all():
+        expect_finite(actual, what, nonfinite_hint)
+    raise CheckFailed(f"{what} is wrong: {difference(actual, expected)}{where}")
 
 
 def difference(actual: torch.Tensor, expected: torch.Tensor) -> str:

@@ -1,0 +1,31 @@
+"""Autograder checks: `check_NAME(candidate)` for every exercise NAME.
+
+A check prints one pass line when the learner's function is right, and otherwise raises
+`CheckFailed` (an AssertionError) whose message names the mistake. In IPython and Jupyter,
+importing this package shows a failed check as its message alone, without a traceback.
+"""
+
+from attn_course.checks._harness import CheckFailed
+from attn_course.checks._notebook import show_failures_without_traceback
+from attn_course.checks.basics import (
+    check_dot_product_attention,
+    check_dot_product_scores,
+    check_scaled_dot_product_attention,
+    check_score_variance,
+    check_softmax,
+)
+from attn_course.checks.masking import check_attention, check_causal_mask, check_padding_mask
+
+__all__ = [
+    "CheckFailed",
+    "check_attention",
+    "check_causal_mask",
+    "check_dot_product_attention",
+    "check_dot_product_scores",
+    "check_padding_mask",
+    "check_scaled_dot_product_attention",
+    "check_score_variance",
+    "check_softmax",
+]
+
+show_failures_without_traceback()

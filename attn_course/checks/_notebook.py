@@ -1,0 +1,29 @@
+"""How a failed check looks in Jupyter: its message in red, no traceback from inside the check."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from attn_course.checks._harness import CheckFailed
+
+RED, RESET = "\x1b[31m", "\x1b[0m"
+
+
+def _show_check_failure(shell: Any, etype: type, value: BaseException, tb: Any, tb_offset: Any = None) -> list[str]:
+    """IPython custom exception handler: the structured traceback is the message alone."""
+    return [f"{RED}❌ CheckFailed{RESET}: {value}"]
+
+
+def show_failures_without_traceback() -> None:
+    """Inside IPython, show a CheckFailed as its message only; elsewhere do nothing.
+
+    The cell still ends in an error (the kernel reports CheckFailed), so "run all" stops there
+    and graders and nbval see the failure.
+    """
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    shell = get_ipython()
+    if shell is not None and hasattr(shell, "set_custom_exc"):
+        shell.set_custom_exc((CheckFailed,), _show_check_failure)

@@ -1,0 +1,466 @@
+"""Checks for notebooks 01 (scores, softmax, attention) and 02 (scaling, score variance)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from attn_course import reference
+from attn_course.checks._harness import (
+    CheckFailed,
+    Mistake,
+    call,
+    check,
+    cuda_device,
+    expect_close,
+    expect_finite,
+    expect_tensor,
+    randn,
+)
+
+BATCH_HINT = (
+    "Your function works for 2-D inputs but not with batch dimensions in front: transpose only the "
+    "last two axes (k.transpose(-2, -1) or k.mT, not k.T), and write einsum with '...'."
+)
+
+# (q shape, k shape, v shape, dtype): T_q != T_k, square, a batch axis with d_v != d_k, two batch axes.
+ATTENTION_CASES: list[tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], torch.dtype]] = [
+    ((3, 6), (5, 6), (5, 6), torch.float64),
+    ((4, 8), (4, 8), (4, 8), torch.float64),
+    ((2, 5, 4), (2, 7, 4), (2, 7, 3), torch.float64),
+    ((2, 3, 4, 5), (2, 3, 6, 5), (2, 3, 6, 2), torch.float32),
+]
+
+
+# ---------------------------------------------------------------------------------------------
+# Known wrong implementations, shared by the attention checks.
+
+
+def _scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    return q @ k.transpose(-2, -1)  # (..., T_q, T_k)
+
+
+def _attend(scores: torch.Tensor, v: torch.Tensor, dim: int = -1) -> tuple[torch.Tensor, torch.Tensor]:
+    weights = torch.softmax(scores, dim=dim)  # (..., T_q, T_k)
+    return weights @ v, weights  # (..., T_q, d_v)
+
+
+def _scaled_by(size: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], float], power: float = -0.5):
+    """Attention whose scores are multiplied by size(q, k, v) ** power."""
+
+    def wrong(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return _attend(_scores(q, k) * size(q, k, v) ** power, v)
+
+    return wrong
+
+
+def _d_k(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> float:
+    return float(q.shape[-1])
+
+
+def _out(variant: Callable[..., tuple[torch.Tensor, torch.Tensor]]) -> Callable[..., torch.Tensor]:
+    return lambda *args: variant(*args)[0]
+
+
+def _weights(variant: Callable[..., tuple[torch.Tensor, torch.Tensor]]) -> Callable[..., torch.Tensor]:
+    return lambda *args: variant(*args)[1]
+
+
+def _unscaled(q, k, v):
+    return _attend(_scores(q, k), v)
+
+
+def _scaled(q, k, v):
+    return _scaled_by(_d_k)(q, k, v)
+
+
+def _softmax_over_queries(scale: bool):
+    def wrong(q, k, v):
+        scores = _scores(q, k) / (math.sqrt(q.shape[-1]) if scale else 1.0)
+        return _attend(scores, v, dim=-2)
+
+    return wrong
+
+
+def _no_softmax(scale: bool):
+    def wrong(q, k, v):
+        scores = _scores(q, k) / (math.sqrt(q.shape[-1]) if scale else 1.0)
+        return scores @ v, scores
+
+    return wrong
+
+
+def _transposed_weights(scale: bool):
+    def wrong(q, k, v):
+        weights = torch.softmax(_scores(q, k) / (math.sqrt(q.shape[-1]) if scale else 1.0), dim=-1)
+        return weights.transpose(-2, -1) @ v, weights.transpose(-2, -1)
+
+    return wrong
+
+
+def _scaled_after_softmax(q, k, v):
+    weights = torch.softmax(_scores(q, k), dim=-1) / math.sqrt(q.shape[-1])
+    return weights @ v, weights
+
+
+def _common_attention_mistakes(scale: bool) -> list[tuple[str, Callable[..., Any]]]:
+    return [
+        (
+            "are normalised over the queries (softmax over dim=-2): each query's weights over the "
+            "keys must sum to 1, so take the softmax over the last axis (dim=-1).",
+            _softmax_over_queries(scale),
+        ),
+        (
+            "skip the softmax: the raw scores are used as weights. Turn each row of scores into "
+            "probabilities with softmax(..., dim=-1) before multiplying by v.",
+            _no_softmax(scale),
+        ),
+        (
+            "are transposed: row i must hold query i's weights over the keys (softmax of q @ kᵀ "
+            "over its last axis), and the output is weights @ v.",
+            _transposed_weights(scale),
+        ),
+    ]
+
+
+def _attention_mistakes(
+    entries: list[tuple[str, Callable[..., tuple[torch.Tensor, torch.Tensor]]]],
+) -> tuple[list[Mistake], list[Mistake]]:
+    """Split (message, wrong attention) pairs into mistakes on the output and on the weights."""
+    on_out = [Mistake(message, _out(variant)) for message, variant in entries]
+    on_weights = [Mistake(message, _weights(variant)) for message, variant in entries]
+    return on_out, on_weights
+
+
+def _check_attention_like(
+    name: str,
+    candidate: Callable[..., Any],
+    expected_fn: Callable[..., tuple[torch.Tensor, torch.Tensor]],
+    entries: list[tuple[str, Callable[..., tuple[torch.Tensor, torch.Tensor]]]],
+) -> str:
+    """Shared body of the two attention checks without masks; returns the pass detail."""
+    on_out, on_weights = _attention_mistakes(entries)
+    unstable_hint = (
+        "Large scores overflow exp(): use a numerically stable softmax (subtract each row's max), "
+        "for example your softmax from notebook 01 or torch.softmax."
+    )
+    cases = [(*shapes, 1.0, None) for shapes in ATTENTION_CASES]
+    cases.append(((3, 4), (5, 4), (5, 2), torch.float32, 100.0, None))  # scores in the hundreds
+    device = cuda_device()
+    if device is not None:
+        cases.append(((2, 5, 4), (2, 7, 4), (2, 7, 3), torch.float32, 1.0, device))
+    for q_shape, k_shape, v_shape, dtype, scale, dev in cases:
+        q, k, v = randn(*q_shape, dtype=dtype, scale=scale), randn(*k_shape, dtype=dtype), randn(*v_shape, dtype=dtype)
+        if dev is not None:
+            q, k, v = q.to(dev), k.to(dev), v.to(dev)
+        expected_out, expected_weights = expected_fn(q, k, v)
+        result = call(name, candidate, q, k, v, hint=BATCH_HINT if q.dim() > 2 else "")
+        out, weights = _unpack_pair(name, result, expected_out, expected_weights)
+        expect_tensor(weights, expected_weights.shape, "Your weights", device=q.device, finite=False)
+        expect_tensor(out, expected_out.shape, "Your output", device=q.device, finite=False)
+        args = (q, k, v)
+        expect_close(weights, expected_weights, "Your weights", mistakes=on_weights, args=args,
+                     nonfinite_hint=unstable_hint)
+        expect_close(out, expected_out, "Your output", mistakes=on_out, args=args,
+                     nonfinite_hint=unstable_hint)
+    _expect_gradients(name, candidate, expected_fn)
+    return "T_q ≠ T_k, batch axes, d_v ≠ d_k, large scores, float32/float64, gradients"
+
+
+def _unpack_pair(
+    name: str, result: Any, expected_out: torch.Tensor, expected_weights: torch.Tensor
+) -> tuple[Any, Any]:
+    """Require `(out, weights)`; recognise a single tensor and the swapped pair."""
+    if isinstance(result, torch.Tensor):
+        raise CheckFailed(
+            f"`{name}` should return a tuple (out, weights), but returned one tensor of shape "
+            f"{tuple(result.shape)}. End with `return out, weights`."
+        )
+    if not isinstance(result, tuple | list) or len(result) != 2:
+        kind = type(result).__name__
+        raise CheckFailed(f"`{name}` should return a tuple (out, weights), but returned {kind} {result!r:.80}.")
+    out, weights = result
+    if (
+        isinstance(out, torch.Tensor)
+        and isinstance(weights, torch.Tensor)
+        and expected_out.shape != expected_weights.shape
+        and out.shape == expected_weights.shape
+        and weights.shape == expected_out.shape
+    ):
+        raise CheckFailed(f"`{name}` returned (weights, out): return them in the order (out, weights).")
+    return out, weights
+
+
+def _expect_gradients(name: str, candidate: Callable[..., Any], expected_fn: Callable[..., Any]) -> None:
+    """Require gradients through the candidate to match the reference's."""
+    inputs = [randn(2, 3, 4), randn(2, 5, 4), randn(2, 5, 3)]
+    upstream = randn(2, 3, 3)
+    grads = []
+    for fn in (candidate, expected_fn):
+        leaves = [x.clone().requires_grad_(True) for x in inputs]
+        out = call(name, fn, *leaves)[0] if fn is candidate else fn(*leaves)[0]
+        if not isinstance(out, torch.Tensor) or out.grad_fn is None:
+            raise CheckFailed(
+                f"No gradient flows through `{name}`: its output is detached from q, k and v. "
+                "Avoid .detach(), .numpy(), .item(), torch.tensor(...) of results and torch.no_grad()."
+            )
+        (out * upstream).sum().backward()
+        grads.append([leaf.grad if leaf.grad is not None else torch.zeros_like(leaf) for leaf in leaves])
+    for label, got, want in zip("qkv", grads[0], grads[1], strict=True):
+        expect_close(got, want, f"The gradient of your output with respect to {label}")
+
+
+# ---------------------------------------------------------------------------------------------
+# 01_dot_product_attention
+
+
+@check("dot_product_scores")
+def check_dot_product_scores(candidate: Callable[..., Any]) -> str:
+    """Raw scores q·kᵀ, shape (..., T_q, T_k), unscaled."""
+    mistakes = [
+        Mistake(
+            "is divided by √d: this function returns the raw, unscaled scores q @ kᵀ "
+            "(the 1/√d_k scale is notebook 02's topic).",
+            lambda q, k: _scores(q, k) / math.sqrt(q.shape[-1]),
+        ),
+        Mistake(
+            "is transposed: entry [i, j] must be query i · key j, so compute q @ kᵀ, not k @ qᵀ.",
+            lambda q, k: k @ q.transpose(-2, -1),
+        ),
+        Mistake(
+            "has a softmax applied: this function returns the raw scores, before any softmax.",
+            lambda q, k: torch.softmax(_scores(q, k), dim=-1),
+        ),
+    ]
+    for q_shape, k_shape, _, dtype in ATTENTION_CASES:
+        q, k = randn(*q_shape, dtype=dtype), randn(*k_shape, dtype=dtype)
+        expected = reference.dot_product_scores(q, k)
+        transposed = (*expected.shape[:-2], expected.shape[-1], expected.shape[-2])
+        got = call("dot_product_scores", candidate, q, k, hint=BATCH_HINT if q.dim() > 2 else "")
+        expect_tensor(
+            got, expected.shape, "Your scores",
+            hints={transposed: "It is transposed: rows are queries and columns keys, so compute q @ kᵀ, not k @ qᵀ."},
+        )
+        expect_close(got, expected, "Your scores", mistakes=mistakes, args=(q, k))
+    _expect_score_gradients(candidate)
+    return "T_q ≠ T_k, batch axes, float32/float64, gradients"
+
+
+def _expect_score_gradients(candidate: Callable[..., Any]) -> None:
+    q, k = randn(2, 3, 4).requires_grad_(True), randn(2, 5, 4).requires_grad_(True)
+    scores = call("dot_product_scores", candidate, q, k)
+    if scores.grad_fn is None:
+        raise CheckFailed(
+            "No gradient flows through `dot_product_scores`: the scores are detached from q and k. "
+            "Avoid .detach(), .numpy() and torch.tensor(...) of results."
+        )
+    upstream = randn(2, 3, 5)
+    (scores * upstream).sum().backward()
+    expect_close(q.grad, upstream @ k.detach(), "The gradient of your scores with respect to q")
+    expect_close(k.grad, upstream.transpose(-2, -1) @ q.detach(), "The gradient of your scores with respect to k")
+
+
+@check("softmax")
+def check_softmax(candidate: Callable[..., Any]) -> str:
+    """Stable softmax along `dim`; large and -inf inputs."""
+    big = torch.tensor([[1e4, 0.0, -1e4, 5e3], [-1e4, -2e4, -1e4 + 1.0, -1.5e4]])
+    inf = float("-inf")
+    with_neg_inf = torch.tensor([[0.5, inf, 1.0, inf], [inf, inf, -2.0, 3.0], [1.0, 2.0, 3.0, inf]])
+    cases: list[tuple[torch.Tensor, int, str]] = [
+        (randn(5, 5), -1, ""),
+        (randn(4, 6), -1, ""),
+        (randn(2, 3, 5), 1, ""),
+        (randn(3, 4), 0, ""),
+        (randn(2, 3, 4, dtype=torch.float32), 2, ""),
+        (
+            with_neg_inf.double(), -1,
+            "Entries of -inf (masked scores) must get weight exactly 0, since exp(-inf) = 0, as "
+            "long as their row has a finite entry: subtract the row max (not the mean) before exp.",
+        ),
+        (
+            big.double(), -1,
+            "exp() overflows for large inputs (exp(1e4) = inf) and underflows for very negative "
+            "ones: subtract each row's maximum (x.amax(dim, keepdim=True)) before exp. Subtracting "
+            "the maximum of the whole tensor is not enough when rows differ a lot.",
+        ),
+    ]
+    for x, dim, hint in cases:
+        expected = torch.softmax(x, dim=dim)
+        got = call("softmax", candidate, x, dim=dim)
+        expect_tensor(got, x.shape, "Your softmax", finite=False)
+        expect_close(got, expected, "Your softmax", mistakes=_softmax_mistakes(x, dim), args=(x,),
+                     kwargs={"dim": dim}, nonfinite_hint=hint)
+    x = randn(3, 4)
+    got = call("softmax", candidate, x)
+    expect_close(got, torch.softmax(x, dim=-1), "Your softmax called without `dim`", args=(x,),
+                 mistakes=[Mistake("should use dim=-1 by default (def softmax(x, dim=-1)).",
+                                   lambda x: torch.softmax(x, dim=0))])
+    _expect_softmax_gradient(candidate)
+    return "dims 0, 1, 2, -1, inputs of ±1e4, -inf entries, float32/float64, gradients"
+
+
+def _softmax_mistakes(x: torch.Tensor, dim: int) -> list[Mistake]:
+    """Wrong softmaxes of x along dim, as learners write them."""
+    other_dims = [d for d in range(x.dim()) if d != dim % x.dim()]
+    wrong_axis = [
+        Mistake(
+            f"sums to 1 along dim={d} instead of along the dim={dim} you were given: use the `dim` "
+            "argument in both the max and the sum (and keepdim=True).",
+            lambda x, dim, d=d: torch.softmax(x, dim=d),
+        )
+        for d in other_dims
+    ]
+    return [
+        *wrong_axis,
+        Mistake(
+            "is not normalised: after exp, divide by the sum along `dim` (keepdim=True) so that "
+            "the probabilities sum to 1.",
+            lambda x, dim: (x - x.amax(dim=dim, keepdim=True)).exp(),
+        ),
+        Mistake(
+            "matches log-softmax: return the probabilities exp(x - max) / sum, not their logarithm.",
+            lambda x, dim: torch.log_softmax(x, dim=dim),
+        ),
+        Mistake(
+            "subtracts the max without keepdim=True, so it broadcasts along the wrong axis: use "
+            "x.amax(dim=dim, keepdim=True) (or x.max(dim=dim, keepdim=True).values).",
+            lambda x, dim: _no_keepdim_max(x, dim),
+        ),
+        Mistake(
+            "divides by a sum taken without keepdim=True, which broadcasts along the wrong axis: "
+            "use exps.sum(dim=dim, keepdim=True).",
+            lambda x, dim: (e := (x - x.amax(dim=dim, keepdim=True)).exp()) / e.sum(dim=dim),
+        ),
+    ]
+
+
+def _no_keepdim_max(x: torch.Tensor, dim: int) -> torch.Tensor:
+    exps = (x - x.amax(dim=dim)).exp()
+    return exps / exps.sum(dim=dim, keepdim=True)
+
+
+def _expect_softmax_gradient(candidate: Callable[..., Any]) -> None:
+    x = randn(3, 5).requires_grad_(True)
+    probs = call("softmax", candidate, x, dim=-1)
+    if probs.grad_fn is None:
+        raise CheckFailed(
+            "No gradient flows through your softmax: its output is detached from x. "
+            "Avoid .detach(), .numpy() and torch.tensor(...) of results."
+        )
+    upstream = randn(3, 5)
+    (probs * upstream).sum().backward()
+    expected = torch.autograd.grad((torch.softmax(x, dim=-1) * upstream).sum(), x)[0]
+    expect_close(x.grad, expected, "The gradient of your softmax")
+
+
+@check("dot_product_attention")
+def check_dot_product_attention(candidate: Callable[..., Any]) -> str:
+    """Unscaled softmax(q kᵀ) v, returning (out, weights)."""
+    entries = [
+        (
+            "match attention *with* the 1/√d_k scale: this exercise is the unscaled softmax(q kᵀ) v "
+            "(the scale is notebook 02's topic).",
+            _scaled,
+        ),
+        *_common_attention_mistakes(scale=False),
+    ]
+    return _check_attention_like("dot_product_attention", candidate, reference.dot_product_attention, entries)
+
+
+# ---------------------------------------------------------------------------------------------
+# 02_scaling
+
+
+@check("scaled_dot_product_attention")
+def check_scaled_dot_product_attention(candidate: Callable[..., Any]) -> str:
+    """softmax(q kᵀ / √d_k) v, returning (out, weights)."""
+    entries = [
+        ("match attention without the 1/√d_k scale: divide the scores by √d_k, d_k = q.shape[-1].", _unscaled),
+        ("are divided by d_k instead of √d_k: use math.sqrt(q.shape[-1]).", _scaled_by(_d_k, power=-1.0)),
+        ("are multiplied by √d_k: divide the scores by √d_k instead.", _scaled_by(_d_k, power=0.5)),
+        (
+            "are scaled by √d_v, the width of the values: the scale uses the width of queries and "
+            "keys, d_k = q.shape[-1].",
+            _scaled_by(lambda q, k, v: float(v.shape[-1])),
+        ),
+        (
+            "are scaled by the square root of q.shape[0] (a batch or sequence length), not of "
+            "d_k: the feature axis is the last one, d_k = q.shape[-1].",
+            _scaled_by(lambda q, k, v: float(q.shape[0])),
+        ),
+        (
+            "are scaled by the square root of the number of queries, not of d_k = q.shape[-1].",
+            _scaled_by(lambda q, k, v: float(q.shape[-2])),
+        ),
+        (
+            "are scaled by the square root of the number of keys, not of d_k = q.shape[-1].",
+            _scaled_by(lambda q, k, v: float(k.shape[-2])),
+        ),
+        (
+            "are scaled after the softmax, so the weights no longer sum to 1: divide the scores by "
+            "√d_k before the softmax.",
+            _scaled_after_softmax,
+        ),
+        *_common_attention_mistakes(scale=True),
+    ]
+    return _check_attention_like(
+        "scaled_dot_product_attention", candidate, reference.scaled_dot_product_attention, entries
+    )
+
+
+@check("score_variance")
+def check_score_variance(candidate: Callable[..., Any]) -> str:
+    """Sample variance of q·k: about d_k unscaled and about 1 scaled."""
+    checked = []
+    for d_k in (4, 16, 64):
+        for scaled in (False, True):
+            value = _as_float(call("score_variance", candidate, d_k, n_samples=20_000, scaled=scaled))
+            expected = 1.0 if scaled else float(d_k)
+            if abs(value - expected) <= 0.1 * expected:
+                checked.append(value)
+                continue
+            raise CheckFailed(_score_variance_mistake(d_k, scaled, value, expected))
+    return f"Var(q·k) ≈ d_k unscaled and ≈ 1 scaled, for d_k = 4, 16, 64 ({len(checked)} estimates)"
+
+
+def _as_float(value: Any) -> float:
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise CheckFailed(
+                "`score_variance` should return one number (a float), but returned a tensor of shape "
+                f"{tuple(value.shape)}: take the variance over all samples, then .item()."
+            )
+        value = value.item()
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise CheckFailed(f"`score_variance` should return a float, but returned {value!r:.80}.") from None
+    if not math.isfinite(number):
+        raise CheckFailed(f"`score_variance` returned {number}, which is not a finite number.")
+    return number
+
+
+def _score_variance_mistake(d_k: int, scaled: bool, value: float, expected: float) -> str:
+    """Name the mistake behind a wrong variance estimate from its size."""
+    called = f"score_variance({d_k}, scaled={scaled}) returned {value:.3g}; theory says about {expected:g}."
+    guesses = [
+        (math.sqrt(d_k), "That is the standard deviation (≈ √d_k): return the variance (.var()), not .std()."),
+        (1.0 / d_k, "Dividing by d_k makes it ≈ 1/d_k: with scaled=True divide the scores by √d_k."),
+        (float(d_k) if scaled else 1.0,
+         "scaled=True had no effect: divide the scores by √d_k before taking the variance."
+         if scaled else
+         "With scaled=False the variance should grow like d_k. Did you scale anyway, or take the "
+         "variance of the single products q_i·k_i instead of their sum q·k over the d_k components?"),
+        (float(d_k) ** 2, "That is about d_k²: the scores should be sums of d_k products q_i·k_i of "
+         "independent N(0, 1) numbers, without any extra factor."),
+    ]
+    for guess, explanation in guesses:
+        if guess != expected and abs(value - guess) <= 0.15 * guess:
+            return f"{called} {explanation}"
+    return (
+        f"{called} Draw n_samples pairs q, k of shape (n_samples, d_k) with torch.randn, compute "
+        "the scores (q * k).sum(-1), and return their variance."
+    )

@@ -1,0 +1,326 @@
+"""Checks for notebook 03: causal and padding masks, and attention with masks."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from attn_course import reference
+from attn_course.checks._harness import (
+    CheckFailed,
+    Mistake,
+    call,
+    check,
+    cuda_device,
+    expect_close,
+    expect_tensor,
+    randn,
+)
+
+DEVICE_HINT = (
+    "Create the mask on the inputs' device: torch.ones(..., device=q.device) or pass "
+    "device=q.device to causal_mask."
+)
+
+
+def _expect_bool_mask(value: Any, expected: torch.Tensor, name: str) -> torch.Tensor:
+    """Require a boolean mask of the expected shape (pattern hints for other dtypes)."""
+    mask = expect_tensor(value, expected.shape, f"Your {name}", finite=False)
+    if mask.dtype != torch.bool:
+        same = mask.shape == expected.shape and torch.equal(mask.cpu() != 0, expected.cpu())
+        pattern = "It has the right pattern, but " if same else ""
+        raise CheckFailed(
+            f"Your {name} should be a boolean tensor (dtype torch.bool, True = may attend). "
+            f"{pattern}its dtype is {mask.dtype}: build it with comparisons or dtype=torch.bool."
+        )
+    return mask
+
+
+# ---------------------------------------------------------------------------------------------
+# causal_mask
+
+
+def _causal_mistakes() -> list[Mistake]:
+    def tril(t_q, t_k, shift):
+        return torch.ones(t_q, t_k, dtype=torch.bool).tril(diagonal=shift)
+
+    return [
+        Mistake(
+            "is aligned top-left: with t_k > t_q the queries are the last t_q positions, so query i "
+            "sits at position i + (t_k - t_q) and may see keys up to there (bottom-right alignment: "
+            "torch.tril(..., diagonal=t_k - t_q)). torch's is_causal=True aligns top-left.",
+            lambda t_q, t_k: tril(t_q, t_k, 0),
+        ),
+        Mistake(
+            "is inverted: True must mark the keys a query MAY attend (itself and the past, the lower "
+            "triangle); yours marks the future. Use torch.tril, or ~ of what you have.",
+            lambda t_q, t_k: ~tril(t_q, t_k, t_k - t_q),
+        ),
+        Mistake(
+            "marks the future and the diagonal: True must mark the keys a query may attend (the "
+            "lower triangle with the diagonal), use torch.tril.",
+            lambda t_q, t_k: ~tril(t_q, t_k, t_k - t_q - 1),
+        ),
+        Mistake(
+            "leaves out the diagonal: each token may attend to itself (use diagonal=0 for a square "
+            "mask, not -1).",
+            lambda t_q, t_k: tril(t_q, t_k, t_k - t_q - 1),
+        ),
+        Mistake(
+            "lets each query see one future key (off by one): the diagonal of a square mask is "
+            "diagonal=0 in torch.tril, or use key_position <= query_position, not <.",
+            lambda t_q, t_k: tril(t_q, t_k, t_k - t_q + 1),
+        ),
+    ]
+
+
+@check("causal_mask")
+def check_causal_mask(candidate: Callable[..., Any]) -> str:
+    """Boolean (t_q, t_k) lower-triangular mask, bottom-right aligned when t_k > t_q."""
+    mistakes = _causal_mistakes()
+    got = call("causal_mask", candidate, 4, hint="t_k should default to t_q: def causal_mask(t_q, t_k=None, device=None).")
+    expected = reference.causal_mask(4)
+    mask = _expect_bool_mask(got, expected, "causal_mask(4)")
+    expect_close(mask, expected, "Your causal_mask(4)", mistakes=mistakes, args=(4, 4))
+    for t_q, t_k in [(5, 5), (1, 1), (3, 5), (2, 6), (1, 7), (4, 7)]:
+        expected = reference.causal_mask(t_q, t_k)
+        got = call("causal_mask", candidate, t_q, t_k)
+        if isinstance(got, torch.Tensor) and tuple(got.shape) == (t_q, t_q) and t_q != t_k:
+            raise CheckFailed(f"causal_mask({t_q}, {t_k}) has shape ({t_q}, {t_q}): it ignores t_k. "
+                              f"The mask has one row per query and one column per key: ({t_q}, {t_k}).")
+        mask = _expect_bool_mask(got, expected, f"causal_mask({t_q}, {t_k})")
+        expect_close(mask, expected, f"Your causal_mask({t_q}, {t_k})", mistakes=mistakes, args=(t_q, t_k))
+    _expect_device_respected(candidate)
+    return "square and t_k > t_q (bottom-right), t_k default, dtype bool, device"
+
+
+def _expect_device_respected(candidate: Callable[..., Any]) -> None:
+    """The mask lands on the device asked for: CUDA when there is one, else the meta device."""
+    device = cuda_device()
+    if device is not None:
+        got = call("causal_mask", candidate, 3, 5, device=device)
+        expect_tensor(got, (3, 5), "causal_mask(3, 5, device='cuda')", device=device, finite=False)
+        expect_close(got, reference.causal_mask(3, 5, device=device), "Your causal_mask(3, 5, device='cuda')")
+        return
+    try:  # the meta device has shapes but no data: enough to see where the mask is made
+        got = candidate(3, 5, device=torch.device("meta"))
+    except Exception:  # some correct implementations cannot run on meta tensors; not a mistake
+        return
+    if isinstance(got, torch.Tensor) and got.device.type != "meta":
+        raise CheckFailed(
+            "causal_mask(3, 5, device=torch.device('meta')) returned a tensor on "
+            f"{got.device.type}: pass device=device to the tensor you create (torch.ones, torch.arange)."
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# padding_mask
+
+
+@check("padding_mask")
+def check_padding_mask(candidate: Callable[..., Any]) -> str:
+    """Boolean (B, t) mask, True for the first lengths[b] positions of row b."""
+    mistakes = [
+        Mistake(
+            "is inverted: True must mark the real tokens (position < length) and False the padding.",
+            lambda lengths, t: ~reference.padding_mask(lengths, t),
+        ),
+        Mistake(
+            "marks one position too many in each row (position <= length): row b must have exactly "
+            "lengths[b] True entries, positions 0 … lengths[b] - 1; use <.",
+            lambda lengths, t: torch.arange(t)[None, :] <= lengths[:, None],
+        ),
+        Mistake(
+            "marks one position too few in each row: row b must have exactly lengths[b] True "
+            "entries, positions 0 … lengths[b] - 1.",
+            lambda lengths, t: torch.arange(t)[None, :] < lengths[:, None] - 1,
+        ),
+    ]
+    cases = [([3, 1, 4], 4), ([0, 2], 3), ([5], 5), ([2, 2, 6, 1, 0], 7)]
+    for lengths_list, t in cases:
+        lengths = torch.tensor(lengths_list)
+        expected = reference.padding_mask(lengths, t)
+        got = call("padding_mask", candidate, lengths, t)
+        if isinstance(got, torch.Tensor) and tuple(got.shape) == (t, len(lengths_list)) != expected.shape:
+            raise CheckFailed(f"Your padding_mask has shape {tuple(got.shape)}: it should be (B, t) = "
+                              f"{tuple(expected.shape)}, one row per sequence.")
+        mask = _expect_bool_mask(got, expected, "padding_mask")
+        expect_close(mask, expected, "Your padding_mask", mistakes=mistakes, args=(lengths, t))
+    device = cuda_device()
+    if device is not None:
+        lengths = torch.tensor([3, 1]).to(device)
+        got = call("padding_mask", candidate, lengths, 4, hint=DEVICE_HINT)
+        expect_tensor(got, (2, 4), "padding_mask of lengths on cuda", device=device, finite=False)
+    return "lengths 0 … t, one row per sequence, dtype bool"
+
+
+# ---------------------------------------------------------------------------------------------
+# attention
+
+
+def _masked_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    is_causal: bool = False,
+    *,
+    scale: bool = True,
+    fill: float = float("-inf"),
+    invert: bool = False,
+    after_softmax: bool = False,
+    combine: str = "and",
+    causal_alignment: str = "bottom-right",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention with each knob a learner might get wrong; the defaults are right."""
+    t_q, t_k = q.shape[-2], k.shape[-2]
+    scores = q @ k.transpose(-2, -1)  # (..., T_q, T_k)
+    if scale:
+        scores = scores / math.sqrt(q.shape[-1])
+    causal = None
+    if is_causal:
+        shift = t_k - t_q if causal_alignment == "bottom-right" else 0
+        causal = torch.ones(t_q, t_k, dtype=torch.bool).tril(diagonal=shift)
+    if combine == "and":
+        allowed = _and(mask, causal)
+    elif combine == "or":
+        allowed = mask | causal if mask is not None and causal is not None else _and(mask, causal)
+    elif combine == "no-causal":
+        allowed = mask
+    elif combine == "no-mask":
+        allowed = causal
+    elif combine == "mask-only":
+        allowed = mask if mask is not None else causal
+    else:  # "causal-only"
+        allowed = causal if causal is not None else mask
+    if allowed is not None and invert:
+        allowed = ~allowed
+    if allowed is not None and not after_softmax:
+        scores = scores.masked_fill(~allowed, fill)
+    weights = torch.softmax(scores, dim=-1)  # (..., T_q, T_k)
+    if allowed is not None and after_softmax:
+        weights = weights * allowed
+    return weights @ v, weights
+
+
+def _and(mask: torch.Tensor | None, causal: torch.Tensor | None) -> torch.Tensor | None:
+    if mask is None:
+        return causal
+    return mask if causal is None else mask & causal
+
+
+_ATTENTION_MISTAKES: list[tuple[str, dict[str, Any]]] = [
+    ("match attention without the 1/√d_k scale: divide the scores by √d_k, d_k = q.shape[-1].",
+     {"scale": False}),
+    ("use the mask the wrong way round: True means the query MAY attend that key, so fill the "
+     "scores where the mask is False (scores.masked_fill(~mask, float('-inf'))).", {"invert": True}),
+    ("fill masked scores with 0, but exp(0) = 1 still gives them weight: fill them with "
+     "float('-inf') (or a very negative number) before the softmax.", {"fill": 0.0}),
+    ("apply the mask after the softmax: the masked weights are 0 but the rows no longer sum to 1. "
+     "Mask the scores (fill with -inf) before the softmax instead.", {"after_softmax": True}),
+    ("ignore is_causal=True when a mask is given: combine both masks with a logical AND.",
+     {"combine": "mask-only"}),
+    ("ignore `mask` when is_causal=True: combine both masks with a logical AND.",
+     {"combine": "causal-only"}),
+    ("ignore is_causal=True: a query must not attend the keys after its own position; build "
+     "your causal_mask(T_q, T_k) and combine it with `mask`.", {"combine": "no-causal"}),
+    ("ignore `mask`: fill the scores where the mask is False with -inf before the softmax.",
+     {"combine": "no-mask"}),
+    ("combine mask and is_causal with OR: a key must be allowed by both, so use AND (mask & causal).",
+     {"combine": "or"}),
+    ("use a top-left aligned causal mask: with more keys than queries the queries are the last "
+     "positions, so align it bottom-right (your causal_mask(t_q, t_k)), unlike torch's "
+     "is_causal=True.", {"causal_alignment": "top-left"}),
+]
+
+
+def _attention_cases() -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None, bool]]:
+    """(q, k, v, mask, is_causal): no mask, masks of several broadcast shapes, causal, both."""
+    row_mask = torch.tensor(  # (3, 5): every row allows some keys and forbids others
+        [[True, False, True, True, False], [False, True, False, False, True], [True, True, True, False, True]]
+    )
+    lengths = torch.tensor([5, 3])
+    pad = reference.padding_mask(lengths, 5)[:, None, None, :]  # (B, 1, 1, T_k)
+    batch_row_mask = torch.stack([row_mask, row_mask.flip(-1)])  # (2, 3, 5)
+    return [
+        (randn(4, 8), randn(4, 8), randn(4, 8), None, False),
+        (randn(3, 6), randn(5, 6), randn(5, 3), row_mask, False),
+        (randn(2, 3, 6), randn(2, 5, 6), randn(2, 5, 3), batch_row_mask, False),
+        (randn(2, 3, 5, 4), randn(2, 3, 5, 4), randn(2, 3, 5, 2), pad, False),
+        (randn(2, 5, 4), randn(2, 5, 4), randn(2, 5, 4), None, True),
+        (randn(2, 2, 4), randn(2, 6, 4), randn(2, 6, 3), None, True),
+        (randn(2, 3, 5, 4), randn(2, 3, 5, 4), randn(2, 3, 5, 2), pad, True),
+        (randn(2, 3, 4), randn(2, 5, 4), randn(2, 5, 2), batch_row_mask[:, :, :5].clone(), True),
+        (randn(1, 4, 6, dtype=torch.float32), randn(1, 7, 6, dtype=torch.float32),
+         randn(1, 7, 5, dtype=torch.float32), reference.padding_mask(torch.tensor([6]), 7)[:, None, :], True),
+    ]
+
+
+@check("attention")
+def check_attention(candidate: Callable[..., Any]) -> str:
+    """Scaled attention with a boolean mask (True = may attend) and bottom-right is_causal."""
+    on_out = [Mistake(message, _knob(knobs, 0)) for message, knobs in _ATTENTION_MISTAKES]
+    on_weights = [Mistake(message, _knob(knobs, 1)) for message, knobs in _ATTENTION_MISTAKES]
+    cases = _attention_cases()
+    device = cuda_device()
+    if device is not None:
+        q, k, v, mask, is_causal = cases[-3]
+        cases.append((q.to(device), k.to(device), v.to(device), mask.to(device), is_causal))
+    for q, k, v, mask, is_causal in cases:
+        expected_out, expected_weights = reference.attention(q, k, v, mask=mask, is_causal=is_causal)
+        hint = DEVICE_HINT if q.device.type != "cpu" else ""
+        result = call("attention", candidate, q, k, v, mask=mask, is_causal=is_causal, hint=hint)
+        if not isinstance(result, tuple | list) or len(result) != 2:
+            raise CheckFailed(
+                f"`attention` should return a tuple (out, weights), but returned {_kind(result)}."
+            )
+        out, weights = result
+        expect_tensor(weights, expected_weights.shape, "Your weights", device=q.device, finite=False)
+        expect_tensor(out, expected_out.shape, "Your output", device=q.device, finite=False)
+        kwargs = {"mask": mask, "is_causal": is_causal}
+        nonfinite = "A row whose keys are all masked gives NaN; in these tests every row keeps at least one key."
+        expect_close(weights, expected_weights, "Your weights", mistakes=on_weights, args=(q, k, v),
+                     kwargs=kwargs, nonfinite_hint=nonfinite)
+        expect_close(out, expected_out, "Your output", mistakes=on_out, args=(q, k, v), kwargs=kwargs,
+                     nonfinite_hint=nonfinite)
+    _expect_masked_gradients(candidate)
+    return "no mask, masks of shape (T_q, T_k), (B, T_q, T_k), (B, 1, 1, T_k), is_causal with T_q ≤ T_k, both, gradients"
+
+
+def _knob(knobs: dict[str, Any], index: int) -> Callable[..., torch.Tensor]:
+    def wrong(q, k, v, mask=None, is_causal=False):
+        q, k, v = q.cpu(), k.cpu(), v.cpu()
+        mask = mask.cpu() if mask is not None else None
+        return _masked_attention(q, k, v, mask, is_causal, **knobs)[index]
+
+    return wrong
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"one tensor of shape {tuple(value.shape)}; end with `return out, weights`"
+    return f"{type(value).__name__} {value!r:.60}"
+
+
+def _expect_masked_gradients(candidate: Callable[..., Any]) -> None:
+    """Gradients through masked, causal attention match the reference's."""
+    q, k, v = randn(2, 3, 4), randn(2, 5, 4), randn(2, 5, 3)
+    mask = reference.padding_mask(torch.tensor([5, 4]), 5)[:, None, :]  # (B, 1, T_k)
+    upstream = randn(2, 3, 3)
+    grads = []
+    for fn in (candidate, reference.attention):
+        leaves = [x.clone().requires_grad_(True) for x in (q, k, v)]
+        result = call("attention", fn, *leaves, mask=mask, is_causal=True)
+        out = result[0]
+        if not isinstance(out, torch.Tensor) or out.grad_fn is None:
+            raise CheckFailed(
+                "No gradient flows through `attention`: its output is detached from q, k and v. "
+                "Avoid .detach(), .numpy(), torch.tensor(...) of results and in-place edits under no_grad."
+            )
+        (out * upstream).sum().backward()
+        grads.append([leaf.grad if leaf.grad is not None else torch.zeros_like(leaf) for leaf in leaves])
+    for label, got, want in zip("qkv", grads[0], grads[1], strict=True):
+        expect_close(got, want, f"The gradient of your output with respect to {label}")

@@ -1,0 +1,421 @@
+"""The checks of notebooks 01 and 02 reject known mistakes with the right message, accept right answers."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attn_course import reference
+from attn_course.checks import (
+    CheckFailed,
+    check_dot_product_attention,
+    check_dot_product_scores,
+    check_scaled_dot_product_attention,
+    check_score_variance,
+    check_softmax,
+)
+
+# ---------------------------------------------------------------------------------------------
+# dot_product_scores
+
+
+def scores_matmul(q, k):
+    return q @ k.transpose(-2, -1)
+
+
+def scores_einsum(q, k):
+    return torch.einsum("...id,...jd->...ij", q, k)
+
+
+def scores_mT(q, k):
+    return torch.matmul(q, k.mT)
+
+
+def scores_scaled(q, k):
+    return q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+
+
+def scores_transposed(q, k):
+    return k @ q.transpose(-2, -1)
+
+
+def scores_dot_T(q, k):
+    return q @ k.T
+
+
+def scores_einsum_2d(q, k):
+    return torch.einsum("qd,kd->qk", q, k)
+
+
+def scores_softmaxed(q, k):
+    return torch.softmax(q @ k.transpose(-2, -1), dim=-1)
+
+
+def scores_detached(q, k):
+    return (q @ k.transpose(-2, -1)).detach()
+
+
+def scores_numpy(q, k):
+    return torch.from_numpy(q.detach().numpy() @ k.detach().numpy().swapaxes(-1, -2))
+
+
+def scores_returns_list(q, k):
+    return (q @ k.transpose(-2, -1)).tolist()
+
+
+def scores_in_place(q, k):
+    q.mul_(1.0)
+    q.add_(1.0)
+    return q @ k.transpose(-2, -1)
+
+
+def not_implemented(*args, **kwargs):
+    raise NotImplementedError("Exercise")
+
+
+# ---------------------------------------------------------------------------------------------
+# softmax
+
+
+def softmax_stable(x, dim=-1):
+    shifted = x - x.amax(dim=dim, keepdim=True)
+    exps = shifted.exp()
+    return exps / exps.sum(dim=dim, keepdim=True)
+
+
+def softmax_torch(x, dim=-1):
+    return F.softmax(x, dim=dim)
+
+
+def softmax_logsumexp(x, dim=-1):
+    return torch.exp(x - torch.logsumexp(x, dim=dim, keepdim=True))
+
+
+def softmax_max_values(x, dim=-1):
+    m, _ = torch.max(x, dim=dim, keepdim=True)
+    e = torch.exp(x - m)
+    return e / torch.sum(e, dim=dim, keepdim=True)
+
+
+def softmax_naive(x, dim=-1):
+    return x.exp() / x.exp().sum(dim=dim, keepdim=True)
+
+
+def softmax_global_max(x, dim=-1):
+    e = (x - x.max()).exp()
+    return e / e.sum(dim=dim, keepdim=True)
+
+
+def softmax_ignores_dim(x, dim=-1):
+    return softmax_stable(x, dim=-1)
+
+
+def softmax_dim0(x, dim=-1):
+    return softmax_stable(x, dim=0)
+
+
+def softmax_unnormalised(x, dim=-1):
+    return (x - x.amax(dim=dim, keepdim=True)).exp()
+
+
+def softmax_log(x, dim=-1):
+    return torch.log_softmax(x, dim=dim)
+
+
+def softmax_no_keepdim_max(x, dim=-1):
+    e = (x - x.amax(dim=dim)).exp()
+    return e / e.sum(dim=dim, keepdim=True)
+
+
+def softmax_no_keepdim_sum(x, dim=-1):
+    e = (x - x.amax(dim=dim, keepdim=True)).exp()
+    return e / e.sum(dim=dim)
+
+
+def softmax_mean_shift(x, dim=-1):
+    e = (x - x.mean(dim=dim, keepdim=True)).exp()
+    return e / e.sum(dim=dim, keepdim=True)
+
+
+def softmax_default_dim0(x, dim=0):
+    return softmax_stable(x, dim=dim)
+
+
+def softmax_no_dim(x):
+    return softmax_stable(x)
+
+
+# ---------------------------------------------------------------------------------------------
+# attention without masks
+
+
+def attention_unscaled(q, k, v):
+    w = torch.softmax(q @ k.transpose(-2, -1), dim=-1)
+    return w @ v, w
+
+
+def attention_scaled(q, k, v):
+    w = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1)
+    return w @ v, w
+
+
+def attention_scale_q_first(q, k, v):
+    q = q * q.shape[-1] ** -0.5
+    w = F.softmax(torch.einsum("...qd,...kd->...qk", q, k), dim=-1)
+    return torch.einsum("...qk,...kd->...qd", w, v), w
+
+
+def attention_own_softmax(q, k, v):
+    w = softmax_stable(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]))
+    return w @ v, w
+
+
+def attention_naive_softmax(q, k, v):
+    w = softmax_naive(q @ k.transpose(-2, -1))
+    return w @ v, w
+
+
+def attention_dim_minus2(scale):
+    def wrong(q, k, v):
+        s = q @ k.transpose(-2, -1) / (math.sqrt(q.shape[-1]) if scale else 1.0)
+        w = torch.softmax(s, dim=-2)
+        return w @ v, w
+
+    return wrong
+
+
+def attention_no_softmax(scale):
+    def wrong(q, k, v):
+        s = q @ k.transpose(-2, -1) / (math.sqrt(q.shape[-1]) if scale else 1.0)
+        return s @ v, s
+
+    return wrong
+
+
+def attention_swapped(q, k, v):
+    out, w = attention_scaled(q, k, v)
+    return w, out
+
+
+def attention_swapped_unscaled(q, k, v):
+    out, w = attention_unscaled(q, k, v)
+    return w, out
+
+
+def attention_only_out(q, k, v):
+    return attention_scaled(q, k, v)[0]
+
+
+def attention_only_out_unscaled(q, k, v):
+    return attention_unscaled(q, k, v)[0]
+
+
+def attention_detached(q, k, v):
+    out, w = attention_scaled(q, k, v)
+    return out.detach(), w.detach()
+
+
+def attention_scaled_by(size, power=-0.5):
+    def wrong(q, k, v):
+        w = torch.softmax(q @ k.transpose(-2, -1) * size(q, k, v) ** power, dim=-1)
+        return w @ v, w
+
+    return wrong
+
+
+def attention_scale_after_softmax(q, k, v):
+    w = torch.softmax(q @ k.transpose(-2, -1), dim=-1) / math.sqrt(q.shape[-1])
+    return w @ v, w
+
+
+def attention_in_place_scale(q, k, v):
+    q /= math.sqrt(q.shape[-1])
+    w = torch.softmax(q @ k.transpose(-2, -1), dim=-1)
+    return w @ v, w
+
+
+def attention_k_T(q, k, v):
+    w = torch.softmax(q @ k.T / math.sqrt(q.shape[-1]), dim=-1)
+    return w @ v, w
+
+
+# ---------------------------------------------------------------------------------------------
+# score_variance
+
+
+def variance_right(d_k, n_samples=20_000, scaled=False):
+    q, k = torch.randn(n_samples, d_k), torch.randn(n_samples, d_k)
+    s = (q * k).sum(-1)
+    return (s / math.sqrt(d_k) if scaled else s).var().item()
+
+
+def variance_einsum_tensor(d_k, n_samples=20_000, scaled=False):
+    q, k = torch.randn(n_samples, d_k, dtype=torch.float64), torch.randn(n_samples, d_k, dtype=torch.float64)
+    s = torch.einsum("nd,nd->n", q, k) * (d_k**-0.5 if scaled else 1.0)
+    return s.var()
+
+
+def variance_std(d_k, n_samples=20_000, scaled=False):
+    q, k = torch.randn(n_samples, d_k), torch.randn(n_samples, d_k)
+    s = (q * k).sum(-1)
+    return (s / math.sqrt(d_k) if scaled else s).std().item()
+
+
+def variance_always_scaled(d_k, n_samples=20_000, scaled=False):
+    return variance_right(d_k, n_samples, scaled=True)
+
+
+def variance_never_scaled(d_k, n_samples=20_000, scaled=False):
+    return variance_right(d_k, n_samples, scaled=False)
+
+
+def variance_divides_by_d(d_k, n_samples=20_000, scaled=False):
+    q, k = torch.randn(n_samples, d_k), torch.randn(n_samples, d_k)
+    s = (q * k).sum(-1)
+    return (s / d_k if scaled else s).var().item()
+
+
+def variance_of_products(d_k, n_samples=20_000, scaled=False):
+    q, k = torch.randn(n_samples, d_k), torch.randn(n_samples, d_k)
+    return (q * k).var().item()
+
+
+def variance_vector(d_k, n_samples=20_000, scaled=False):
+    q, k = torch.randn(n_samples, d_k), torch.randn(n_samples, d_k)
+    return (q * k).var(dim=0)
+
+
+def variance_string(d_k, n_samples=20_000, scaled=False):
+    return "about d_k"
+
+
+# ---------------------------------------------------------------------------------------------
+# The tables
+
+
+CORRECT = [
+    pytest.param(check_dot_product_scores, reference.dot_product_scores, id="scores-reference"),
+    pytest.param(check_dot_product_scores, scores_matmul, id="scores-matmul"),
+    pytest.param(check_dot_product_scores, scores_einsum, id="scores-einsum"),
+    pytest.param(check_dot_product_scores, scores_mT, id="scores-mT"),
+    pytest.param(check_softmax, reference.softmax, id="softmax-reference"),
+    pytest.param(check_softmax, softmax_stable, id="softmax-stable"),
+    pytest.param(check_softmax, softmax_torch, id="softmax-F.softmax"),
+    pytest.param(check_softmax, softmax_logsumexp, id="softmax-logsumexp"),
+    pytest.param(check_softmax, softmax_max_values, id="softmax-max-values"),
+    pytest.param(check_dot_product_attention, reference.dot_product_attention, id="dpa-reference"),
+    pytest.param(check_dot_product_attention, attention_unscaled, id="dpa-matmul"),
+    pytest.param(check_scaled_dot_product_attention, reference.scaled_dot_product_attention, id="sdpa-reference"),
+    pytest.param(check_scaled_dot_product_attention, attention_scaled, id="sdpa-matmul"),
+    pytest.param(check_scaled_dot_product_attention, attention_scale_q_first, id="sdpa-scale-q-einsum"),
+    pytest.param(check_scaled_dot_product_attention, attention_own_softmax, id="sdpa-own-softmax"),
+    pytest.param(check_score_variance, reference.score_variance, id="variance-reference"),
+    pytest.param(check_score_variance, variance_right, id="variance-float32"),
+    pytest.param(check_score_variance, variance_einsum_tensor, id="variance-0d-tensor"),
+]
+
+d_k = lambda q, k, v: float(q.shape[-1])  # noqa: E731
+
+WRONG = [
+    # dot_product_scores
+    pytest.param(check_dot_product_scores, not_implemented, "is not implemented yet", id="scores-stub"),
+    pytest.param(check_dot_product_scores, scores_scaled, "is divided by √d", id="scores-scaled"),
+    pytest.param(check_dot_product_scores, scores_transposed, "is transposed", id="scores-transposed"),
+    pytest.param(check_dot_product_scores, scores_softmaxed, "has a softmax applied", id="scores-softmax"),
+    pytest.param(check_dot_product_scores, scores_dot_T, "not k.T", id="scores-dot-T-batch"),
+    pytest.param(check_dot_product_scores, scores_einsum_2d, "write einsum with '...'", id="scores-einsum-2d"),
+    pytest.param(check_dot_product_scores, scores_detached, "No gradient flows", id="scores-detached"),
+    pytest.param(check_dot_product_scores, scores_numpy, "No gradient flows", id="scores-numpy"),
+    pytest.param(check_dot_product_scores, scores_returns_list, "should be a torch.Tensor", id="scores-list"),
+    pytest.param(check_dot_product_scores, scores_in_place, "changed one of its input tensors in place",
+                 id="scores-in-place"),
+    # softmax
+    pytest.param(check_softmax, not_implemented, "is not implemented yet", id="softmax-stub"),
+    pytest.param(check_softmax, softmax_naive, "subtract each row's maximum", id="softmax-overflow"),
+    pytest.param(check_softmax, softmax_global_max, "Subtracting the maximum of the whole tensor is not enough",
+                 id="softmax-global-max"),
+    pytest.param(check_softmax, softmax_ignores_dim, "instead of along the dim=1 you were given",
+                 id="softmax-ignores-dim"),
+    pytest.param(check_softmax, softmax_dim0, "sums to 1 along dim=0 instead of along the dim=-1",
+                 id="softmax-wrong-axis"),
+    pytest.param(check_softmax, softmax_unnormalised, "is not normalised", id="softmax-unnormalised"),
+    pytest.param(check_softmax, softmax_log, "matches log-softmax", id="softmax-log"),
+    pytest.param(check_softmax, softmax_no_keepdim_max, "subtracts the max without keepdim=True",
+                 id="softmax-max-no-keepdim"),
+    pytest.param(check_softmax, softmax_no_keepdim_sum, "divides by a sum taken without keepdim=True",
+                 id="softmax-sum-no-keepdim"),
+    pytest.param(check_softmax, softmax_mean_shift, "Entries of -inf (masked scores) must get weight exactly 0",
+                 id="softmax-mean-shift-neg-inf"),
+    pytest.param(check_softmax, softmax_default_dim0, "should use dim=-1 by default", id="softmax-default-dim"),
+    pytest.param(check_softmax, softmax_no_dim, "unexpected keyword argument 'dim'", id="softmax-no-dim-arg"),
+    # dot_product_attention
+    pytest.param(check_dot_product_attention, not_implemented, "is not implemented yet", id="dpa-stub"),
+    pytest.param(check_dot_product_attention, attention_scaled, "match attention *with* the 1/√d_k scale",
+                 id="dpa-scaled"),
+    pytest.param(check_dot_product_attention, attention_dim_minus2(False), "normalised over the queries",
+                 id="dpa-softmax-dim-2"),
+    pytest.param(check_dot_product_attention, attention_no_softmax(False), "skip the softmax", id="dpa-no-softmax"),
+    pytest.param(check_dot_product_attention, attention_swapped_unscaled, "returned (weights, out)",
+                 id="dpa-swapped"),
+    pytest.param(check_dot_product_attention, attention_only_out_unscaled, "should return a tuple (out, weights)",
+                 id="dpa-only-out"),
+    pytest.param(check_dot_product_attention, attention_naive_softmax, "use a numerically stable softmax",
+                 id="dpa-unstable"),
+    # scaled_dot_product_attention
+    pytest.param(check_scaled_dot_product_attention, not_implemented, "is not implemented yet", id="sdpa-stub"),
+    pytest.param(check_scaled_dot_product_attention, attention_unscaled, "without the 1/√d_k scale",
+                 id="sdpa-unscaled"),
+    pytest.param(check_scaled_dot_product_attention, attention_scaled_by(d_k, -1.0), "divided by d_k instead of √d_k",
+                 id="sdpa-divide-by-d"),
+    pytest.param(check_scaled_dot_product_attention, attention_scaled_by(d_k, 0.5), "multiplied by √d_k",
+                 id="sdpa-multiply"),
+    pytest.param(check_scaled_dot_product_attention, attention_scaled_by(lambda q, k, v: float(v.shape[-1])),
+                 "scaled by √d_v", id="sdpa-d-v"),
+    pytest.param(check_scaled_dot_product_attention, attention_scaled_by(lambda q, k, v: float(q.shape[0])),
+                 "square root of q.shape[0]", id="sdpa-shape-0"),
+    pytest.param(check_scaled_dot_product_attention, attention_scaled_by(lambda q, k, v: float(k.shape[-2])),
+                 "number of keys", id="sdpa-t-k"),
+    pytest.param(check_scaled_dot_product_attention, attention_scale_after_softmax, "scaled after the softmax",
+                 id="sdpa-after-softmax"),
+    pytest.param(check_scaled_dot_product_attention, attention_dim_minus2(True), "normalised over the queries",
+                 id="sdpa-softmax-dim-2"),
+    pytest.param(check_scaled_dot_product_attention, attention_no_softmax(True), "skip the softmax",
+                 id="sdpa-no-softmax"),
+    pytest.param(check_scaled_dot_product_attention, attention_swapped, "returned (weights, out)", id="sdpa-swapped"),
+    pytest.param(check_scaled_dot_product_attention, attention_only_out, "returned one tensor", id="sdpa-only-out"),
+    pytest.param(check_scaled_dot_product_attention, attention_detached, "No gradient flows", id="sdpa-detached"),
+    pytest.param(check_scaled_dot_product_attention, attention_in_place_scale, "in place", id="sdpa-in-place"),
+    pytest.param(check_scaled_dot_product_attention, attention_k_T, "not k.T", id="sdpa-k-T"),
+    # score_variance
+    pytest.param(check_score_variance, not_implemented, "is not implemented yet", id="variance-stub"),
+    pytest.param(check_score_variance, variance_std, "That is the standard deviation", id="variance-std"),
+    pytest.param(check_score_variance, variance_always_scaled, "Did you scale anyway", id="variance-always-scaled"),
+    pytest.param(check_score_variance, variance_never_scaled, "scaled=True had no effect", id="variance-never-scaled"),
+    pytest.param(check_score_variance, variance_divides_by_d, "Dividing by d_k makes it ≈ 1/d_k",
+                 id="variance-divide-by-d"),
+    pytest.param(check_score_variance, variance_of_products, "variance of the single products", id="variance-products"),
+    pytest.param(check_score_variance, variance_vector, "should return one number", id="variance-vector"),
+    pytest.param(check_score_variance, variance_string, "should return a float", id="variance-string"),
+]
+
+
+@pytest.mark.parametrize(("check", "candidate"), CORRECT)
+def test_check_accepts_correct_implementation(check, candidate, capsys):
+    check(candidate)
+    captured = capsys.readouterr()
+    assert captured.out.startswith("✅") and "passed" in captured.out
+    assert captured.out.count("\n") == 1
+    assert captured.err == ""
+
+
+@pytest.mark.parametrize(("check", "candidate", "phrase"), WRONG)
+def test_check_rejects_mistake_with_its_message(check, candidate, phrase, capsys):
+    with pytest.raises(CheckFailed) as failure:
+        check(candidate)
+    assert phrase in str(failure.value)
+    assert failure.value.__cause__ is None and failure.value.__suppress_context__
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == ""

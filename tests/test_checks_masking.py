@@ -1,0 +1,249 @@
+"""The checks of notebook 03 reject known mistakes with the right message, accept right answers."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attn_course import reference
+from attn_course.checks import CheckFailed, check_attention, check_causal_mask, check_padding_mask
+
+# ---------------------------------------------------------------------------------------------
+# causal_mask
+
+
+def causal_tril(t_q, t_k=None, device=None):
+    t_k = t_q if t_k is None else t_k
+    return torch.ones(t_q, t_k, dtype=torch.bool, device=device).tril(diagonal=t_k - t_q)
+
+
+def causal_arange(t_q, t_k=None, device=None):
+    t_k = t_k or t_q
+    query_pos = torch.arange(t_k - t_q, t_k, device=device)[:, None]
+    key_pos = torch.arange(t_k, device=device)[None, :]
+    return key_pos <= query_pos
+
+
+def causal_triu_inverted(t_q, t_k=None, device=None):
+    t_k = t_q if t_k is None else t_k
+    return ~torch.ones(t_q, t_k, dtype=torch.bool, device=device).triu(diagonal=t_k - t_q + 1)
+
+
+def causal_top_left(t_q, t_k=None, device=None):
+    t_k = t_q if t_k is None else t_k
+    return torch.ones(t_q, t_k, dtype=torch.bool, device=device).tril()
+
+
+def causal_inverted(t_q, t_k=None, device=None):
+    return ~causal_tril(t_q, t_k, device)
+
+
+def causal_future_and_diagonal(t_q, t_k=None, device=None):
+    t_k = t_q if t_k is None else t_k
+    return torch.ones(t_q, t_k, dtype=torch.bool, device=device).triu(diagonal=t_k - t_q)
+
+
+def causal_strict(t_q, t_k=None, device=None):
+    t_k = t_q if t_k is None else t_k
+    return torch.ones(t_q, t_k, dtype=torch.bool, device=device).tril(diagonal=t_k - t_q - 1)
+
+
+def causal_one_future(t_q, t_k=None, device=None):
+    t_k = t_q if t_k is None else t_k
+    return torch.ones(t_q, t_k, dtype=torch.bool, device=device).tril(diagonal=t_k - t_q + 1)
+
+
+def causal_float(t_q, t_k=None, device=None):
+    return causal_tril(t_q, t_k, device).float()
+
+
+def causal_no_default(t_q, t_k, device=None):
+    return causal_tril(t_q, t_k, device)
+
+
+def causal_ignores_t_k(t_q, t_k=None, device=None):
+    return causal_tril(t_q, t_q, device)
+
+
+def causal_ignores_device(t_q, t_k=None, device=None):
+    return causal_tril(t_q, t_k)
+
+
+def not_implemented(*args, **kwargs):
+    raise NotImplementedError
+
+
+# ---------------------------------------------------------------------------------------------
+# padding_mask
+
+
+def padding_arange(lengths, t):
+    return torch.arange(t, device=lengths.device)[None, :] < lengths[:, None]
+
+
+def padding_loop(lengths, t):
+    mask = torch.zeros(len(lengths), t, dtype=torch.bool)
+    for row, length in enumerate(lengths.tolist()):
+        mask[row, :length] = True
+    return mask
+
+
+def padding_inverted(lengths, t):
+    return ~padding_arange(lengths, t)
+
+
+def padding_le(lengths, t):
+    return torch.arange(t)[None, :] <= lengths[:, None]
+
+
+def padding_transposed(lengths, t):
+    return padding_arange(lengths, t).T
+
+
+def padding_long(lengths, t):
+    return padding_arange(lengths, t).long()
+
+
+# ---------------------------------------------------------------------------------------------
+# attention
+
+
+def attention_masked_fill(q, k, v, mask=None, is_causal=False):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if is_causal:
+        causal = causal_tril(q.shape[-2], k.shape[-2], device=q.device)
+        mask = causal if mask is None else mask & causal
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    return weights @ v, weights
+
+
+def attention_minus_1e9(q, k, v, mask=None, is_causal=False):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = torch.where(mask, scores, torch.tensor(-1e9, dtype=scores.dtype))
+    if is_causal:
+        causal = causal_arange(q.shape[-2], k.shape[-2], device=q.device)
+        scores = scores.masked_fill(~causal, -1e9)
+    weights = F.softmax(scores, dim=-1)
+    return weights @ v, weights
+
+
+def attention_renormalised_after(q, k, v, mask=None, is_causal=False):
+    weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1)
+    allowed = torch.ones_like(weights, dtype=torch.bool)
+    if mask is not None:
+        allowed = allowed & mask
+    if is_causal:
+        allowed = allowed & causal_tril(q.shape[-2], k.shape[-2])
+    weights = weights * allowed
+    weights = weights / weights.sum(dim=-1, keepdim=True)
+    return weights @ v, weights
+
+
+def attention_with_variant(**knobs):
+    from attn_course.checks.masking import _masked_attention
+
+    def wrong(q, k, v, mask=None, is_causal=False):
+        return _masked_attention(q, k, v, mask, is_causal, **knobs)
+
+    return wrong
+
+
+def attention_only_out(q, k, v, mask=None, is_causal=False):
+    return attention_masked_fill(q, k, v, mask, is_causal)[0]
+
+
+def attention_no_mask_arg(q, k, v):
+    return attention_masked_fill(q, k, v)
+
+
+CORRECT = [
+    pytest.param(check_causal_mask, reference.causal_mask, id="causal-reference"),
+    pytest.param(check_causal_mask, causal_tril, id="causal-tril"),
+    pytest.param(check_causal_mask, causal_arange, id="causal-arange"),
+    pytest.param(check_causal_mask, causal_triu_inverted, id="causal-not-triu"),
+    pytest.param(check_padding_mask, reference.padding_mask, id="padding-reference"),
+    pytest.param(check_padding_mask, padding_arange, id="padding-arange"),
+    pytest.param(check_padding_mask, padding_loop, id="padding-loop"),
+    pytest.param(check_attention, reference.attention, id="attention-reference"),
+    pytest.param(check_attention, attention_masked_fill, id="attention-masked-fill"),
+    pytest.param(check_attention, attention_minus_1e9, id="attention-minus-1e9"),
+    pytest.param(check_attention, attention_renormalised_after, id="attention-renormalised-after-softmax"),
+]
+
+WRONG = [
+    pytest.param(check_causal_mask, not_implemented, "is not implemented yet", id="causal-stub"),
+    pytest.param(check_causal_mask, causal_top_left, "is aligned top-left", id="causal-top-left"),
+    pytest.param(check_causal_mask, causal_inverted, "is inverted", id="causal-inverted"),
+    pytest.param(check_causal_mask, causal_future_and_diagonal, "marks the future and the diagonal",
+                 id="causal-triu"),
+    pytest.param(check_causal_mask, causal_strict, "leaves out the diagonal", id="causal-strict"),
+    pytest.param(check_causal_mask, causal_one_future, "one future key (off by one)", id="causal-off-by-one"),
+    pytest.param(check_causal_mask, causal_float, "It has the right pattern, but its dtype is torch.float32",
+                 id="causal-float"),
+    pytest.param(check_causal_mask, causal_no_default, "t_k should default to t_q", id="causal-no-default"),
+    pytest.param(check_causal_mask, causal_ignores_t_k, "it ignores t_k", id="causal-ignores-t_k"),
+    pytest.param(check_causal_mask, causal_ignores_device, "pass device=device", id="causal-ignores-device"),
+    pytest.param(check_padding_mask, not_implemented, "is not implemented yet", id="padding-stub"),
+    pytest.param(check_padding_mask, padding_inverted, "is inverted", id="padding-inverted"),
+    pytest.param(check_padding_mask, padding_le, "one position too many", id="padding-off-by-one"),
+    pytest.param(check_padding_mask, padding_transposed, "one row per sequence", id="padding-transposed"),
+    pytest.param(check_padding_mask, padding_long, "should be a boolean tensor", id="padding-long"),
+    pytest.param(check_attention, not_implemented, "is not implemented yet", id="attention-stub"),
+    pytest.param(check_attention, attention_with_variant(scale=False), "without the 1/√d_k scale",
+                 id="attention-unscaled"),
+    pytest.param(check_attention, attention_with_variant(invert=True), "use the mask the wrong way round",
+                 id="attention-inverted-mask"),
+    pytest.param(check_attention, attention_with_variant(fill=0.0), "fill masked scores with 0",
+                 id="attention-fill-zero"),
+    pytest.param(check_attention, attention_with_variant(after_softmax=True), "apply the mask after the softmax",
+                 id="attention-mask-after-softmax"),
+    pytest.param(check_attention, attention_with_variant(combine="mask-only"), "ignore is_causal=True when a mask",
+                 id="attention-ignores-causal-with-mask"),
+    pytest.param(check_attention, attention_with_variant(combine="causal-only"), "ignore `mask` when is_causal=True",
+                 id="attention-causal-replaces-mask"),
+    pytest.param(check_attention, attention_with_variant(combine="or"), "combine mask and is_causal with OR",
+                 id="attention-or"),
+    pytest.param(check_attention, attention_with_variant(causal_alignment="top-left"), "top-left aligned",
+                 id="attention-top-left"),
+    pytest.param(check_attention, attention_only_out, "should return a tuple (out, weights)", id="attention-only-out"),
+    pytest.param(check_attention, attention_no_mask_arg, "unexpected keyword argument 'mask'",
+                 id="attention-no-mask-arg"),
+]
+
+
+def attention_ignores_is_causal(q, k, v, mask=None, is_causal=False):
+    return attention_masked_fill(q, k, v, mask)
+
+
+def attention_ignores_mask(q, k, v, mask=None, is_causal=False):
+    return attention_masked_fill(q, k, v, None, is_causal)
+
+
+WRONG.append(
+    pytest.param(check_attention, attention_ignores_is_causal, "ignore is_causal=True: a query must not",
+                 id="attention-ignores-is-causal")
+)
+WRONG.append(pytest.param(check_attention, attention_ignores_mask, "ignore `mask`: fill", id="attention-ignores-mask"))
+
+
+@pytest.mark.parametrize(("check", "candidate"), CORRECT)
+def test_check_accepts_correct_implementation(check, candidate, capsys):
+    check(candidate)
+    captured = capsys.readouterr()
+    assert captured.out.startswith("✅") and "passed" in captured.out
+    assert captured.err == ""
+
+
+@pytest.mark.parametrize(("check", "candidate", "phrase"), WRONG)
+def test_check_rejects_mistake_with_its_message(check, candidate, phrase, capsys):
+    with pytest.raises(CheckFailed) as failure:
+        check(candidate)
+    assert phrase in str(failure.value)
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == ""
