@@ -31,7 +31,7 @@ release: setup
 	$(BIN)/attn-course release
 
 bench: setup
-	$(BIN)/python -m attn_course.bench notebooks
+	$(BIN)/python -m attn_course.timing solutions
 
 clean:
 	rm -rf $(VENV) .pytest_cache

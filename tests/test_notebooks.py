@@ -1,0 +1,56 @@
+"""Student notebooks, run as shipped, fail every check; the solution notebooks run under nbval.
+
+(nbval itself collects solutions/*.ipynb: see testpaths and addopts in pyproject.toml.)
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from attn_course.reference import EXERCISES
+
+ROOT = Path(__file__).resolve().parents[1]
+CHECK_CALL = re.compile(r"^check_(\w+)\((\w+)\)\s*$", re.M)
+
+
+def check_cells(notebook: nbformat.NotebookNode) -> list[tuple[int, str]]:
+    """(cell index, exercise name) of each check cell, in order."""
+    return [
+        (index, match[1])
+        for index, cell in enumerate(notebook.cells)
+        if cell.cell_type == "code"
+        for match in CHECK_CALL.finditer(cell.source)
+    ]
+
+
+@pytest.mark.parametrize("stem", sorted(EXERCISES))
+def test_each_notebook_checks_exactly_its_exercises_in_order(stem):
+    for folder in ("solutions", "notebooks"):
+        notebook = nbformat.read(ROOT / folder / f"{stem}.ipynb", as_version=4)
+        assert [name for _, name in check_cells(notebook)] == list(EXERCISES[stem]), folder
+
+
+def test_every_notebook_is_listed_in_the_exercise_table():
+    assert sorted(p.stem for p in (ROOT / "solutions").glob("*.ipynb")) == sorted(EXERCISES)
+
+
+@pytest.mark.parametrize("stem", sorted(EXERCISES))
+def test_student_notebook_as_shipped_fails_every_check_without_traceback(stem):
+    path = ROOT / "notebooks" / f"{stem}.ipynb"
+    notebook = nbformat.read(path, as_version=4)
+    NotebookClient(
+        notebook, timeout=120, kernel_name="python3", allow_errors=True,
+        resources={"metadata": {"path": str(path.parent)}},
+    ).execute()
+    for index, name in check_cells(notebook):
+        errors = [out for out in notebook.cells[index].outputs if out.output_type == "error"]
+        assert errors, f"check_{name} passed on the unfinished notebook {path.name}"
+        error = errors[0]
+        assert error.ename == "CheckFailed", (name, error.ename, error.evalue)
+        assert "not implemented yet" in error.evalue
+        assert len(error.traceback) == 1 and "File " not in error.traceback[0], error.traceback
