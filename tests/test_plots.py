@@ -1,0 +1,121 @@
+"""Tests for attn_course/plots.py: each plot returns its Axes, labelled, drawn from the data."""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt
+import pytest
+import torch
+
+from attn_course.cost import CostRow
+from attn_course.plots import (
+    _convex_hull,
+    attention_heatmap,
+    convex_hull_plot,
+    cost_plot,
+    feature_heatmap,
+    token_bars,
+)
+
+TOKENS = ["The", "bank", "of", "river"]
+
+
+@pytest.fixture(autouse=True)
+def close_figures():
+    yield
+    plt.close("all")
+
+
+def test_token_bars_draws_one_labelled_bar_per_token() -> None:
+    values = torch.tensor([0.1, 0.6, 0.0, 0.3])
+    ax = token_bars(values, TOKENS, title="weights of bank", ylabel="weight", highlight=1)
+    assert ax.get_title() == "weights of bank"
+    assert ax.get_ylabel() == "weight"
+    assert ax.get_xlabel() == "key (token)"
+    assert [label.get_text() for label in ax.get_xticklabels()] == TOKENS
+    heights = [patch.get_height() for patch in ax.patches]
+    assert heights == pytest.approx(values.tolist())
+    assert ax.patches[1].get_facecolor() != ax.patches[0].get_facecolor()
+
+
+def test_token_bars_rejects_a_length_mismatch() -> None:
+    with pytest.raises(ValueError, match="one value per label"):
+        token_bars(torch.zeros(3), TOKENS)
+
+
+def test_convex_hull_plot_labels_and_points() -> None:
+    values = torch.tensor([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0], [0.2, 0.2]])
+    outputs = torch.tensor([[0.3, 0.3], [0.1, 0.5]])
+    ax = convex_hull_plot(values, outputs, title="outputs stay inside")
+    assert ax.get_title() == "outputs stay inside"
+    assert ax.get_xlabel() == "value dimension 0"
+    legend = [text.get_text() for text in ax.get_legend().get_texts()]
+    assert legend == ["convex hull of the values", "values $v_j$", "outputs $o_i$"]
+    assert ax.collections[0].get_offsets().shape == (4, 2)
+    assert ax.collections[1].get_offsets().shape == (2, 2)
+
+
+def test_convex_hull_plot_rejects_non_2d_points() -> None:
+    with pytest.raises(ValueError, match=r"\(T_k, 2\)"):
+        convex_hull_plot(torch.zeros(4, 3), torch.zeros(2, 3))
+
+
+def test_convex_hull_keeps_only_the_corners() -> None:
+    square = [[0, 0], [1, 0], [1, 1], [0, 1], [0.5, 0.5], [0.5, 0.0]]
+    assert _convex_hull(square) == [(0.0, 0.0), (1.0, 0.0), (1.0, 1.0), (0.0, 1.0)]
+
+
+def _quadratic_rows() -> list[CostRow]:
+    return [
+        CostRow(
+            t=t,
+            d=64,
+            seconds=1e-9 * t**2,
+            allocated_bytes=16 * t**2,
+            largest_bytes=4 * t**2,
+            score_bytes=4 * t**2,
+        )
+        for t in (128, 256, 512, 1024)
+    ]
+
+
+def test_cost_plot_draws_log_log_axes_with_the_fitted_slope() -> None:
+    time_ax, memory_ax = cost_plot(_quadratic_rows())
+    for ax in (time_ax, memory_ax):
+        assert ax.get_xscale() == "log"
+        assert ax.get_yscale() == "log"
+        assert ax.get_xlabel() == "sequence length T"
+        texts = [text.get_text() for text in ax.texts]
+        assert "fitted slope ≈ 2.00" in texts
+    assert time_ax.get_ylabel() == "time per call (ms)"
+    assert memory_ax.get_ylabel() == "memory (MiB)"
+    assert [label.get_text() for label in time_ax.get_xticklabels()] == ["128", "256", "512", "1024"]
+    memory_legend = [text.get_text() for text in memory_ax.get_legend().get_texts()]
+    assert "formula: 4·T² bytes" in memory_legend
+    fit_label = [text.get_text() for text in time_ax.get_legend().get_texts()][1]
+    assert fit_label == "fit: slope 2.00"
+
+
+def test_cost_plot_draws_on_given_axes_and_needs_two_rows() -> None:
+    _, axes = plt.subplots(1, 2)
+    assert cost_plot(_quadratic_rows(), axes=(axes[0], axes[1])) == (axes[0], axes[1])
+    with pytest.raises(ValueError, match="at least two"):
+        cost_plot(_quadratic_rows()[:1])
+
+
+def test_attention_heatmap_still_labels_tokens() -> None:
+    ax = attention_heatmap(torch.full((4, 4), 0.25), TOKENS, TOKENS, title="uniform")
+    assert ax.get_title() == "uniform"
+    assert [label.get_text() for label in ax.get_yticklabels()] == TOKENS
+
+
+def test_feature_heatmap_labels_tokens_and_features() -> None:
+    features = ["noun", "water"]
+    ax = feature_heatmap(torch.tensor([[0.0, 1.0], [1.0, 0.2], [0.0, 0.0], [1.0, 1.0]]), TOKENS, features)
+    assert ax.get_xlabel() == "feature"
+    assert ax.get_ylabel() == "token"
+    assert [label.get_text() for label in ax.get_xticklabels()] == features
+    assert [label.get_text() for label in ax.get_yticklabels()] == TOKENS
