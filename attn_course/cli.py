@@ -20,7 +20,9 @@ def _release(args: argparse.Namespace) -> int:
         print(f"{result.target}: {result.exercises} exercise region(s), {state}")
     stale = [r for r in results if r.changed]
     if args.check and stale:
-        print("Student notebooks are not what `attn-course release` writes: run it and commit.", file=sys.stderr)
+        print(
+            "Student notebooks are not what `attn-course release` writes: run it and commit.", file=sys.stderr
+        )
         return 1
     return 0
 

@@ -8,9 +8,7 @@ from __future__ import annotations
 import torch
 
 
-def causal_mask(
-    t_q: int, t_k: int | None = None, device: torch.device | str | None = None
-) -> torch.Tensor:
+def causal_mask(t_q: int, t_k: int | None = None, device: torch.device | str | None = None) -> torch.Tensor:
     """Causal mask (t_q, t_k), True where query i may attend key j.
 
     With t_k > t_q the queries are the last t_q positions (bottom-right aligned), as when

@@ -15,7 +15,10 @@ import nbformat
 
 BEGIN = "### BEGIN SOLUTION"
 END = "### END SOLUTION"
-CODE_STUB = '{indent}# YOUR CODE HERE\n{indent}raise NotImplementedError("Exercise: replace this line with your code.")'
+CODE_STUB = (
+    "{indent}# YOUR CODE HERE\n"
+    '{indent}raise NotImplementedError("Exercise: replace this line with your code.")'
+)
 MARKDOWN_STUB = "*Your answer here.*"
 KERNELSPEC = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
 _MARKER = re.compile(r"^(?P<indent>\s*)(?P<marker>### (BEGIN|END) SOLUTION)\s*$")
@@ -49,10 +52,14 @@ def strip_solutions(source: str, cell_type: str, where: str) -> tuple[str, int]:
         match = _MARKER.match(line)
         stray = (BEGIN in line or END in line) and match is None
         if stray:
-            raise MarkerError(f"{where}, line {number}: a solution marker must stand alone on its line: {line.strip()!r}")
+            raise MarkerError(
+                f"{where}, line {number}: a solution marker must stand alone on its line: {line.strip()!r}"
+            )
         if match and match["marker"] == BEGIN:
             if inside_since is not None:
-                raise MarkerError(f"{where}, line {number}: {BEGIN} inside the region opened on line {inside_since}")
+                raise MarkerError(
+                    f"{where}, line {number}: {BEGIN} inside the region opened on line {inside_since}"
+                )
             inside_since = number
             regions += 1
             out.append(CODE_STUB.format(indent=match["indent"]) if cell_type == "code" else MARKDOWN_STUB)

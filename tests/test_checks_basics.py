@@ -308,7 +308,9 @@ CORRECT = [
     pytest.param(check_softmax, softmax_max_values, id="softmax-max-values"),
     pytest.param(check_dot_product_attention, reference.dot_product_attention, id="dpa-reference"),
     pytest.param(check_dot_product_attention, attention_unscaled, id="dpa-matmul"),
-    pytest.param(check_scaled_dot_product_attention, reference.scaled_dot_product_attention, id="sdpa-reference"),
+    pytest.param(
+        check_scaled_dot_product_attention, reference.scaled_dot_product_attention, id="sdpa-reference"
+    ),
     pytest.param(check_scaled_dot_product_attention, attention_scaled, id="sdpa-matmul"),
     pytest.param(check_scaled_dot_product_attention, attention_scale_q_first, id="sdpa-scale-q-einsum"),
     pytest.param(check_scaled_dot_product_attention, attention_own_softmax, id="sdpa-own-softmax"),
@@ -326,77 +328,181 @@ WRONG = [
     pytest.param(check_dot_product_scores, scores_transposed, "is transposed", id="scores-transposed"),
     pytest.param(check_dot_product_scores, scores_softmaxed, "has a softmax applied", id="scores-softmax"),
     pytest.param(check_dot_product_scores, scores_dot_T, "not k.T", id="scores-dot-T-batch"),
-    pytest.param(check_dot_product_scores, scores_einsum_2d, "write einsum with '...'", id="scores-einsum-2d"),
+    pytest.param(
+        check_dot_product_scores, scores_einsum_2d, "write einsum with '...'", id="scores-einsum-2d"
+    ),
     pytest.param(check_dot_product_scores, scores_detached, "No gradient flows", id="scores-detached"),
     pytest.param(check_dot_product_scores, scores_numpy, "No gradient flows", id="scores-numpy"),
     pytest.param(check_dot_product_scores, scores_returns_list, "should be a torch.Tensor", id="scores-list"),
-    pytest.param(check_dot_product_scores, scores_in_place, "changed one of its input tensors in place",
-                 id="scores-in-place"),
+    pytest.param(
+        check_dot_product_scores,
+        scores_in_place,
+        "changed one of its input tensors in place",
+        id="scores-in-place",
+    ),
     # softmax
     pytest.param(check_softmax, not_implemented, "is not implemented yet", id="softmax-stub"),
     pytest.param(check_softmax, softmax_naive, "subtract each row's maximum", id="softmax-overflow"),
-    pytest.param(check_softmax, softmax_global_max, "Subtracting the maximum of the whole tensor is not enough",
-                 id="softmax-global-max"),
-    pytest.param(check_softmax, softmax_ignores_dim, "instead of along the dim=1 you were given",
-                 id="softmax-ignores-dim"),
-    pytest.param(check_softmax, softmax_dim0, "sums to 1 along dim=0 instead of along the dim=-1",
-                 id="softmax-wrong-axis"),
+    pytest.param(
+        check_softmax,
+        softmax_global_max,
+        "Subtracting the maximum of the whole tensor is not enough",
+        id="softmax-global-max",
+    ),
+    pytest.param(
+        check_softmax,
+        softmax_ignores_dim,
+        "instead of along the dim=1 you were given",
+        id="softmax-ignores-dim",
+    ),
+    pytest.param(
+        check_softmax,
+        softmax_dim0,
+        "sums to 1 along dim=0 instead of along the dim=-1",
+        id="softmax-wrong-axis",
+    ),
     pytest.param(check_softmax, softmax_unnormalised, "is not normalised", id="softmax-unnormalised"),
     pytest.param(check_softmax, softmax_log, "matches log-softmax", id="softmax-log"),
-    pytest.param(check_softmax, softmax_no_keepdim_max, "subtracts the max without keepdim=True",
-                 id="softmax-max-no-keepdim"),
-    pytest.param(check_softmax, softmax_no_keepdim_sum, "divides by a sum taken without keepdim=True",
-                 id="softmax-sum-no-keepdim"),
-    pytest.param(check_softmax, softmax_mean_shift, "Entries of -inf (masked scores) must get weight exactly 0",
-                 id="softmax-mean-shift-neg-inf"),
-    pytest.param(check_softmax, softmax_default_dim0, "should use dim=-1 by default", id="softmax-default-dim"),
+    pytest.param(
+        check_softmax,
+        softmax_no_keepdim_max,
+        "subtracts the max without keepdim=True",
+        id="softmax-max-no-keepdim",
+    ),
+    pytest.param(
+        check_softmax,
+        softmax_no_keepdim_sum,
+        "divides by a sum taken without keepdim=True",
+        id="softmax-sum-no-keepdim",
+    ),
+    pytest.param(
+        check_softmax,
+        softmax_mean_shift,
+        "Entries of -inf (masked scores) must get weight exactly 0",
+        id="softmax-mean-shift-neg-inf",
+    ),
+    pytest.param(
+        check_softmax, softmax_default_dim0, "should use dim=-1 by default", id="softmax-default-dim"
+    ),
     pytest.param(check_softmax, softmax_no_dim, "unexpected keyword argument 'dim'", id="softmax-no-dim-arg"),
     # dot_product_attention
     pytest.param(check_dot_product_attention, not_implemented, "is not implemented yet", id="dpa-stub"),
-    pytest.param(check_dot_product_attention, attention_scaled, "match attention *with* the 1/√d_k scale",
-                 id="dpa-scaled"),
-    pytest.param(check_dot_product_attention, attention_dim_minus2(False), "normalised over the queries",
-                 id="dpa-softmax-dim-2"),
-    pytest.param(check_dot_product_attention, attention_no_softmax(False), "skip the softmax", id="dpa-no-softmax"),
-    pytest.param(check_dot_product_attention, attention_swapped_unscaled, "returned (weights, out)",
-                 id="dpa-swapped"),
-    pytest.param(check_dot_product_attention, attention_only_out_unscaled, "should return a tuple (out, weights)",
-                 id="dpa-only-out"),
-    pytest.param(check_dot_product_attention, attention_naive_softmax, "use a numerically stable softmax",
-                 id="dpa-unstable"),
+    pytest.param(
+        check_dot_product_attention,
+        attention_scaled,
+        "match attention *with* the 1/√d_k scale",
+        id="dpa-scaled",
+    ),
+    pytest.param(
+        check_dot_product_attention,
+        attention_dim_minus2(False),
+        "normalised over the queries",
+        id="dpa-softmax-dim-2",
+    ),
+    pytest.param(
+        check_dot_product_attention, attention_no_softmax(False), "skip the softmax", id="dpa-no-softmax"
+    ),
+    pytest.param(
+        check_dot_product_attention, attention_swapped_unscaled, "returned (weights, out)", id="dpa-swapped"
+    ),
+    pytest.param(
+        check_dot_product_attention,
+        attention_only_out_unscaled,
+        "should return a tuple (out, weights)",
+        id="dpa-only-out",
+    ),
+    pytest.param(
+        check_dot_product_attention,
+        attention_naive_softmax,
+        "use a numerically stable softmax",
+        id="dpa-unstable",
+    ),
     # scaled_dot_product_attention
-    pytest.param(check_scaled_dot_product_attention, not_implemented, "is not implemented yet", id="sdpa-stub"),
-    pytest.param(check_scaled_dot_product_attention, attention_unscaled, "without the 1/√d_k scale",
-                 id="sdpa-unscaled"),
-    pytest.param(check_scaled_dot_product_attention, attention_scaled_by(d_k, -1.0), "divided by d_k instead of √d_k",
-                 id="sdpa-divide-by-d"),
-    pytest.param(check_scaled_dot_product_attention, attention_scaled_by(d_k, 0.5), "multiplied by √d_k",
-                 id="sdpa-multiply"),
-    pytest.param(check_scaled_dot_product_attention, attention_scaled_by(lambda q, k, v: float(v.shape[-1])),
-                 "scaled by √d_v", id="sdpa-d-v"),
-    pytest.param(check_scaled_dot_product_attention, attention_scaled_by(lambda q, k, v: float(q.shape[0])),
-                 "square root of q.shape[0]", id="sdpa-shape-0"),
-    pytest.param(check_scaled_dot_product_attention, attention_scaled_by(lambda q, k, v: float(k.shape[-2])),
-                 "number of keys", id="sdpa-t-k"),
-    pytest.param(check_scaled_dot_product_attention, attention_scale_after_softmax, "scaled after the softmax",
-                 id="sdpa-after-softmax"),
-    pytest.param(check_scaled_dot_product_attention, attention_dim_minus2(True), "normalised over the queries",
-                 id="sdpa-softmax-dim-2"),
-    pytest.param(check_scaled_dot_product_attention, attention_no_softmax(True), "skip the softmax",
-                 id="sdpa-no-softmax"),
-    pytest.param(check_scaled_dot_product_attention, attention_swapped, "returned (weights, out)", id="sdpa-swapped"),
-    pytest.param(check_scaled_dot_product_attention, attention_only_out, "returned one tensor", id="sdpa-only-out"),
-    pytest.param(check_scaled_dot_product_attention, attention_detached, "No gradient flows", id="sdpa-detached"),
-    pytest.param(check_scaled_dot_product_attention, attention_in_place_scale, "in place", id="sdpa-in-place"),
+    pytest.param(
+        check_scaled_dot_product_attention, not_implemented, "is not implemented yet", id="sdpa-stub"
+    ),
+    pytest.param(
+        check_scaled_dot_product_attention, attention_unscaled, "without the 1/√d_k scale", id="sdpa-unscaled"
+    ),
+    pytest.param(
+        check_scaled_dot_product_attention,
+        attention_scaled_by(d_k, -1.0),
+        "divided by d_k instead of √d_k",
+        id="sdpa-divide-by-d",
+    ),
+    pytest.param(
+        check_scaled_dot_product_attention,
+        attention_scaled_by(d_k, 0.5),
+        "multiplied by √d_k",
+        id="sdpa-multiply",
+    ),
+    pytest.param(
+        check_scaled_dot_product_attention,
+        attention_scaled_by(lambda q, k, v: float(v.shape[-1])),
+        "scaled by √d_v",
+        id="sdpa-d-v",
+    ),
+    pytest.param(
+        check_scaled_dot_product_attention,
+        attention_scaled_by(lambda q, k, v: float(q.shape[0])),
+        "square root of q.shape[0]",
+        id="sdpa-shape-0",
+    ),
+    pytest.param(
+        check_scaled_dot_product_attention,
+        attention_scaled_by(lambda q, k, v: float(k.shape[-2])),
+        "number of keys",
+        id="sdpa-t-k",
+    ),
+    pytest.param(
+        check_scaled_dot_product_attention,
+        attention_scale_after_softmax,
+        "scaled after the softmax",
+        id="sdpa-after-softmax",
+    ),
+    pytest.param(
+        check_scaled_dot_product_attention,
+        attention_dim_minus2(True),
+        "normalised over the queries",
+        id="sdpa-softmax-dim-2",
+    ),
+    pytest.param(
+        check_scaled_dot_product_attention,
+        attention_no_softmax(True),
+        "skip the softmax",
+        id="sdpa-no-softmax",
+    ),
+    pytest.param(
+        check_scaled_dot_product_attention, attention_swapped, "returned (weights, out)", id="sdpa-swapped"
+    ),
+    pytest.param(
+        check_scaled_dot_product_attention, attention_only_out, "returned one tensor", id="sdpa-only-out"
+    ),
+    pytest.param(
+        check_scaled_dot_product_attention, attention_detached, "No gradient flows", id="sdpa-detached"
+    ),
+    pytest.param(
+        check_scaled_dot_product_attention, attention_in_place_scale, "in place", id="sdpa-in-place"
+    ),
     pytest.param(check_scaled_dot_product_attention, attention_k_T, "not k.T", id="sdpa-k-T"),
     # score_variance
     pytest.param(check_score_variance, not_implemented, "is not implemented yet", id="variance-stub"),
     pytest.param(check_score_variance, variance_std, "That is the standard deviation", id="variance-std"),
-    pytest.param(check_score_variance, variance_always_scaled, "Did you scale anyway", id="variance-always-scaled"),
-    pytest.param(check_score_variance, variance_never_scaled, "scaled=True had no effect", id="variance-never-scaled"),
-    pytest.param(check_score_variance, variance_divides_by_d, "Dividing by d_k makes it ≈ 1/d_k",
-                 id="variance-divide-by-d"),
-    pytest.param(check_score_variance, variance_of_products, "variance of the single products", id="variance-products"),
+    pytest.param(
+        check_score_variance, variance_always_scaled, "Did you scale anyway", id="variance-always-scaled"
+    ),
+    pytest.param(
+        check_score_variance, variance_never_scaled, "scaled=True had no effect", id="variance-never-scaled"
+    ),
+    pytest.param(
+        check_score_variance,
+        variance_divides_by_d,
+        "Dividing by d_k makes it ≈ 1/d_k",
+        id="variance-divide-by-d",
+    ),
+    pytest.param(
+        check_score_variance, variance_of_products, "variance of the single products", id="variance-products"
+    ),
     pytest.param(check_score_variance, variance_vector, "should return one number", id="variance-vector"),
     pytest.param(check_score_variance, variance_string, "should return a float", id="variance-string"),
 ]

@@ -78,8 +78,16 @@ def test_each_check_is_fast(benchmark_budget_seconds=1.0):
 
     from attn_course import checks
 
-    for name in ("dot_product_scores", "softmax", "dot_product_attention", "scaled_dot_product_attention",
-                 "score_variance", "causal_mask", "padding_mask", "attention"):
+    for name in (
+        "dot_product_scores",
+        "softmax",
+        "dot_product_attention",
+        "scaled_dot_product_attention",
+        "score_variance",
+        "causal_mask",
+        "padding_mask",
+        "attention",
+    ):
         start = time.perf_counter()
         getattr(checks, f"check_{name}")(getattr(reference, name))
         # generous bound: a budget, not a benchmark; the checks take milliseconds

@@ -180,12 +180,17 @@ WRONG = [
     pytest.param(check_causal_mask, not_implemented, "is not implemented yet", id="causal-stub"),
     pytest.param(check_causal_mask, causal_top_left, "is aligned top-left", id="causal-top-left"),
     pytest.param(check_causal_mask, causal_inverted, "is inverted", id="causal-inverted"),
-    pytest.param(check_causal_mask, causal_future_and_diagonal, "marks the future and the diagonal",
-                 id="causal-triu"),
+    pytest.param(
+        check_causal_mask, causal_future_and_diagonal, "marks the future and the diagonal", id="causal-triu"
+    ),
     pytest.param(check_causal_mask, causal_strict, "leaves out the diagonal", id="causal-strict"),
     pytest.param(check_causal_mask, causal_one_future, "one future key (off by one)", id="causal-off-by-one"),
-    pytest.param(check_causal_mask, causal_float, "It has the right pattern, but its dtype is torch.float32",
-                 id="causal-float"),
+    pytest.param(
+        check_causal_mask,
+        causal_float,
+        "It has the right pattern, but its dtype is torch.float32",
+        id="causal-float",
+    ),
     pytest.param(check_causal_mask, causal_no_default, "t_k should default to t_q", id="causal-no-default"),
     pytest.param(check_causal_mask, causal_ignores_t_k, "it ignores t_k", id="causal-ignores-t_k"),
     pytest.param(check_causal_mask, causal_ignores_device, "pass device=device", id="causal-ignores-device"),
@@ -195,25 +200,63 @@ WRONG = [
     pytest.param(check_padding_mask, padding_transposed, "one row per sequence", id="padding-transposed"),
     pytest.param(check_padding_mask, padding_long, "should be a boolean tensor", id="padding-long"),
     pytest.param(check_attention, not_implemented, "is not implemented yet", id="attention-stub"),
-    pytest.param(check_attention, attention_with_variant(scale=False), "without the 1/√d_k scale",
-                 id="attention-unscaled"),
-    pytest.param(check_attention, attention_with_variant(invert=True), "use the mask the wrong way round",
-                 id="attention-inverted-mask"),
-    pytest.param(check_attention, attention_with_variant(fill=0.0), "fill masked scores with 0",
-                 id="attention-fill-zero"),
-    pytest.param(check_attention, attention_with_variant(after_softmax=True), "apply the mask after the softmax",
-                 id="attention-mask-after-softmax"),
-    pytest.param(check_attention, attention_with_variant(combine="mask-only"), "ignore is_causal=True when a mask",
-                 id="attention-ignores-causal-with-mask"),
-    pytest.param(check_attention, attention_with_variant(combine="causal-only"), "ignore `mask` when is_causal=True",
-                 id="attention-causal-replaces-mask"),
-    pytest.param(check_attention, attention_with_variant(combine="or"), "combine mask and is_causal with OR",
-                 id="attention-or"),
-    pytest.param(check_attention, attention_with_variant(causal_alignment="top-left"), "top-left aligned",
-                 id="attention-top-left"),
-    pytest.param(check_attention, attention_only_out, "should return a tuple (out, weights)", id="attention-only-out"),
-    pytest.param(check_attention, attention_no_mask_arg, "unexpected keyword argument 'mask'",
-                 id="attention-no-mask-arg"),
+    pytest.param(
+        check_attention,
+        attention_with_variant(scale=False),
+        "without the 1/√d_k scale",
+        id="attention-unscaled",
+    ),
+    pytest.param(
+        check_attention,
+        attention_with_variant(invert=True),
+        "use the mask the wrong way round",
+        id="attention-inverted-mask",
+    ),
+    pytest.param(
+        check_attention,
+        attention_with_variant(fill=0.0),
+        "fill masked scores with 0",
+        id="attention-fill-zero",
+    ),
+    pytest.param(
+        check_attention,
+        attention_with_variant(after_softmax=True),
+        "apply the mask after the softmax",
+        id="attention-mask-after-softmax",
+    ),
+    pytest.param(
+        check_attention,
+        attention_with_variant(combine="mask-only"),
+        "ignore is_causal=True when a mask",
+        id="attention-ignores-causal-with-mask",
+    ),
+    pytest.param(
+        check_attention,
+        attention_with_variant(combine="causal-only"),
+        "ignore `mask` when is_causal=True",
+        id="attention-causal-replaces-mask",
+    ),
+    pytest.param(
+        check_attention,
+        attention_with_variant(combine="or"),
+        "combine mask and is_causal with OR",
+        id="attention-or",
+    ),
+    pytest.param(
+        check_attention,
+        attention_with_variant(causal_alignment="top-left"),
+        "top-left aligned",
+        id="attention-top-left",
+    ),
+    pytest.param(
+        check_attention, attention_only_out, "should return a tuple (out, weights)", id="attention-only-out"
+    ),
+    pytest.param(
+        check_attention,
+        attention_no_mask_arg,
+        "unexpected keyword argument 'mask'",
+        id="attention-no-mask-arg",
+    ),
 ]
 
 
@@ -226,10 +269,16 @@ def attention_ignores_mask(q, k, v, mask=None, is_causal=False):
 
 
 WRONG.append(
-    pytest.param(check_attention, attention_ignores_is_causal, "ignore is_causal=True: a query must not",
-                 id="attention-ignores-is-causal")
+    pytest.param(
+        check_attention,
+        attention_ignores_is_causal,
+        "ignore is_causal=True: a query must not",
+        id="attention-ignores-is-causal",
+    )
 )
-WRONG.append(pytest.param(check_attention, attention_ignores_mask, "ignore `mask`: fill", id="attention-ignores-mask"))
+WRONG.append(
+    pytest.param(check_attention, attention_ignores_mask, "ignore `mask`: fill", id="attention-ignores-mask")
+)
 
 
 @pytest.mark.parametrize(("check", "candidate"), CORRECT)

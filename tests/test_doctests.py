@@ -13,9 +13,7 @@ import attn_course
 
 matplotlib.use("Agg")
 
-MODULES = sorted(
-    info.name for info in pkgutil.walk_packages(attn_course.__path__, prefix="attn_course.")
-)
+MODULES = sorted(info.name for info in pkgutil.walk_packages(attn_course.__path__, prefix="attn_course."))
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -44,7 +44,10 @@ def test_student_notebook_as_shipped_fails_every_check_without_traceback(stem):
     path = ROOT / "notebooks" / f"{stem}.ipynb"
     notebook = nbformat.read(path, as_version=4)
     NotebookClient(
-        notebook, timeout=120, kernel_name="python3", allow_errors=True,
+        notebook,
+        timeout=120,
+        kernel_name="python3",
+        allow_errors=True,
         resources={"metadata": {"path": str(path.parent)}},
     ).execute()
     for index, name in check_cells(notebook):

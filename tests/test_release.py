@@ -17,7 +17,7 @@ STUDENT = sorted((ROOT / "notebooks").glob("*.ipynb"))
 
 
 def test_strip_replaces_region_with_stub_at_marker_indentation():
-    source = f"def f(x):\n    \"\"\"Doc.\"\"\"\n    {BEGIN}\n    return x + 1\n    {END}\n\nprint(1)"
+    source = f'def f(x):\n    """Doc."""\n    {BEGIN}\n    return x + 1\n    {END}\n\nprint(1)'
     stripped, regions = strip_solutions(source, "code", "nb, cell 0")
     assert regions == 1
     assert stripped == (
@@ -71,7 +71,9 @@ def test_release_writes_student_notebooks_and_check_detects_drift(tmp_path, caps
     assert cleaned.cells[1].outputs == [] and "return 42" in cleaned.cells[1].source
 
     assert main(["release", "--check", "--solutions", str(solutions), "--notebooks", str(notebooks)]) == 0
-    (notebooks / "01_demo.ipynb").write_text((notebooks / "01_demo.ipynb").read_text().replace("Demo", "Edited"))
+    (notebooks / "01_demo.ipynb").write_text(
+        (notebooks / "01_demo.ipynb").read_text().replace("Demo", "Edited")
+    )
     assert main(["release", "--check", "--solutions", str(solutions), "--notebooks", str(notebooks)]) == 1
     assert "out of date" in capsys.readouterr().out
 
@@ -103,7 +105,9 @@ def test_student_notebook_contains_no_solution_code(path):
             for line in region.splitlines():
                 code = line.strip()
                 if len(code) > 12 and not code.startswith("#"):
-                    assert code not in student_text, f"solution line leaked into notebooks/{path.name}: {code}"
+                    assert code not in student_text, (
+                        f"solution line leaked into notebooks/{path.name}: {code}"
+                    )
 
 
 @pytest.mark.parametrize("path", SOLUTIONS + STUDENT, ids=lambda p: f"{p.parent.name}/{p.name}")

@@ -110,9 +110,7 @@ def _learner_location(error: BaseException) -> str:
     return f" at line {last.lineno} of your code: `{code}`" if code else ""
 
 
-def call(
-    name: str, candidate: Callable[..., Any], *args: Any, hint: str = "", **kwargs: Any
-) -> Any:
+def call(name: str, candidate: Callable[..., Any], *args: Any, hint: str = "", **kwargs: Any) -> Any:
     """Call the learner's function; turn anything it raises into a CheckFailed naming the call.
 
     `hint` is added to the message when the call raises. A call that changes one of its tensor

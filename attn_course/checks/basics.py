@@ -16,7 +16,6 @@ from attn_course.checks._harness import (
     check,
     cuda_device,
     expect_close,
-    expect_finite,
     expect_tensor,
     randn,
 )
@@ -153,7 +152,11 @@ def _check_attention_like(
     if device is not None:
         cases.append(((2, 5, 4), (2, 7, 4), (2, 7, 3), torch.float32, 1.0, device))
     for q_shape, k_shape, v_shape, dtype, scale, dev in cases:
-        q, k, v = randn(*q_shape, dtype=dtype, scale=scale), randn(*k_shape, dtype=dtype), randn(*v_shape, dtype=dtype)
+        q, k, v = (
+            randn(*q_shape, dtype=dtype, scale=scale),
+            randn(*k_shape, dtype=dtype),
+            randn(*v_shape, dtype=dtype),
+        )
         if dev is not None:
             q, k, v = q.to(dev), k.to(dev), v.to(dev)
         expected_out, expected_weights = expected_fn(q, k, v)
@@ -162,12 +165,19 @@ def _check_attention_like(
         expect_tensor(weights, expected_weights.shape, "Your weights", device=q.device, finite=False)
         expect_tensor(out, expected_out.shape, "Your output", device=q.device, finite=False)
         args = (q, k, v)
-        expect_close(weights, expected_weights, "Your weights", mistakes=on_weights, args=args,
-                     nonfinite_hint=unstable_hint)
-        expect_close(out, expected_out, "Your output", mistakes=on_out, args=args,
-                     nonfinite_hint=unstable_hint)
+        expect_close(
+            weights,
+            expected_weights,
+            "Your weights",
+            mistakes=on_weights,
+            args=args,
+            nonfinite_hint=unstable_hint,
+        )
+        expect_close(
+            out, expected_out, "Your output", mistakes=on_out, args=args, nonfinite_hint=unstable_hint
+        )
     _expect_gradients(name, candidate, expected_fn)
-    return "T_q ≠ T_k, batch axes, d_v ≠ d_k, large scores, float32/float64, gradients"
+    return "7 cases (T_q ≠ T_k, batch axes, d_v ≠ d_k, large scores, float32/64) and gradients"
 
 
 def _unpack_pair(
@@ -181,7 +191,9 @@ def _unpack_pair(
         )
     if not isinstance(result, tuple | list) or len(result) != 2:
         kind = type(result).__name__
-        raise CheckFailed(f"`{name}` should return a tuple (out, weights), but returned {kind} {result!r:.80}.")
+        raise CheckFailed(
+            f"`{name}` should return a tuple (out, weights), but returned {kind} {result!r:.80}."
+        )
     out, weights = result
     if (
         isinstance(out, torch.Tensor)
@@ -241,12 +253,17 @@ def check_dot_product_scores(candidate: Callable[..., Any]) -> str:
         transposed = (*expected.shape[:-2], expected.shape[-1], expected.shape[-2])
         got = call("dot_product_scores", candidate, q, k, hint=BATCH_HINT if q.dim() > 2 else "")
         expect_tensor(
-            got, expected.shape, "Your scores",
-            hints={transposed: "It is transposed: rows are queries and columns keys, so compute q @ kᵀ, not k @ qᵀ."},
+            got,
+            expected.shape,
+            "Your scores",
+            hints={
+                transposed: "It is transposed: rows are queries and columns keys, "
+                "so compute q @ kᵀ, not k @ qᵀ."
+            },
         )
         expect_close(got, expected, "Your scores", mistakes=mistakes, args=(q, k))
     _expect_score_gradients(candidate)
-    return "T_q ≠ T_k, batch axes, float32/float64, gradients"
+    return "4 shapes (T_q ≠ T_k, batch axes, float32/64) and gradients"
 
 
 def _expect_score_gradients(candidate: Callable[..., Any]) -> None:
@@ -260,7 +277,9 @@ def _expect_score_gradients(candidate: Callable[..., Any]) -> None:
     upstream = randn(2, 3, 5)
     (scores * upstream).sum().backward()
     expect_close(q.grad, upstream @ k.detach(), "The gradient of your scores with respect to q")
-    expect_close(k.grad, upstream.transpose(-2, -1) @ q.detach(), "The gradient of your scores with respect to k")
+    expect_close(
+        k.grad, upstream.transpose(-2, -1) @ q.detach(), "The gradient of your scores with respect to k"
+    )
 
 
 @check("softmax")
@@ -276,12 +295,14 @@ def check_softmax(candidate: Callable[..., Any]) -> str:
         (randn(3, 4), 0, ""),
         (randn(2, 3, 4, dtype=torch.float32), 2, ""),
         (
-            with_neg_inf.double(), -1,
+            with_neg_inf.double(),
+            -1,
             "Entries of -inf (masked scores) must get weight exactly 0, since exp(-inf) = 0, as "
             "long as their row has a finite entry: subtract the row max (not the mean) before exp.",
         ),
         (
-            big.double(), -1,
+            big.double(),
+            -1,
             "exp() overflows for large inputs (exp(1e4) = inf) and underflows for very negative "
             "ones: subtract each row's maximum (x.amax(dim, keepdim=True)) before exp. Subtracting "
             "the maximum of the whole tensor is not enough when rows differ a lot.",
@@ -291,15 +312,30 @@ def check_softmax(candidate: Callable[..., Any]) -> str:
         expected = torch.softmax(x, dim=dim)
         got = call("softmax", candidate, x, dim=dim)
         expect_tensor(got, x.shape, "Your softmax", finite=False)
-        expect_close(got, expected, "Your softmax", mistakes=_softmax_mistakes(x, dim), args=(x,),
-                     kwargs={"dim": dim}, nonfinite_hint=hint)
+        expect_close(
+            got,
+            expected,
+            "Your softmax",
+            mistakes=_softmax_mistakes(x, dim),
+            args=(x,),
+            kwargs={"dim": dim},
+            nonfinite_hint=hint,
+        )
     x = randn(3, 4)
     got = call("softmax", candidate, x)
-    expect_close(got, torch.softmax(x, dim=-1), "Your softmax called without `dim`", args=(x,),
-                 mistakes=[Mistake("should use dim=-1 by default (def softmax(x, dim=-1)).",
-                                   lambda x: torch.softmax(x, dim=0))])
+    expect_close(
+        got,
+        torch.softmax(x, dim=-1),
+        "Your softmax called without `dim`",
+        args=(x,),
+        mistakes=[
+            Mistake(
+                "should use dim=-1 by default (def softmax(x, dim=-1)).", lambda x: torch.softmax(x, dim=0)
+            )
+        ],
+    )
     _expect_softmax_gradient(candidate)
-    return "dims 0, 1, 2, -1, inputs of ±1e4, -inf entries, float32/float64, gradients"
+    return "8 cases (dims 0, 1, 2, -1, ±1e4, -inf entries, float32/64) and gradients"
 
 
 def _softmax_mistakes(x: torch.Tensor, dim: int) -> list[Mistake]:
@@ -378,7 +414,10 @@ def check_dot_product_attention(candidate: Callable[..., Any]) -> str:
 def check_scaled_dot_product_attention(candidate: Callable[..., Any]) -> str:
     """softmax(q kᵀ / √d_k) v, returning (out, weights)."""
     entries = [
-        ("match attention without the 1/√d_k scale: divide the scores by √d_k, d_k = q.shape[-1].", _unscaled),
+        (
+            "match attention without the 1/√d_k scale: divide the scores by √d_k, d_k = q.shape[-1].",
+            _unscaled,
+        ),
         ("are divided by d_k instead of √d_k: use math.sqrt(q.shape[-1]).", _scaled_by(_d_k, power=-1.0)),
         ("are multiplied by √d_k: divide the scores by √d_k instead.", _scaled_by(_d_k, power=0.5)),
         (
@@ -447,15 +486,23 @@ def _score_variance_mistake(d_k: int, scaled: bool, value: float, expected: floa
     """Name the mistake behind a wrong variance estimate from its size."""
     called = f"score_variance({d_k}, scaled={scaled}) returned {value:.3g}; theory says about {expected:g}."
     guesses = [
-        (math.sqrt(d_k), "That is the standard deviation (≈ √d_k): return the variance (.var()), not .std()."),
+        (
+            math.sqrt(d_k),
+            "That is the standard deviation (≈ √d_k): return the variance (.var()), not .std().",
+        ),
         (1.0 / d_k, "Dividing by d_k makes it ≈ 1/d_k: with scaled=True divide the scores by √d_k."),
-        (float(d_k) if scaled else 1.0,
-         "scaled=True had no effect: divide the scores by √d_k before taking the variance."
-         if scaled else
-         "With scaled=False the variance should grow like d_k. Did you scale anyway, or take the "
-         "variance of the single products q_i·k_i instead of their sum q·k over the d_k components?"),
-        (float(d_k) ** 2, "That is about d_k²: the scores should be sums of d_k products q_i·k_i of "
-         "independent N(0, 1) numbers, without any extra factor."),
+        (
+            float(d_k) if scaled else 1.0,
+            "scaled=True had no effect: divide the scores by √d_k before taking the variance."
+            if scaled
+            else "With scaled=False the variance should grow like d_k. Did you scale anyway, or take the "
+            "variance of the single products q_i·k_i instead of their sum q·k over the d_k components?",
+        ),
+        (
+            float(d_k) ** 2,
+            "That is about d_k²: the scores should be sums of d_k products q_i·k_i of "
+            "independent N(0, 1) numbers, without any extra factor.",
+        ),
     ]
     for guess, explanation in guesses:
         if guess != expected and abs(value - guess) <= 0.15 * guess:

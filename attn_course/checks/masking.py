@@ -81,7 +81,12 @@ def _causal_mistakes() -> list[Mistake]:
 def check_causal_mask(candidate: Callable[..., Any]) -> str:
     """Boolean (t_q, t_k) lower-triangular mask, bottom-right aligned when t_k > t_q."""
     mistakes = _causal_mistakes()
-    got = call("causal_mask", candidate, 4, hint="t_k should default to t_q: def causal_mask(t_q, t_k=None, device=None).")
+    got = call(
+        "causal_mask",
+        candidate,
+        4,
+        hint="t_k should default to t_q: def causal_mask(t_q, t_k=None, device=None).",
+    )
     expected = reference.causal_mask(4)
     mask = _expect_bool_mask(got, expected, "causal_mask(4)")
     expect_close(mask, expected, "Your causal_mask(4)", mistakes=mistakes, args=(4, 4))
@@ -89,12 +94,14 @@ def check_causal_mask(candidate: Callable[..., Any]) -> str:
         expected = reference.causal_mask(t_q, t_k)
         got = call("causal_mask", candidate, t_q, t_k)
         if isinstance(got, torch.Tensor) and tuple(got.shape) == (t_q, t_q) and t_q != t_k:
-            raise CheckFailed(f"causal_mask({t_q}, {t_k}) has shape ({t_q}, {t_q}): it ignores t_k. "
-                              f"The mask has one row per query and one column per key: ({t_q}, {t_k}).")
+            raise CheckFailed(
+                f"causal_mask({t_q}, {t_k}) has shape ({t_q}, {t_q}): it ignores t_k. "
+                f"The mask has one row per query and one column per key: ({t_q}, {t_k})."
+            )
         mask = _expect_bool_mask(got, expected, f"causal_mask({t_q}, {t_k})")
         expect_close(mask, expected, f"Your causal_mask({t_q}, {t_k})", mistakes=mistakes, args=(t_q, t_k))
     _expect_device_respected(candidate)
-    return "square and t_k > t_q (bottom-right), t_k default, dtype bool, device"
+    return "square and t_k > t_q (bottom-right), default t_k, dtype, device"
 
 
 def _expect_device_respected(candidate: Callable[..., Any]) -> None:
@@ -145,8 +152,10 @@ def check_padding_mask(candidate: Callable[..., Any]) -> str:
         expected = reference.padding_mask(lengths, t)
         got = call("padding_mask", candidate, lengths, t)
         if isinstance(got, torch.Tensor) and tuple(got.shape) == (t, len(lengths_list)) != expected.shape:
-            raise CheckFailed(f"Your padding_mask has shape {tuple(got.shape)}: it should be (B, t) = "
-                              f"{tuple(expected.shape)}, one row per sequence.")
+            raise CheckFailed(
+                f"Your padding_mask has shape {tuple(got.shape)}: it should be (B, t) = "
+                f"{tuple(expected.shape)}, one row per sequence."
+            )
         mask = _expect_bool_mask(got, expected, "padding_mask")
         expect_close(mask, expected, "Your padding_mask", mistakes=mistakes, args=(lengths, t))
     device = cuda_device()
@@ -213,27 +222,49 @@ def _and(mask: torch.Tensor | None, causal: torch.Tensor | None) -> torch.Tensor
 
 
 _ATTENTION_MISTAKES: list[tuple[str, dict[str, Any]]] = [
-    ("match attention without the 1/√d_k scale: divide the scores by √d_k, d_k = q.shape[-1].",
-     {"scale": False}),
-    ("use the mask the wrong way round: True means the query MAY attend that key, so fill the "
-     "scores where the mask is False (scores.masked_fill(~mask, float('-inf'))).", {"invert": True}),
-    ("fill masked scores with 0, but exp(0) = 1 still gives them weight: fill them with "
-     "float('-inf') (or a very negative number) before the softmax.", {"fill": 0.0}),
-    ("apply the mask after the softmax: the masked weights are 0 but the rows no longer sum to 1. "
-     "Mask the scores (fill with -inf) before the softmax instead.", {"after_softmax": True}),
-    ("ignore is_causal=True when a mask is given: combine both masks with a logical AND.",
-     {"combine": "mask-only"}),
-    ("ignore `mask` when is_causal=True: combine both masks with a logical AND.",
-     {"combine": "causal-only"}),
-    ("ignore is_causal=True: a query must not attend the keys after its own position; build "
-     "your causal_mask(T_q, T_k) and combine it with `mask`.", {"combine": "no-causal"}),
-    ("ignore `mask`: fill the scores where the mask is False with -inf before the softmax.",
-     {"combine": "no-mask"}),
-    ("combine mask and is_causal with OR: a key must be allowed by both, so use AND (mask & causal).",
-     {"combine": "or"}),
-    ("use a top-left aligned causal mask: with more keys than queries the queries are the last "
-     "positions, so align it bottom-right (your causal_mask(t_q, t_k)), unlike torch's "
-     "is_causal=True.", {"causal_alignment": "top-left"}),
+    (
+        "match attention without the 1/√d_k scale: divide the scores by √d_k, d_k = q.shape[-1].",
+        {"scale": False},
+    ),
+    (
+        "use the mask the wrong way round: True means the query MAY attend that key, so fill the "
+        "scores where the mask is False (scores.masked_fill(~mask, float('-inf'))).",
+        {"invert": True},
+    ),
+    (
+        "fill masked scores with 0, but exp(0) = 1 still gives them weight: fill them with "
+        "float('-inf') (or a very negative number) before the softmax.",
+        {"fill": 0.0},
+    ),
+    (
+        "apply the mask after the softmax: the masked weights are 0 but the rows no longer sum to 1. "
+        "Mask the scores (fill with -inf) before the softmax instead.",
+        {"after_softmax": True},
+    ),
+    (
+        "ignore is_causal=True when a mask is given: combine both masks with a logical AND.",
+        {"combine": "mask-only"},
+    ),
+    ("ignore `mask` when is_causal=True: combine both masks with a logical AND.", {"combine": "causal-only"}),
+    (
+        "ignore is_causal=True: a query must not attend the keys after its own position; build "
+        "your causal_mask(T_q, T_k) and combine it with `mask`.",
+        {"combine": "no-causal"},
+    ),
+    (
+        "ignore `mask`: fill the scores where the mask is False with -inf before the softmax.",
+        {"combine": "no-mask"},
+    ),
+    (
+        "combine mask and is_causal with OR: a key must be allowed by both, so use AND (mask & causal).",
+        {"combine": "or"},
+    ),
+    (
+        "use a top-left aligned causal mask: with more keys than queries the queries are the last "
+        "positions, so align it bottom-right (your causal_mask(t_q, t_k)), unlike torch's "
+        "is_causal=True.",
+        {"causal_alignment": "top-left"},
+    ),
 ]
 
 
@@ -254,8 +285,13 @@ def _attention_cases() -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, t
         (randn(2, 2, 4), randn(2, 6, 4), randn(2, 6, 3), None, True),
         (randn(2, 3, 5, 4), randn(2, 3, 5, 4), randn(2, 3, 5, 2), pad, True),
         (randn(2, 3, 4), randn(2, 5, 4), randn(2, 5, 2), batch_row_mask[:, :, :5].clone(), True),
-        (randn(1, 4, 6, dtype=torch.float32), randn(1, 7, 6, dtype=torch.float32),
-         randn(1, 7, 5, dtype=torch.float32), reference.padding_mask(torch.tensor([6]), 7)[:, None, :], True),
+        (
+            randn(1, 4, 6, dtype=torch.float32),
+            randn(1, 7, 6, dtype=torch.float32),
+            randn(1, 7, 5, dtype=torch.float32),
+            reference.padding_mask(torch.tensor([6]), 7)[:, None, :],
+            True,
+        ),
     ]
 
 
@@ -281,13 +317,29 @@ def check_attention(candidate: Callable[..., Any]) -> str:
         expect_tensor(weights, expected_weights.shape, "Your weights", device=q.device, finite=False)
         expect_tensor(out, expected_out.shape, "Your output", device=q.device, finite=False)
         kwargs = {"mask": mask, "is_causal": is_causal}
-        nonfinite = "A row whose keys are all masked gives NaN; in these tests every row keeps at least one key."
-        expect_close(weights, expected_weights, "Your weights", mistakes=on_weights, args=(q, k, v),
-                     kwargs=kwargs, nonfinite_hint=nonfinite)
-        expect_close(out, expected_out, "Your output", mistakes=on_out, args=(q, k, v), kwargs=kwargs,
-                     nonfinite_hint=nonfinite)
+        nonfinite = (
+            "A row whose keys are all masked gives NaN; in these tests every row keeps at least one key."
+        )
+        expect_close(
+            weights,
+            expected_weights,
+            "Your weights",
+            mistakes=on_weights,
+            args=(q, k, v),
+            kwargs=kwargs,
+            nonfinite_hint=nonfinite,
+        )
+        expect_close(
+            out,
+            expected_out,
+            "Your output",
+            mistakes=on_out,
+            args=(q, k, v),
+            kwargs=kwargs,
+            nonfinite_hint=nonfinite,
+        )
     _expect_masked_gradients(candidate)
-    return "no mask, masks of shape (T_q, T_k), (B, T_q, T_k), (B, 1, 1, T_k), is_causal with T_q ≤ T_k, both, gradients"
+    return "9 cases (masks of 3 shapes, is_causal with T_q ≤ T_k, both) and gradients"
 
 
 def _knob(knobs: dict[str, Any], index: int) -> Callable[..., torch.Tensor]:
