@@ -8,6 +8,8 @@ TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PORT ?= 8888
+# Jupyter refuses to run as root unless told to (containers, CI machines).
+LAB_FLAGS ?= $(if $(filter 0,$(shell id -u)),--allow-root)
 
 .PHONY: setup lab test release bench clean
 
@@ -21,7 +23,7 @@ $(STAMP): pyproject.toml
 setup: $(STAMP)
 
 lab: setup
-	$(BIN)/jupyter lab --port=$(PORT) --ServerApp.root_dir=. notebooks/
+	$(BIN)/jupyter lab --port=$(PORT) $(LAB_FLAGS) --ServerApp.root_dir=notebooks
 
 test: setup
 	$(BIN)/ruff check .
