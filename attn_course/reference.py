@@ -16,7 +16,7 @@ from attn_course.masking import causal_mask, padding_mask
 
 EXERCISES: dict[str, tuple[str, ...]] = {
     "01_dot_product_attention": ("dot_product_scores", "softmax", "dot_product_attention"),
-    "02_scaling": ("scaled_dot_product_attention", "score_variance"),
+    "02_scaling": ("score_variance", "scaled_dot_product_attention"),
     "03_causal_masking": ("causal_mask", "padding_mask", "attention"),
 }
 """The exercises of each notebook, in the order they appear."""

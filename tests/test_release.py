@@ -98,16 +98,15 @@ def test_student_notebooks_are_exactly_what_release_writes():
 def test_student_notebook_contains_no_solution_code(path):
     solution = nbformat.read(path, as_version=4)
     student = nbformat.read(ROOT / "notebooks" / path.name, as_version=4)
-    student_text = "\n".join(cell.source for cell in student.cells)
-    assert BEGIN not in student_text and END not in student_text
+    student_cells = {cell.id: cell.source for cell in student.cells}
+    assert [cell.id for cell in student.cells] == [cell.id for cell in solution.cells]
+    assert all(BEGIN not in text and END not in text for text in student_cells.values())
     for cell in solution.cells:
-        for region in re.findall(rf"{re.escape(BEGIN)}\n(.*?)\n\s*{re.escape(END)}", cell.source, re.S):
-            for line in region.splitlines():
-                code = line.strip()
-                if len(code) > 12 and not code.startswith("#"):
-                    assert code not in student_text, (
-                        f"solution line leaked into notebooks/{path.name}: {code}"
-                    )
+        regions = re.findall(rf"{re.escape(BEGIN)}\n(.*?)\n\s*{re.escape(END)}", cell.source, re.S)
+        for line in "\n".join(regions).splitlines():
+            code = line.strip()
+            if code and not code.startswith("#"):
+                assert code not in student_cells[cell.id], f"solution line leaked into {path.name}: {code}"
 
 
 @pytest.mark.parametrize("path", SOLUTIONS + STUDENT, ids=lambda p: f"{p.parent.name}/{p.name}")
