@@ -13,6 +13,7 @@ import traceback
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -96,12 +97,16 @@ def _describe(value: Any) -> str:
     return f"{type(value).__name__} {value!r}"[:120]
 
 
+_PACKAGE_DIR = str(Path(__file__).resolve().parents[1])
+_TORCH_DIR = str(Path(torch.__file__).resolve().parent)
+
+
 def _learner_location(error: BaseException) -> str:
-    """The last line of the learner's own code in a traceback, as ' (line N: `code`)'."""
+    """The last line of the learner's own code in a traceback, as ' at line N of your code: `code`'."""
     frames = [
         frame
         for frame in traceback.extract_tb(error.__traceback__)
-        if "attn_course" not in frame.filename and "/torch/" not in frame.filename
+        if not str(Path(frame.filename).resolve()).startswith((_PACKAGE_DIR, _TORCH_DIR))
     ]
     if not frames:
         return ""
