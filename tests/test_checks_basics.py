@@ -140,6 +140,10 @@ def softmax_mean_shift(x, dim=-1):
     return e / e.sum(dim=dim, keepdim=True)
 
 
+def softmax_detached(x, dim=-1):
+    return softmax_stable(x.detach(), dim=dim)
+
+
 def softmax_default_dim0(x, dim=0):
     return softmax_stable(x, dim=dim)
 
@@ -385,6 +389,9 @@ WRONG = [
         check_softmax, softmax_default_dim0, "should use dim=-1 by default", id="softmax-default-dim"
     ),
     pytest.param(check_softmax, softmax_no_dim, "unexpected keyword argument 'dim'", id="softmax-no-dim-arg"),
+    pytest.param(
+        check_softmax, softmax_detached, "No gradient flows through `softmax`", id="softmax-detached"
+    ),
     # dot_product_attention
     pytest.param(check_dot_product_attention, not_implemented, "is not implemented yet", id="dpa-stub"),
     pytest.param(

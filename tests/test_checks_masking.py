@@ -281,6 +281,26 @@ WRONG.append(
 )
 
 
+def attention_detached(q, k, v, mask=None, is_causal=False):
+    out, weights = attention_masked_fill(q, k, v, mask, is_causal)
+    return out.detach(), weights.detach()
+
+
+def attention_gradient_only_through_v(q, k, v, mask=None, is_causal=False):
+    return attention_masked_fill(q.detach(), k.detach(), v, mask, is_causal)
+
+
+WRONG.append(pytest.param(check_attention, attention_detached, "No gradient flows", id="attention-detached"))
+WRONG.append(
+    pytest.param(
+        check_attention,
+        attention_gradient_only_through_v,
+        "The gradient of your `attention` with respect to q",
+        id="attention-no-gradient-to-q",
+    )
+)
+
+
 @pytest.mark.parametrize(("check", "candidate"), CORRECT)
 def test_check_accepts_correct_implementation(check, candidate, capsys):
     check(candidate)

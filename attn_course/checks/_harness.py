@@ -262,6 +262,40 @@ def difference(actual: torch.Tensor, expected: torch.Tensor) -> str:
     )
 
 
+def expect_gradients(
+    name: str,
+    candidate: Callable[..., Any],
+    reference: Callable[..., Any],
+    inputs: Sequence[torch.Tensor],
+    labels: Sequence[str],
+    *,
+    kwargs: dict[str, Any] | None = None,
+    first_output: bool = False,
+) -> None:
+    """Require gradients through the candidate, with respect to each input, to match the reference's.
+
+    With `first_output`, the function returns (out, ...) and gradients flow from `out`.
+    """
+    kwargs = kwargs or {}
+    grads = []
+    upstream = None
+    for fn in (candidate, reference):
+        leaves = [x.detach().clone().requires_grad_(True) for x in inputs]
+        result = call(name, fn, *leaves, **kwargs)
+        out = result[0] if first_output and isinstance(result, tuple | list) else result
+        if not isinstance(out, torch.Tensor) or out.grad_fn is None:
+            raise CheckFailed(
+                f"No gradient flows through `{name}`: its output is detached from {', '.join(labels)}. "
+                "Avoid .detach(), .numpy(), .item(), torch.tensor(...) of results and torch.no_grad()."
+            )
+        if upstream is None:
+            upstream = randn(*out.shape, dtype=out.dtype)
+        (out * upstream).sum().backward()
+        grads.append([leaf.grad if leaf.grad is not None else torch.zeros_like(leaf) for leaf in leaves])
+    for label, got, want in zip(labels, grads[0], grads[1], strict=True):
+        expect_close(got, want, f"The gradient of your `{name}` with respect to {label}")
+
+
 def randn(*shape: int, dtype: torch.dtype = torch.float64, scale: float = 1.0) -> torch.Tensor:
     """Seeded normal inputs (the check wrapper seeds torch before each check)."""
     return torch.randn(*shape, dtype=dtype) * scale

@@ -16,6 +16,7 @@ from attn_course.checks._harness import (
     check,
     cuda_device,
     expect_close,
+    expect_gradients,
     expect_tensor,
     randn,
 )
@@ -176,7 +177,8 @@ def _check_attention_like(
         expect_close(
             out, expected_out, "Your output", mistakes=on_out, args=args, nonfinite_hint=unstable_hint
         )
-    _expect_gradients(name, candidate, expected_fn)
+    inputs = [randn(2, 3, 4), randn(2, 5, 4), randn(2, 5, 3)]
+    expect_gradients(name, candidate, expected_fn, inputs, ("q", "k", "v"), first_output=True)
     return "7 cases (T_q ≠ T_k, batch axes, d_v ≠ d_k, large scores, float32/64) and gradients"
 
 
@@ -204,25 +206,6 @@ def _unpack_pair(
     ):
         raise CheckFailed(f"`{name}` returned (weights, out): return them in the order (out, weights).")
     return out, weights
-
-
-def _expect_gradients(name: str, candidate: Callable[..., Any], expected_fn: Callable[..., Any]) -> None:
-    """Require gradients through the candidate to match the reference's."""
-    inputs = [randn(2, 3, 4), randn(2, 5, 4), randn(2, 5, 3)]
-    upstream = randn(2, 3, 3)
-    grads = []
-    for fn in (candidate, expected_fn):
-        leaves = [x.clone().requires_grad_(True) for x in inputs]
-        out = call(name, fn, *leaves)[0] if fn is candidate else fn(*leaves)[0]
-        if not isinstance(out, torch.Tensor) or out.grad_fn is None:
-            raise CheckFailed(
-                f"No gradient flows through `{name}`: its output is detached from q, k and v. "
-                "Avoid .detach(), .numpy(), .item(), torch.tensor(...) of results and torch.no_grad()."
-            )
-        (out * upstream).sum().backward()
-        grads.append([leaf.grad if leaf.grad is not None else torch.zeros_like(leaf) for leaf in leaves])
-    for label, got, want in zip("qkv", grads[0], grads[1], strict=True):
-        expect_close(got, want, f"The gradient of your output with respect to {label}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -262,24 +245,9 @@ def check_dot_product_scores(candidate: Callable[..., Any]) -> str:
             },
         )
         expect_close(got, expected, "Your scores", mistakes=mistakes, args=(q, k))
-    _expect_score_gradients(candidate)
+    inputs = [randn(2, 3, 4), randn(2, 5, 4)]
+    expect_gradients("dot_product_scores", candidate, reference.dot_product_scores, inputs, ("q", "k"))
     return "4 shapes (T_q ≠ T_k, batch axes, float32/64) and gradients"
-
-
-def _expect_score_gradients(candidate: Callable[..., Any]) -> None:
-    q, k = randn(2, 3, 4).requires_grad_(True), randn(2, 5, 4).requires_grad_(True)
-    scores = call("dot_product_scores", candidate, q, k)
-    if scores.grad_fn is None:
-        raise CheckFailed(
-            "No gradient flows through `dot_product_scores`: the scores are detached from q and k. "
-            "Avoid .detach(), .numpy() and torch.tensor(...) of results."
-        )
-    upstream = randn(2, 3, 5)
-    (scores * upstream).sum().backward()
-    expect_close(q.grad, upstream @ k.detach(), "The gradient of your scores with respect to q")
-    expect_close(
-        k.grad, upstream.transpose(-2, -1) @ q.detach(), "The gradient of your scores with respect to k"
-    )
 
 
 @check("softmax")
@@ -334,7 +302,7 @@ def check_softmax(candidate: Callable[..., Any]) -> str:
             )
         ],
     )
-    _expect_softmax_gradient(candidate)
+    expect_gradients("softmax", candidate, reference.softmax, [randn(3, 5)], ("x",), kwargs={"dim": -1})
     return "8 cases (dims 0, 1, 2, -1, ±1e4, -inf entries, float32/64) and gradients"
 
 
@@ -376,20 +344,6 @@ def _softmax_mistakes(x: torch.Tensor, dim: int) -> list[Mistake]:
 def _no_keepdim_max(x: torch.Tensor, dim: int) -> torch.Tensor:
     exps = (x - x.amax(dim=dim)).exp()
     return exps / exps.sum(dim=dim, keepdim=True)
-
-
-def _expect_softmax_gradient(candidate: Callable[..., Any]) -> None:
-    x = randn(3, 5).requires_grad_(True)
-    probs = call("softmax", candidate, x, dim=-1)
-    if probs.grad_fn is None:
-        raise CheckFailed(
-            "No gradient flows through your softmax: its output is detached from x. "
-            "Avoid .detach(), .numpy() and torch.tensor(...) of results."
-        )
-    upstream = randn(3, 5)
-    (probs * upstream).sum().backward()
-    expected = torch.autograd.grad((torch.softmax(x, dim=-1) * upstream).sum(), x)[0]
-    expect_close(x.grad, expected, "The gradient of your softmax")
 
 
 @check("dot_product_attention")
