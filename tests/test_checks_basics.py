@@ -7,10 +7,10 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from check_assertions import assert_accepted, assert_rejected
 
 from attn_course import reference
 from attn_course.checks import (
-    CheckFailed,
     check_dot_product_attention,
     check_dot_product_scores,
     check_scaled_dot_product_attention,
@@ -517,18 +517,9 @@ WRONG = [
 
 @pytest.mark.parametrize(("check", "candidate"), CORRECT)
 def test_check_accepts_correct_implementation(check, candidate, capsys):
-    check(candidate)
-    captured = capsys.readouterr()
-    assert captured.out.startswith("✅") and "passed" in captured.out
-    assert captured.out.count("\n") == 1
-    assert captured.err == ""
+    assert_accepted(check, candidate, capsys)
 
 
 @pytest.mark.parametrize(("check", "candidate", "phrase"), WRONG)
 def test_check_rejects_mistake_with_its_message(check, candidate, phrase, capsys):
-    with pytest.raises(CheckFailed) as failure:
-        check(candidate)
-    assert phrase in str(failure.value)
-    assert failure.value.__cause__ is None and failure.value.__suppress_context__
-    captured = capsys.readouterr()
-    assert captured.out == "" and captured.err == ""
+    assert_rejected(check, candidate, phrase, capsys)

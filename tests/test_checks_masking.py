@@ -7,9 +7,10 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from check_assertions import assert_accepted, assert_rejected
 
 from attn_course import reference
-from attn_course.checks import CheckFailed, check_attention, check_causal_mask, check_padding_mask
+from attn_course.checks import check_attention, check_causal_mask, check_padding_mask
 
 # ---------------------------------------------------------------------------------------------
 # causal_mask
@@ -303,16 +304,9 @@ WRONG.append(
 
 @pytest.mark.parametrize(("check", "candidate"), CORRECT)
 def test_check_accepts_correct_implementation(check, candidate, capsys):
-    check(candidate)
-    captured = capsys.readouterr()
-    assert captured.out.startswith("✅") and "passed" in captured.out
-    assert captured.err == ""
+    assert_accepted(check, candidate, capsys)
 
 
 @pytest.mark.parametrize(("check", "candidate", "phrase"), WRONG)
 def test_check_rejects_mistake_with_its_message(check, candidate, phrase, capsys):
-    with pytest.raises(CheckFailed) as failure:
-        check(candidate)
-    assert phrase in str(failure.value)
-    captured = capsys.readouterr()
-    assert captured.out == "" and captured.err == ""
+    assert_rejected(check, candidate, phrase, capsys)
