@@ -296,6 +296,32 @@ def expect_gradients(
         expect_close(got, want, f"The gradient of your `{name}` with respect to {label}")
 
 
+def unpack_out_and_weights(
+    name: str, result: Any, expected_out: torch.Tensor, expected_weights: torch.Tensor
+) -> tuple[Any, Any]:
+    """Require `(out, weights)`; recognise a single tensor and the swapped pair."""
+    if isinstance(result, torch.Tensor):
+        raise CheckFailed(
+            f"`{name}` should return a tuple (out, weights), but returned one tensor of shape "
+            f"{tuple(result.shape)}. End with `return out, weights`."
+        )
+    if not isinstance(result, tuple | list) or len(result) != 2:
+        kind = type(result).__name__
+        raise CheckFailed(
+            f"`{name}` should return a tuple (out, weights), but returned {kind} {result!r:.80}."
+        )
+    out, weights = result
+    if (
+        isinstance(out, torch.Tensor)
+        and isinstance(weights, torch.Tensor)
+        and expected_out.shape != expected_weights.shape
+        and out.shape == expected_weights.shape
+        and weights.shape == expected_out.shape
+    ):
+        raise CheckFailed(f"`{name}` returned (weights, out): return them in the order (out, weights).")
+    return out, weights
+
+
 def randn(*shape: int, dtype: torch.dtype = torch.float64, scale: float = 1.0) -> torch.Tensor:
     """Seeded normal inputs (the check wrapper seeds torch before each check)."""
     return torch.randn(*shape, dtype=dtype) * scale

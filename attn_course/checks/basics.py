@@ -19,6 +19,7 @@ from attn_course.checks._harness import (
     expect_gradients,
     expect_tensor,
     randn,
+    unpack_out_and_weights,
 )
 
 BATCH_HINT = (
@@ -162,7 +163,7 @@ def _check_attention_like(
             q, k, v = q.to(dev), k.to(dev), v.to(dev)
         expected_out, expected_weights = expected_fn(q, k, v)
         result = call(name, candidate, q, k, v, hint=BATCH_HINT if q.dim() > 2 else "")
-        out, weights = _unpack_pair(name, result, expected_out, expected_weights)
+        out, weights = unpack_out_and_weights(name, result, expected_out, expected_weights)
         expect_tensor(weights, expected_weights.shape, "Your weights", device=q.device, finite=False)
         expect_tensor(out, expected_out.shape, "Your output", device=q.device, finite=False)
         args = (q, k, v)
@@ -180,32 +181,6 @@ def _check_attention_like(
     inputs = [randn(2, 3, 4), randn(2, 5, 4), randn(2, 5, 3)]
     expect_gradients(name, candidate, expected_fn, inputs, ("q", "k", "v"), first_output=True)
     return "7 cases (T_q ≠ T_k, batch axes, d_v ≠ d_k, large scores, float32/64) and gradients"
-
-
-def _unpack_pair(
-    name: str, result: Any, expected_out: torch.Tensor, expected_weights: torch.Tensor
-) -> tuple[Any, Any]:
-    """Require `(out, weights)`; recognise a single tensor and the swapped pair."""
-    if isinstance(result, torch.Tensor):
-        raise CheckFailed(
-            f"`{name}` should return a tuple (out, weights), but returned one tensor of shape "
-            f"{tuple(result.shape)}. End with `return out, weights`."
-        )
-    if not isinstance(result, tuple | list) or len(result) != 2:
-        kind = type(result).__name__
-        raise CheckFailed(
-            f"`{name}` should return a tuple (out, weights), but returned {kind} {result!r:.80}."
-        )
-    out, weights = result
-    if (
-        isinstance(out, torch.Tensor)
-        and isinstance(weights, torch.Tensor)
-        and expected_out.shape != expected_weights.shape
-        and out.shape == expected_weights.shape
-        and weights.shape == expected_out.shape
-    ):
-        raise CheckFailed(f"`{name}` returned (weights, out): return them in the order (out, weights).")
-    return out, weights
 
 
 # ---------------------------------------------------------------------------------------------

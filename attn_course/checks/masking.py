@@ -19,6 +19,7 @@ from attn_course.checks._harness import (
     expect_gradients,
     expect_tensor,
     randn,
+    unpack_out_and_weights,
 )
 
 DEVICE_HINT = (
@@ -310,11 +311,7 @@ def check_attention(candidate: Callable[..., Any]) -> str:
         expected_out, expected_weights = reference.attention(q, k, v, mask=mask, is_causal=is_causal)
         hint = DEVICE_HINT if q.device.type != "cpu" else ""
         result = call("attention", candidate, q, k, v, mask=mask, is_causal=is_causal, hint=hint)
-        if not isinstance(result, tuple | list) or len(result) != 2:
-            raise CheckFailed(
-                f"`attention` should return a tuple (out, weights), but returned {_kind(result)}."
-            )
-        out, weights = result
+        out, weights = unpack_out_and_weights("attention", result, expected_out, expected_weights)
         expect_tensor(weights, expected_weights.shape, "Your weights", device=q.device, finite=False)
         expect_tensor(out, expected_out.shape, "Your output", device=q.device, finite=False)
         kwargs = {"mask": mask, "is_causal": is_causal}
@@ -360,9 +357,3 @@ def _knob(knobs: dict[str, Any], index: int) -> Callable[..., torch.Tensor]:
         return _masked_attention(q, k, v, mask, is_causal, **knobs)[index]
 
     return wrong
-
-
-def _kind(value: Any) -> str:
-    if isinstance(value, torch.Tensor):
-        return f"one tensor of shape {tuple(value.shape)}; end with `return out, weights`"
-    return f"{type(value).__name__} {value!r:.60}"
