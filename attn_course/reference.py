@@ -12,23 +12,33 @@ from attn_course.attention import (
     softmax,
 )
 from attn_course.experiments import score_variance
+from attn_course.heads import MultiHeadAttention, merge_heads, split_heads
 from attn_course.masking import causal_mask, padding_mask
+from attn_course.rope import RotaryMultiHeadAttention, apply_rope, rope_frequencies
 
 EXERCISES: dict[str, tuple[str, ...]] = {
     "01_dot_product_attention": ("dot_product_scores", "softmax", "dot_product_attention"),
     "02_scaling": ("score_variance", "scaled_dot_product_attention"),
     "03_causal_masking": ("causal_mask", "padding_mask", "attention"),
+    "04_multi_head_attention": ("split_heads", "merge_heads", "MultiHeadAttention"),
+    "05_rope": ("rope_frequencies", "apply_rope", "RotaryMultiHeadAttention"),
 }
 """The exercises of each notebook, in the order they appear."""
 
 __all__ = [
     "EXERCISES",
+    "MultiHeadAttention",
+    "RotaryMultiHeadAttention",
+    "apply_rope",
     "attention",
     "causal_mask",
     "dot_product_attention",
     "dot_product_scores",
+    "merge_heads",
     "padding_mask",
+    "rope_frequencies",
     "scaled_dot_product_attention",
     "score_variance",
     "softmax",
+    "split_heads",
 ]
