@@ -9,6 +9,7 @@ Introduced in 01_dot_product_attention.
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 import time
@@ -114,6 +115,13 @@ def median_seconds(fn: Callable[[], Any], repeats: int = 5, warmup: int = 1) -> 
     return statistics.median(times)
 
 
+def _call_and_wait(attention_fn: AttentionFn, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    """One call; on a GPU, wait until the GPU has finished it (kernels run asynchronously)."""
+    attention_fn(q, k, v)
+    if q.device.type == "cuda":
+        torch.cuda.synchronize(q.device)
+
+
 def measure_cost(
     attention_fn: AttentionFn,
     lengths: Sequence[int],
@@ -124,6 +132,7 @@ def measure_cost(
     dtype: torch.dtype = torch.float32,
     seed: int = 0,
     threads: int | None = 1,
+    device: torch.device | str = "cpu",
 ) -> list[CostRow]:
     """Time and memory of `attention_fn(q, k, v)` on random (T, d) inputs, for each T.
 
@@ -131,6 +140,7 @@ def measure_cost(
     call allocated, measured with an `AllocationTracker` on one more call. torch runs on
     `threads` threads meanwhile (restored afterwards; None keeps the current setting): one thread
     keeps timings steady on a shared machine, where a second thread often waits for a busy core.
+    The inputs live on `device`; on a GPU each timed call waits for the GPU to finish.
 
     >>> from attn_course.attention import dot_product_attention
     >>> rows = measure_cost(dot_product_attention, [16, 32], d=8, repeats=1)
@@ -146,9 +156,10 @@ def measure_cost(
     try:
         rows = []
         for t in lengths:
-            q, k, v = torch.randn(3, t, d, generator=generator, dtype=dtype)  # 3 × (T, d)
+            q, k, v = torch.randn(3, t, d, generator=generator, dtype=dtype).to(device)  # 3 × (T, d)
             with torch.no_grad():
-                seconds = median_seconds(lambda: attention_fn(q, k, v), repeats=repeats, warmup=warmup)  # noqa: B023
+                call = functools.partial(_call_and_wait, attention_fn, q, k, v)
+                seconds = median_seconds(call, repeats=repeats, warmup=warmup)
                 with AllocationTracker() as tracker:
                     attention_fn(q, k, v)
             rows.append(

@@ -3,6 +3,12 @@
 In a code cell, the lines from `### BEGIN SOLUTION` to `### END SOLUTION` become a
 `raise NotImplementedError` at the marker's indentation; in a Markdown cell, an answer prompt.
 Everything else is kept. Outputs and execution counts are cleared in both folders.
+
+Every notebook, solution and student version alike, starts with a managed header of two cells,
+marked `{"attn_course": {"managed": "header"}}` in their metadata: an "Open in Colab" badge for
+the notebook's own path and a setup cell that, on Colab only, installs the course package at the
+notebook's revision, then reports the device. Both are written from `attn_course.course`; an old
+header is replaced, wherever it stands.
 """
 
 from __future__ import annotations
@@ -12,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
+
+from attn_course.course import INSTALL_SPEC_VARIABLE, PACKAGE, REVISION, colab_url, install_requirement
 
 BEGIN = "### BEGIN SOLUTION"
 END = "### END SOLUTION"
@@ -24,7 +32,11 @@ KERNELSPEC = {"name": "python3", "display_name": "Python 3 (ipykernel)", "langua
 _MARKER = re.compile(r"^(?P<indent>\s*)(?P<marker>### (BEGIN|END) SOLUTION)\s*$")
 
 
-class MarkerError(ValueError):
+class ReleaseError(ValueError):
+    """A solution notebook the release cannot turn into a student notebook; the message names it."""
+
+
+class MarkerError(ReleaseError):
     """Solution markers that are unbalanced or nested; the message names notebook and cell."""
 
 
@@ -40,6 +52,8 @@ class ReleasedNotebook:
     """How many solution regions were replaced by stubs."""
     changed: bool
     """Whether the student notebook on disk differed from the release."""
+    source_changed: bool = False
+    """Whether the solution notebook on disk differed from its released form (header, outputs)."""
 
 
 def strip_solutions(source: str, cell_type: str, where: str) -> tuple[str, int]:
@@ -74,6 +88,86 @@ def strip_solutions(source: str, cell_type: str, where: str) -> tuple[str, int]:
     return "\n".join(out), regions
 
 
+HEADER_METADATA = {"managed": "header"}
+"""What a header cell holds under its metadata's "attn_course" key."""
+BADGE_ID, SETUP_ID = "attn-course-badge", "attn-course-setup"
+BADGE_IMAGE = "https://colab.research.google.com/assets/colab-badge.svg"
+SETUP_SOURCE = """\
+# @title Setup: on Colab, install the course package; everywhere, report the device
+# Written by `attn-course release` from attn_course/course.py: edit that file, not this cell.
+# On Colab this installs attn-course {version} (this notebook's revision); elsewhere it installs nothing.
+import importlib.metadata
+import os
+import shlex
+import subprocess
+import sys
+
+try:
+    import google.colab  # noqa: F401  (only Colab has it)
+
+    ON_COLAB = True
+except ImportError:
+    ON_COLAB = False
+
+if ON_COLAB:
+    try:
+        installed = importlib.metadata.version("{package}")
+    except importlib.metadata.PackageNotFoundError:
+        installed = None
+    if installed != "{version}":
+        pip_args = shlex.split(os.environ.get("{variable}", "")) or ["{requirement}"]
+        print("Installing", *pip_args)
+        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", *pip_args], check=True)
+        importlib.invalidate_caches()
+    from google.colab import output
+
+    output.enable_custom_widget_manager()  # the explorers are ipywidgets 8 widgets
+
+from attn_course.device import describe_device
+
+describe_device()"""
+
+
+def is_header(cell: nbformat.NotebookNode) -> bool:
+    """Whether `cell` is one of the header cells the release manages."""
+    return cell.get("metadata", {}).get("attn_course") == HEADER_METADATA
+
+
+def header_cells(folder: str, name: str) -> list[nbformat.NotebookNode]:
+    """The managed header of the notebook `folder/name`: its Colab badge and its setup cell."""
+    badge = nbformat.v4.new_markdown_cell(
+        f"[![Open In Colab]({BADGE_IMAGE})]({colab_url(folder, name)})",
+        id=BADGE_ID,
+        metadata={"attn_course": dict(HEADER_METADATA)},
+    )
+    setup = nbformat.v4.new_code_cell(
+        SETUP_SOURCE.format(
+            package=PACKAGE,
+            version=REVISION.removeprefix("v"),
+            variable=INSTALL_SPEC_VARIABLE,
+            requirement=install_requirement(),
+        ),
+        id=SETUP_ID,
+        # Collapsed: Jupyter hides the source, Colab shows the "@title" line as a form.
+        metadata={
+            "attn_course": dict(HEADER_METADATA),
+            "jupyter": {"source_hidden": True},
+            "cellView": "form",
+        },
+    )
+    return [badge, setup]
+
+
+def with_header(notebook: nbformat.NotebookNode, folder: str, name: str) -> nbformat.NotebookNode:
+    """`notebook` with its header cells (if any) replaced by the current header, at the top."""
+    body = [cell for cell in notebook.cells if not is_header(cell)]
+    taken = {cell.get("id") for cell in body} & {BADGE_ID, SETUP_ID}
+    if taken:
+        raise ReleaseError(f"{name}: cell id {sorted(taken)[0]!r} is reserved for the release's header")
+    notebook.cells = header_cells(folder, name) + body
+    return notebook
+
+
 def clean(notebook: nbformat.NotebookNode) -> nbformat.NotebookNode:
     """Clear outputs and execution counts, and name the standard python3 kernel."""
     for cell in notebook.cells:
@@ -86,14 +180,18 @@ def clean(notebook: nbformat.NotebookNode) -> nbformat.NotebookNode:
     return notebook
 
 
-def student_version(solution: nbformat.NotebookNode, name: str) -> tuple[nbformat.NotebookNode, int]:
-    """The student notebook of one solution notebook, and the number of stubbed regions."""
+def student_version(
+    solution: nbformat.NotebookNode, name: str, folder: str = "notebooks"
+) -> tuple[nbformat.NotebookNode, int]:
+    """The student notebook of one solution notebook (to be written to `folder/name`), and the
+    number of stubbed regions."""
     student = nbformat.from_dict(clean(nbformat.from_dict(solution)))
     regions = 0
-    for index, cell in enumerate(student.cells):
+    for index, cell in enumerate(student.cells):  # numbered as in the solution notebook
         where = f"{name}, cell {index} ({cell.cell_type})"
         cell.source, found = strip_solutions(cell.source, cell.cell_type, where)
         regions += found
+    with_header(student, folder, name)
     student.metadata["attn_course"] = {
         "generated_from": f"solutions/{name}",
         "note": "Generated by `attn-course release`: edit the solution notebook, not this one.",
@@ -108,8 +206,8 @@ def _text(notebook: nbformat.NotebookNode) -> str:
 def release(solutions: Path, notebooks: Path, *, check: bool = False) -> list[ReleasedNotebook]:
     """Write (or with `check`, only compare) the student version of every solution notebook.
 
-    Also clears outputs of the solution notebooks in place unless `check`. Student notebooks
-    without a solution counterpart are removed (reported as changed).
+    Also writes the header and clears the outputs of the solution notebooks in place unless
+    `check`. Student notebooks without a solution counterpart are removed (reported as changed).
     """
     results = []
     sources = sorted(solutions.glob("*.ipynb"))
@@ -119,17 +217,18 @@ def release(solutions: Path, notebooks: Path, *, check: bool = False) -> list[Re
         notebooks.mkdir(parents=True, exist_ok=True)
     for source in sources:
         solution = nbformat.read(source, as_version=4)
-        student, regions = student_version(solution, source.name)
+        student, regions = student_version(solution, source.name, notebooks.resolve().name)
         target = notebooks / source.name
         text = _text(student)
         changed = not target.exists() or target.read_text(encoding="utf-8") != text
+        cleaned = _text(clean(with_header(solution, solutions.resolve().name, source.name)))
+        source_changed = source.read_text(encoding="utf-8") != cleaned
         if not check:
-            cleaned = _text(clean(solution))
-            if source.read_text(encoding="utf-8") != cleaned:
+            if source_changed:
                 source.write_text(cleaned, encoding="utf-8")
             if changed:
                 target.write_text(text, encoding="utf-8")
-        results.append(ReleasedNotebook(source, target, regions, changed))
+        results.append(ReleasedNotebook(source, target, regions, changed, source_changed))
     for orphan in sorted(set(notebooks.glob("*.ipynb")) - {r.target for r in results}):
         if not check:
             orphan.unlink()

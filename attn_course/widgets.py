@@ -48,6 +48,16 @@ def query_weights(q: torch.Tensor, k: torch.Tensor, query: int, factor: float) -
     return softmax(scores, dim=-1)  # (T_k,)
 
 
+def figure_png(figure: Figure) -> bytes:
+    """The figure rendered as PNG bytes, for an `ipywidgets.Image` (works without a display).
+
+    Introduced in 02_scaling.
+    """
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png")
+    return buffer.getvalue()
+
+
 def _draw_bars(
     ax: Axes, weights: torch.Tensor, tokens: Sequence[str], query: int, fontsize: float = 8
 ) -> BarContainer:
@@ -116,7 +126,8 @@ class ScalingExplorer:
             style={"button_width": "64px"},
         )
         self.readout = widgets.HTML()
-        self.image = widgets.Image(format="png")
+        # align_self: the picture keeps its own size instead of stretching to the output's width
+        self.image = widgets.Image(format="png", layout=widgets.Layout(align_self="flex-start"))
         self.widget = widgets.VBox([self.token_picker, self.slider, self.readout, self.image])
 
         self.figure = Figure(figsize=(6.4, 3.0), dpi=96, layout="constrained")
@@ -150,9 +161,7 @@ class ScalingExplorer:
         self.ax.set_title(
             f"query {self.tokens[self.query]!r}: softmax(q·kᵀ / {self.factor:.2f})", fontsize=11
         )
-        buffer = io.BytesIO()
-        self.figure.savefig(buffer, format="png")
-        self.image.value = buffer.getvalue()
+        self.image.value = figure_png(self.figure)
         self.readout.value = (
             f"factor {self.factor:.2f} (√d_k = {self.sqrt_d_k:g}) · largest weight "
             f"{self.weights[top].item():.2f} on {self.tokens[top]!r}"

@@ -3,17 +3,37 @@
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
 import nbformat
 import pytest
 
+from attn_course import __version__
 from attn_course.cli import main
-from attn_course.release import BEGIN, END, MarkerError, release, strip_solutions
+from attn_course.course import INSTALL_SPEC_VARIABLE, REVISION, colab_url, install_requirement
+from attn_course.release import (
+    BADGE_ID,
+    BEGIN,
+    END,
+    SETUP_ID,
+    MarkerError,
+    header_cells,
+    is_header,
+    release,
+    strip_solutions,
+)
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = sorted((ROOT / "solutions").glob("*.ipynb"))
 STUDENT = sorted((ROOT / "notebooks").glob("*.ipynb"))
+HEADER = header_cells("notebooks", "00_any.ipynb")
+BADGE_LINK = re.compile(r"\]\((https://colab\.research\.google\.com/github/[^)]+)\)")
 
 
 def test_strip_replaces_region_with_stub_at_marker_indentation():
@@ -64,11 +84,12 @@ def test_release_writes_student_notebooks_and_check_detects_drift(tmp_path, caps
 
     assert main(["release", "--solutions", str(solutions), "--notebooks", str(notebooks)]) == 0
     student = nbformat.read(notebooks / "01_demo.ipynb", as_version=4)
-    assert "return 42" not in student.cells[1].source and "NotImplementedError" in student.cells[1].source
-    assert student.cells[1].outputs == [] and student.cells[1].execution_count is None
+    body = student.cells[len(HEADER) :]
+    assert "return 42" not in body[1].source and "NotImplementedError" in body[1].source
+    assert body[1].outputs == [] and body[1].execution_count is None
     assert student.metadata.kernelspec.name == "python3"
     cleaned = nbformat.read(solutions / "01_demo.ipynb", as_version=4)
-    assert cleaned.cells[1].outputs == [] and "return 42" in cleaned.cells[1].source
+    assert cleaned.cells[3].outputs == [] and "return 42" in cleaned.cells[3].source
 
     assert main(["release", "--check", "--solutions", str(solutions), "--notebooks", str(notebooks)]) == 0
     (notebooks / "01_demo.ipynb").write_text(
@@ -117,3 +138,86 @@ def test_committed_notebooks_have_no_outputs_and_name_python3(path):
     for cell in notebook.cells:
         if cell.cell_type == "code":
             assert cell.outputs == [] and cell.execution_count is None
+
+
+def _release_args(tmp_path: Path, *extra: str) -> list[str]:
+    folders = ["--solutions", str(tmp_path / "solutions"), "--notebooks", str(tmp_path / "notebooks")]
+    return ["release", *extra, *folders]
+
+
+def _demo(tmp_path: Path) -> Path:
+    (tmp_path / "solutions").mkdir()
+    path = tmp_path / "solutions" / "07_demo.ipynb"
+    cells = [nbformat.v4.new_markdown_cell("# Demo", id="title"), nbformat.v4.new_code_cell("x = 1", id="x")]
+    _write(path, cells)
+    return path
+
+
+def test_release_puts_badge_and_setup_on_top_of_both_versions(tmp_path):
+    _demo(tmp_path)
+    assert main(_release_args(tmp_path)) == 0
+    for folder in ("solutions", "notebooks"):
+        notebook = nbformat.read(tmp_path / folder / "07_demo.ipynb", as_version=4)
+        badge, setup, title = notebook.cells[:3]
+        assert [badge.id, setup.id, title.id] == [BADGE_ID, SETUP_ID, "title"]
+        assert is_header(badge) and is_header(setup) and not is_header(title)
+        assert badge.cell_type == "markdown" and setup.cell_type == "code"
+        assert BADGE_LINK.search(badge.source)[1] == colab_url(folder, "07_demo.ipynb")
+        assert f"/blob/{REVISION}/{folder}/07_demo.ipynb" in badge.source
+        assert install_requirement() in setup.source and INSTALL_SPEC_VARIABLE in setup.source
+        assert "google.colab" in setup.source and "describe_device()" in setup.source
+        compile(setup.source, "<setup>", "exec")
+
+
+def test_release_header_is_idempotent_and_replaces_an_old_one(tmp_path, capsys):
+    path = _demo(tmp_path)
+    assert main(_release_args(tmp_path)) == 0
+    first = path.read_text()
+    assert main(_release_args(tmp_path)) == 0
+    assert path.read_text() == first
+    assert main(_release_args(tmp_path, "--check")) == 0
+
+    notebook = nbformat.read(path, as_version=4)
+    notebook.cells[0].source = "[![Open In Colab](badge.svg)](https://example.org/old/revision.ipynb)"
+    notebook.cells.append(nbformat.from_dict(notebook.cells[1]))  # a stray copy of the header
+    notebook.cells[-1].id = "stray-copy"
+    nbformat.write(notebook, path)
+    capsys.readouterr()
+    assert main(_release_args(tmp_path, "--check")) == 1
+    assert "header or outputs out of date" in capsys.readouterr().out
+    assert main(_release_args(tmp_path)) == 0
+    assert path.read_text() == first
+
+
+def test_check_detects_a_solution_without_header(tmp_path, capsys):
+    path = _demo(tmp_path)
+    assert main(_release_args(tmp_path)) == 0
+    notebook = nbformat.read(path, as_version=4)
+    notebook.cells = [cell for cell in notebook.cells if not is_header(cell)]
+    nbformat.write(notebook, path)
+    assert main(_release_args(tmp_path, "--check")) == 1
+    assert "07_demo.ipynb: header or outputs out of date" in capsys.readouterr().out
+
+
+def test_release_refuses_a_cell_that_takes_a_header_id(tmp_path, capsys):
+    (tmp_path / "solutions").mkdir()
+    _write(tmp_path / "solutions" / "08_clash.ipynb", [nbformat.v4.new_code_cell("x = 1", id=SETUP_ID)])
+    assert main(_release_args(tmp_path)) == 2
+    assert f"08_clash.ipynb: cell id {SETUP_ID!r} is reserved" in capsys.readouterr().err
+
+
+def test_revision_is_the_tag_of_the_package_version():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["version"] == __version__
+    assert REVISION == f"v{__version__}"
+
+
+@pytest.mark.parametrize("path", SOLUTIONS + STUDENT, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_every_notebook_starts_with_a_badge_for_its_own_path(path):
+    notebook = nbformat.read(path, as_version=4)
+    badge, setup = notebook.cells[:2]
+    assert is_header(badge) and is_header(setup)
+    links = BADGE_LINK.findall(badge.source)
+    assert links == [colab_url(path.parent.name, path.name)]
+    assert links[0].endswith(f"/{path.parent.relative_to(ROOT).as_posix()}/{path.name}")
+    assert sum(is_header(cell) for cell in notebook.cells) == 2

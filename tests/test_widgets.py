@@ -11,10 +11,12 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
+from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
 
 from attn_course.attention import dot_product_scores, softmax  # noqa: E402
 from attn_course.sentence import TOKENS, example_sentence  # noqa: E402
-from attn_course.widgets import ScalingExplorer, query_weights, scaling_grid  # noqa: E402
+from attn_course.widgets import ScalingExplorer, figure_png, query_weights, scaling_grid  # noqa: E402
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 BANK, RIVER = TOKENS.index("bank"), TOKENS.index("river")
@@ -119,3 +121,10 @@ def test_scaling_grid_draws_one_panel_per_factor(sentence) -> None:
         assert f"{factor:g}" in ax.get_title()
     assert "√d_k" in fig.axes[2].get_title()
     plt.close(fig)
+
+
+def test_figure_png_renders_a_figure_without_pyplot() -> None:
+    figure = Figure(figsize=(2, 1))
+    FigureCanvasAgg(figure)
+    figure.add_subplot().plot([0, 1], [1, 0])
+    assert figure_png(figure).startswith(PNG_SIGNATURE)

@@ -1,0 +1,321 @@
+"""The explorers in a real browser: JupyterLab started by the README's `make lab`, driven by Playwright.
+
+The server opens a temporary copy of notebooks/ (with the solution of notebook 02 beside it, in
+solutions/: the version in which every cell must run clean), so nothing here writes into the
+repository except the screenshots, which go to test-output/browser/ (git-ignored; set
+ATTN_COURSE_TEST_OUTPUT to put them elsewhere). The browser is Debian's chromium, never a
+download. Without it the tests skip, unless ATTN_COURSE_REQUIRE_BROWSER=1 (as in CI) makes
+them fail.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = Path(os.environ.get("ATTN_COURSE_CHROMIUM", "/usr/bin/chromium"))
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+OUTPUT = Path(os.environ.get("ATTN_COURSE_TEST_OUTPUT", ROOT / "test-output")) / "browser"
+PORT = int(os.environ.get("ATTN_COURSE_LAB_PORT", "18888"))
+TOKEN = "attn-course-browser-test"
+TOKENS = ("The", "bank", "of", "the", "river", "was", "muddy")
+SETTINGS = {  # user settings of the test's JupyterLab: every cell in the page, no network calls
+    "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
+    "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {
+        "fetchNews": "false",
+        "checkForUpdates": False,
+    },
+}
+# Every code cell's prompt shows an execution count: none is waiting ([ ]:) or running ([*]:).
+# (A cell whose source is collapsed, like the setup cell, shows no prompt: save_and_read checks it.)
+ALL_PROMPTS_NUMBERED = """() => {
+  const prompts = [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')]
+    .map(p => p.textContent.trim()).filter(text => text !== '');
+  return prompts.length > 0 && prompts.every(text => /^\\[\\d+\\]:$/.test(text));
+}"""
+IDLE = ".jp-Notebook-ExecutionIndicator[data-status='idle']"
+
+
+def _missing() -> str | None:
+    if not CHROMIUM.exists():
+        return f"no chromium at {CHROMIUM} (Debian: apt-get install chromium)"
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return "the playwright package is not installed (pip install -e '.[dev]')"
+    if shutil.which("make") is None:
+        return "no `make` to start JupyterLab the README's way"
+    return None
+
+
+MISSING = _missing()
+if MISSING and os.environ.get("ATTN_COURSE_REQUIRE_BROWSER") == "1":
+    raise RuntimeError(f"ATTN_COURSE_REQUIRE_BROWSER=1 but {MISSING}")
+pytestmark = pytest.mark.skipif(MISSING is not None, reason=MISSING or "")
+
+
+@dataclass(frozen=True)
+class Lab:
+    """A running JupyterLab."""
+
+    url: str
+    """Its address, e.g. http://127.0.0.1:18888."""
+    root: Path
+    """The folder it serves (a temporary copy)."""
+
+    def page_url(self, path: str) -> str:
+        return f"{self.url}/lab/tree/{path}?reset&token={TOKEN}"  # reset: no tabs of earlier tests
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) != 0
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _get(url: str) -> dict:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return json.load(response)
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory) -> Iterator[Lab]:
+    """`make lab` on a copy of notebooks/, with a fixed port and token, stopped afterwards."""
+    base = tmp_path_factory.mktemp("lab")
+    root = base / "root"
+    shutil.copytree(ROOT / "notebooks", root)
+    (root / "solutions").mkdir()
+    shutil.copy(ROOT / "solutions" / "02_scaling.ipynb", root / "solutions")
+    for name, values in SETTINGS.items():
+        (base / "settings" / name).parent.mkdir(parents=True, exist_ok=True)
+        (base / "settings" / name).write_text(json.dumps(values))
+    env = {
+        **os.environ,
+        "JUPYTER_CONFIG_DIR": str(base / "config"),
+        "JUPYTER_DATA_DIR": str(base / "data"),
+        "JUPYTER_RUNTIME_DIR": str(base / "runtime"),
+        "JUPYTERLAB_SETTINGS_DIR": str(base / "settings"),
+        "JUPYTERLAB_WORKSPACES_DIR": str(base / "workspaces"),
+        "IPYTHONDIR": str(base / "ipython"),
+    }
+    port = PORT if _free(PORT) else _free_port()
+    venv = sys.prefix  # the environment running the tests, which `make` would have created
+    extra = f"--no-browser --ServerApp.ip=127.0.0.1 --IdentityProvider.token={TOKEN}"
+    command = [
+        "make", "--no-print-directory", "-o", f"{venv}/.installed", "lab",
+        f"VENV={venv}", f"PORT={port}", f"LAB_ROOT={root}", f"LAB_EXTRA={extra}",
+    ]  # fmt: skip
+    log = (base / "lab.log").open("w")
+    server = subprocess.Popen(
+        command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                _get(f"{url}/api/status?token={TOKEN}")
+                break
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                if server.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"JupyterLab did not start: {(base / 'lab.log').read_text()[-3000:]}")
+                time.sleep(0.25)
+        yield Lab(url, root)
+    finally:
+        try:  # shuts down the kernels too
+            request = urllib.request.Request(f"{url}/api/shutdown?token={TOKEN}", method="POST")
+            urllib.request.urlopen(request, timeout=5).close()
+            server.wait(timeout=20)
+        except (OSError, subprocess.TimeoutExpired):
+            os.killpg(server.pid, signal.SIGTERM)
+            server.wait(timeout=20)
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def page(browser):
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    yield page
+    page.close()
+
+
+def wait_for_kernel(lab: Lab, path: str, timeout: float = 90) -> None:
+    """Wait until the server reports the notebook's kernel started and idle."""
+    deadline = time.monotonic() + timeout
+    while True:
+        sessions = _get(f"{lab.url}/api/sessions?token={TOKEN}")
+        kernels = [s["kernel"] for s in sessions if s.get("path") == path and s.get("kernel")]
+        states = [kernel["execution_state"] for kernel in kernels]
+        if states == ["idle"]:
+            return
+        assert time.monotonic() < deadline, f"the kernel of {path} did not start: {sessions}"
+        time.sleep(0.25)
+
+
+def open_and_run_all(page, lab: Lab, path: str) -> None:
+    """Open the notebook, wait for its kernel, run all cells from the Run menu, wait for the end."""
+    page.goto(lab.page_url(path))
+    wait_for_kernel(lab, path)
+    page.get_by_text("Python 3 (ipykernel) | Idle").wait_for(timeout=30_000)  # the page is connected
+    page.get_by_role("menuitem", name="Run", exact=True).click()
+    page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
+    page.wait_for_function(ALL_PROMPTS_NUMBERED, timeout=180_000)
+    page.wait_for_selector(IDLE, timeout=60_000)
+
+
+def save_and_read(page, lab: Lab, path: str) -> nbformat.NotebookNode:
+    """Save the notebook from the browser and read what JupyterLab wrote (in the temporary copy)."""
+    before = (lab.root / path).stat().st_mtime_ns
+    page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook").click(position={"x": 5, "y": 5})
+    page.keyboard.press("Control+s")
+    deadline = time.monotonic() + 30
+    while (lab.root / path).stat().st_mtime_ns == before:
+        assert time.monotonic() < deadline, f"JupyterLab did not save {path}"
+        time.sleep(0.2)
+    while True:  # the file may be seen while it is being written
+        try:
+            return nbformat.read(lab.root / path, as_version=4)
+        except (json.JSONDecodeError, nbformat.reader.NotJSONError):
+            assert time.monotonic() < deadline, f"JupyterLab wrote an unreadable {path}"
+            time.sleep(0.2)
+
+
+def assert_no_errors_and_every_plot_shown(page, saved: nbformat.NotebookNode) -> None:
+    errors = [
+        f"cell {index}: {output.ename}: {output.evalue}"
+        for index, cell in enumerate(saved.cells)
+        if cell.cell_type == "code"
+        for output in cell.outputs
+        if output.output_type == "error"
+    ]
+    assert not errors, errors
+    code = [(index, cell) for index, cell in enumerate(saved.cells) if cell.cell_type == "code"]
+    not_run = [index for index, cell in code if cell.execution_count is None]
+    assert not not_run, f"cells that did not run: {not_run}"
+    stderr = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
+    assert stderr.count() == 0, stderr.all_inner_texts()
+    outputs = [output for cell in saved.cells for output in cell.get("outputs", [])]
+    pngs = sum("image/png" in output.get("data", {}) for output in outputs)
+    shown = page.locator(".jp-OutputArea-output[data-mime-type='image/png'] img")
+    assert shown.count() == pngs > 0
+    decoded = shown.evaluate_all("images => images.map(i => i.complete && i.naturalWidth > 0)")
+    assert all(decoded), decoded
+    assert page.get_by_text("Error displaying widget").count() == 0
+
+
+def wait_for_new_picture(page, scope, old_src: str) -> None:
+    image = scope.locator(".widget-image").element_handle()
+    page.wait_for_function("([image, old]) => image.src !== old", arg=[image, old_src])
+
+
+def widget_png_src(page, scope) -> str:
+    image = scope.locator(".widget-image")
+    page.wait_for_function("i => i.complete && i.naturalWidth > 0", arg=image.element_handle())
+    return image.get_attribute("src")
+
+
+def test_notebook_02_runs_clean_and_the_scaling_explorer_responds(lab, page):
+    started = time.monotonic()
+    path = "solutions/02_scaling.ipynb"
+    open_and_run_all(page, lab, path)
+    saved = save_and_read(page, lab, path)
+    assert_no_errors_and_every_plot_shown(page, saved)
+
+    explorer = page.locator(".widget-vbox", has=page.locator(".widget-hslider"))
+    assert explorer.count() == 1
+    buttons = explorer.locator(".widget-toggle-button")
+    assert buttons.all_text_contents() == list(TOKENS)  # the token picker
+    handle = explorer.locator(".widget-hslider .noUi-handle")
+    assert handle.is_visible()
+    readout = explorer.locator(".widget-html-content")
+    assert "factor 8.00" in readout.inner_text() and "largest weight 0.66 on 'river'" in readout.inner_text()
+    image_before = widget_png_src(page, explorer)
+
+    # Drag the slider's handle to the left end: factor 0.5, one-hot weights.
+    handle.scroll_into_view_if_needed()
+    grip, track = handle.bounding_box(), explorer.locator(".noUi-base").bounding_box()
+    page.mouse.move(grip["x"] + grip["width"] / 2, grip["y"] + grip["height"] / 2)
+    page.mouse.down()
+    page.mouse.move(track["x"] - 20, grip["y"] + grip["height"] / 2, steps=8)
+    page.mouse.up()
+    page.wait_for_function("e => e.textContent.includes('factor 0.50')", arg=readout.element_handle())
+    assert "largest weight 1.00 on 'river'" in readout.inner_text()
+    wait_for_new_picture(page, explorer, image_before)
+    assert explorer.locator(".widget-readout").inner_text() == "0.50"
+
+    # Pick another query token: its own row is shown.
+    buttons.nth(TOKENS.index("was")).click()
+    page.wait_for_function("e => !e.textContent.includes(\"on 'river'\")", arg=readout.element_handle())
+
+    OUTPUT.mkdir(parents=True, exist_ok=True)
+    explorer.scroll_into_view_if_needed()
+    page.screenshot(path=OUTPUT / "02_scaling_explorer_page.png")
+    explorer.screenshot(path=OUTPUT / "02_scaling_explorer.png")
+    print(f"notebook 02 in the browser: {time.monotonic() - started:.1f} s; screenshots in {OUTPUT}")
+
+
+def test_mask_explorer_renders_and_responds(lab, page):
+    scratch = nbformat.v4.new_notebook(
+        cells=[
+            nbformat.v4.new_code_cell(
+                "from attn_course.mask_explorer import MaskExplorer\n"
+                "from attn_course.sentence import example_sentence\n\n"
+                "s = example_sentence(d_k=64)\n"
+                "MaskExplorer(s.q, s.k, s.tokens).widget"
+            )
+        ],
+        metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+    )
+    nbformat.write(scratch, lab.root / "mask_explorer.ipynb")
+    open_and_run_all(page, lab, "mask_explorer.ipynb")
+    assert page.get_by_text("Error displaying widget").count() == 0
+    explorer = page.locator(".widget-vbox", has=page.locator(".widget-checkbox"))
+    readout = explorer.locator(".widget-html-content")
+    assert "49 of 49 pairs" in readout.inner_text()
+    image_before = widget_png_src(page, explorer)
+
+    explorer.get_by_label("causal mask").check()
+    page.wait_for_function("e => e.textContent.includes('28 of 49 pairs')", arg=readout.element_handle())
+    wait_for_new_picture(page, explorer, image_before)
+
+    OUTPUT.mkdir(parents=True, exist_ok=True)
+    explorer.screenshot(path=OUTPUT / "03_mask_explorer.png")
