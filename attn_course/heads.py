@@ -86,3 +86,36 @@ class MultiHeadAttention(nn.Module):
         """The attention weights of every head, (b, h, t, t), for drawing."""
         q, k, v = self.project(x)  # each (b, h, t, d_k)
         return self.attend(q, k, v, mask=mask, is_causal=is_causal)[1]
+
+
+def mha_parameter_count(d_model: int, bias: bool = True) -> int:
+    """Parameters of the layer: W^Q, W^K, W^V and W^O, each d_model², plus 4·d_model of bias.
+
+    The number of heads does not appear: the heads split d_model, they do not add weights.
+
+    >>> mha_parameter_count(512), mha_parameter_count(512, bias=False)
+    (1050624, 1048576)
+
+    Introduced in 04_multi_head_attention.
+    """
+    return 4 * d_model * d_model + (4 * d_model if bias else 0)
+
+
+def mha_flops(b: int, t: int, d_model: int, n_heads: int) -> int:
+    """Floating-point operations of one forward pass, counting a multiply-add as 2.
+
+    The projections: x·W_qkv is 2·b·t·d_model·3·d_model, the output projection 2·b·t·d_model².
+    Attention: q kᵀ is 2·t·t·d_k per head, weights·v the same, times h heads: 4·b·t²·d_model.
+    Softmax, scaling and masking (O(b·h·t²)) are left out. n_heads cancels, but must divide d_model.
+
+    >>> mha_flops(b=1, t=1024, d_model=512, n_heads=8) / 1e9
+    4.294967296
+
+    Introduced in 04_multi_head_attention.
+    """
+    if d_model % n_heads != 0:
+        raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
+    d_k = d_model // n_heads
+    projections = 2 * b * t * d_model * (3 * d_model) + 2 * b * t * d_model * d_model
+    attention = n_heads * (2 * b * t * t * d_k + 2 * b * t * t * d_k)
+    return projections + attention

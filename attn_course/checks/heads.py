@@ -1,0 +1,501 @@
+"""Checks for notebook 04: splitting and merging heads, and the multi-head attention layer."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from einops import rearrange
+from torch import nn
+
+from attn_course import reference
+from attn_course.checks._harness import (
+    CheckFailed,
+    Mistake,
+    call,
+    check,
+    expect_close,
+    expect_gradients,
+    expect_tensor,
+    randn,
+)
+
+# ---------------------------------------------------------------------------------------------
+# split_heads and merge_heads
+
+_SPLIT_CASES = [(2, 5, 3, 4), (3, 7, 2, 6), (1, 4, 6, 1), (2, 3, 1, 5)]
+"""(b, t, h, d) of the inputs: heads, tokens and head widths all of different sizes where h > 1."""
+
+
+def _split_mistakes() -> list[Mistake]:
+    return [
+        Mistake(
+            "reshapes (b, t, h·d) straight to (b, h, t, d): the numbers keep their memory order, so a "
+            "'head' gets pieces of several tokens (tokens are mixed across heads). Split the last axis "
+            "first and then move the heads before the tokens: x.view(b, t, h, d).transpose(1, 2), or "
+            'rearrange(x, "b t (h d) -> b h t d", h=n_heads).',
+            lambda x, n_heads: x.reshape(x.shape[0], n_heads, x.shape[1], x.shape[2] // n_heads),
+        ),
+        Mistake(
+            "groups the features as (d h): head i gets every h-th feature, i, i + h, i + 2h, …. Head i "
+            "must be the contiguous block x[..., i·d:(i+1)·d], which is the grouping (h d): "
+            'rearrange(x, "b t (h d) -> b h t d", h=n_heads), or x.view(b, t, h, d).',
+            lambda x, n_heads: rearrange(x, "b t (d h) -> b h t d", h=n_heads),
+        ),
+    ]
+
+
+def _merge_mistakes() -> list[Mistake]:
+    return [
+        Mistake(
+            "reshapes (b, h, t, d) straight to (b, t, h·d) without moving the heads back behind the "
+            "tokens: tokens are mixed across heads. Transpose first, x.transpose(1, 2).reshape(b, t, h * d), "
+            'or rearrange(x, "b h t d -> b t (h d)").',
+            lambda x: x.reshape(x.shape[0], x.shape[2], x.shape[1] * x.shape[3]),
+        ),
+        Mistake(
+            "interleaves the heads, grouping the merged axis as (d h): the result must be head 0's d "
+            'features, then head 1\'s, …, the grouping (h d): rearrange(x, "b h t d -> b t (h d)").',
+            lambda x: rearrange(x, "b h t d -> b t (d h)"),
+        ),
+    ]
+
+
+@check("split_heads")
+def check_split_heads(candidate: Callable[..., Any]) -> str:
+    """(b, t, h·d) -> (b, h, t, d), head i = features i·d … (i+1)·d - 1 of every token."""
+    mistakes = _split_mistakes()
+    for b, t, h, d in _SPLIT_CASES:
+        x = randn(b, t, h * d)
+        expected = reference.split_heads(x, h)
+        got = _call_with_hints(
+            "split_heads",
+            candidate,
+            x,
+            h,
+            when={"raised TypeError": "The signature is split_heads(x, n_heads)."},
+        )
+        hints = {
+            (b, t, h, d): "That is (b, t, h, d): the heads are split off but still behind the tokens; "
+            "move them in front with .transpose(1, 2) (or rearrange to 'b h t d').",
+            (b, d, t, h): "You used n_heads as the width of each head: h = n_heads is the number of heads, "
+            "d = x.shape[-1] // n_heads the width of each.",
+            (
+                b,
+                h,
+                d,
+                t,
+            ): "The last two axes are swapped: the result is (b, h, t, d), tokens before features.",
+        }
+        result = expect_tensor(
+            got, expected.shape, f"split_heads(x, n_heads={h}) of x {(b, t, h * d)}", hints=hints
+        )
+        expect_close(
+            result,
+            expected,
+            f"Your split_heads(x, n_heads={h})",
+            mistakes=mistakes,
+            args=(x, h),
+        )
+    expect_gradients(
+        "split_heads", candidate, reference.split_heads, [randn(2, 5, 12)], ["x"], kwargs={"n_heads": 3}
+    )
+    return "4 shapes, head i = the i-th block of d features, gradients"
+
+
+@check("merge_heads")
+def check_merge_heads(candidate: Callable[..., Any]) -> str:
+    """(b, h, t, d) -> (b, t, h·d), the inverse of split_heads."""
+    mistakes = _merge_mistakes()
+    for b, t, h, d in _SPLIT_CASES:
+        x = randn(b, h, t, d)
+        expected = reference.merge_heads(x)
+        got = _call_merge(candidate, x)
+        hints = {
+            (b, t, h, d): "That is (b, t, h, d): the heads are behind the tokens but not merged; "
+            "flatten the last two axes into h·d (.reshape(b, t, h * d)).",
+            (b, h * t, d): "You merged heads with tokens: the merged axis is the features, (b, t, h·d).",
+        }
+        result = expect_tensor(got, expected.shape, f"merge_heads(x) of x {(b, h, t, d)}", hints=hints)
+        expect_close(result, expected, "Your merge_heads(x)", mistakes=mistakes, args=(x,))
+    expect_gradients("merge_heads", candidate, reference.merge_heads, [randn(2, 3, 5, 4)], ["x"])
+    return "4 shapes, head after head in the merged axis, gradients"
+
+
+def _call_merge(candidate: Callable[..., Any], x: torch.Tensor) -> Any:
+    return _call_with_hints(
+        "merge_heads",
+        candidate,
+        x,
+        when={
+            "raised TypeError": "The signature is merge_heads(x): h and d are x's shape.",
+            "view size is not compatible": "After .transpose the tensor is no longer contiguous in memory, "
+            "so .view cannot merge its axes: use .reshape(...), .contiguous().view(...), or "
+            'rearrange(x, "b h t d -> b t (h d)").',
+        },
+    )
+
+
+def _call_with_hints(
+    name: str, candidate: Callable[..., Any], *args: Any, when: dict[str, str], **kwargs: Any
+) -> Any:
+    """`call`, adding each hint of `when` whose key occurs in the failure message."""
+    try:
+        return call(name, candidate, *args, **kwargs)
+    except CheckFailed as failure:
+        message = str(failure)
+        extra = [hint for phrase, hint in when.items() if phrase in message]
+        if not extra:
+            raise
+        raise CheckFailed("\n".join([message, *extra])) from None
+
+
+# ---------------------------------------------------------------------------------------------
+# MultiHeadAttention
+
+
+def _multi_head(
+    params: dict[str, torch.Tensor],
+    n_heads: int,
+    x: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    is_causal: bool = False,
+    *,
+    scale: str = "d_k",
+    out_proj: bool = True,
+    split: str = "h d",
+    merge: str = "h d",
+    order: str = "qkv",
+    use_mask: bool = True,
+    invert_mask: bool = False,
+    use_causal: bool = True,
+    softmax_dim: int = -1,
+) -> torch.Tensor:
+    """Multi-head self-attention with each knob a learner might get wrong; the defaults are right."""
+    b, t, d_model = x.shape
+    d_k = d_model // n_heads
+    qkv = F.linear(x, params["qkv.weight"], params.get("qkv.bias"))  # (b, t, 3·d_model)
+    if order == "per-head":
+        q, k, v = rearrange(
+            qkv, "b t (h three d) -> three b h t d", three=3, h=n_heads
+        )  # each (b, h, t, d_k)
+    else:
+        assigned = dict(zip(order, qkv.chunk(3, dim=-1), strict=True))  # each (b, t, d_model)
+        q, k, v = (_split(assigned[name], n_heads, split) for name in "qkv")  # each (b, h, t, d_k)
+    divisor = {"d_k": math.sqrt(d_k), "d_model": math.sqrt(d_model), "none": 1.0}[scale]
+    scores = q @ k.transpose(-2, -1) / divisor  # (b, h, t, t)
+    allowed = torch.ones_like(scores, dtype=torch.bool)  # (b, h, t, t)
+    if mask is not None and use_mask:
+        head_mask = mask.unsqueeze(-3)  # (b, 1, t, t) or broadcastable
+        allowed = allowed & (~head_mask if invert_mask else head_mask)
+    if is_causal and use_causal:
+        allowed = allowed & torch.ones(t, t, dtype=torch.bool).tril()
+    weights = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=softmax_dim)  # (b, h, t, t)
+    merged = _merge(weights @ v, merge)  # (b, t, d_model)
+    return F.linear(merged, params["out.weight"], params.get("out.bias")) if out_proj else merged
+
+
+def _split(x: torch.Tensor, n_heads: int, how: str) -> torch.Tensor:
+    b, t, d_model = x.shape
+    if how == "reshape":
+        return x.reshape(b, n_heads, t, d_model // n_heads)  # (b, h, t, d_k), tokens mixed
+    return rearrange(x, f"b t ({how}) -> b h t d", h=n_heads)  # (b, h, t, d_k)
+
+
+def _merge(x: torch.Tensor, how: str) -> torch.Tensor:
+    b, h, t, d = x.shape
+    if how == "reshape":
+        return x.reshape(b, t, h * d)  # (b, t, d_model), tokens mixed
+    return rearrange(x, f"b h t d -> b t ({how})")  # (b, t, d_model)
+
+
+_ORDER_MESSAGE = (
+    "looks like q, k and v were taken from self.qkv(x) in the wrong order ({order}): its output is "
+    "[q | k | v] along the last axis, the first d_model features are q, then k, then v: "
+    "q, k, v = self.qkv(x).chunk(3, dim=-1)."
+)
+
+_MHA_MISTAKES: list[tuple[str, dict[str, Any]]] = [
+    (
+        "looks like the scores were divided by √d_model: each head's scores are dot products of "
+        "d_k = d_model / n_heads numbers, so divide by √d_k (q.shape[-1] after the split).",
+        {"scale": "d_model"},
+    ),
+    (
+        "looks like the scores were not scaled: divide them by √d_k, d_k = d_model / n_heads.",
+        {"scale": "none"},
+    ),
+    (
+        "looks like the output projection is missing: after merging the heads, apply self.out "
+        "(the W^O that mixes what the heads found).",
+        {"out_proj": False},
+    ),
+    (
+        "looks like the heads were split by reshaping (b, t, d_model) straight to (b, h, t, d_k): that "
+        "mixes tokens across heads. Use your split_heads (view to (b, t, h, d_k), then transpose(1, 2)).",
+        {"split": "reshape"},
+    ),
+    (
+        "looks like the heads were merged by reshaping (b, h, t, d_k) straight to (b, t, d_model): that "
+        "mixes tokens across heads. Use your merge_heads (transpose(1, 2) first, then reshape).",
+        {"merge": "reshape"},
+    ),
+    (
+        "looks like the heads were split and merged by reshaping without transposing: that mixes tokens "
+        "across heads. Use your split_heads and merge_heads.",
+        {"split": "reshape", "merge": "reshape"},
+    ),
+    (
+        "looks like the features were grouped as (d h), every h-th feature in one head: head i is the "
+        "contiguous block i·d_k … (i+1)·d_k - 1 of q, k and v, the grouping (h d).",
+        {"split": "d h", "merge": "d h"},
+    ),
+    *(
+        (_ORDER_MESSAGE.format(order=", ".join(order)), {"order": "".join(order)})
+        for order in itertools.permutations("qkv")
+        if order != ("q", "k", "v")
+    ),
+    (
+        "looks like self.qkv(x) was read per head, as (h, 3, d_k): its output is [q | k | v], all of q "
+        "first, so chunk it into q, k, v first and split each into heads after.",
+        {"order": "per-head"},
+    ),
+    (
+        "looks like the softmax runs over the queries (dim=-2): each query's weights over the keys must "
+        "sum to 1, so take the softmax over the last axis (dim=-1).",
+        {"softmax_dim": -2},
+    ),
+    (
+        "ignores is_causal=True: pass it on to attention (or to F.scaled_dot_product_attention), which "
+        "adds the causal mask for every head.",
+        {"use_causal": False},
+    ),
+    (
+        "ignores `mask`: pass it on to attention with a head axis, mask.unsqueeze(-3), so that it "
+        "applies to every head.",
+        {"use_mask": False},
+    ),
+    (
+        "uses the mask the wrong way round: True means the query MAY attend that key (the convention of "
+        "your attention and of F.scaled_dot_product_attention; torch.nn.MultiheadAttention's own masks "
+        "are the opposite).",
+        {"invert_mask": True},
+    ),
+]
+
+_CONFIGS = [(12, 3, True), (8, 4, False), (6, 1, True)]
+"""(d_model, n_heads, bias) of the layers the check builds; batch 2 and 5 tokens never equal n_heads."""
+
+_BROADCAST_HINT = (
+    "The mask broadcasts to (b, t, t), a (b, 1, t) padding mask, a (b, t, t) or a (t, t) mask, and "
+    "applies to every head: insert a head axis just before the last two, mask.unsqueeze(-3), so that it "
+    "broadcasts against the (b, h, t, t) scores."
+)
+
+
+@check("MultiHeadAttention")
+def check_MultiHeadAttention(candidate: Callable[..., Any]) -> str:
+    """Build the learner's layer, copy seeded weights into it and the reference, compare the outputs."""
+    if isinstance(candidate, nn.Module):
+        raise CheckFailed(
+            "check_MultiHeadAttention expects your class MultiHeadAttention itself, not a layer made "
+            "from it: call check_MultiHeadAttention(MultiHeadAttention)."
+        )
+    for d_model, n_heads, bias in _CONFIGS:
+        layer, ref, params = _build_pair(candidate, d_model, n_heads, bias, torch.float64)
+        for x, mask, is_causal, label in _mha_cases(d_model):
+            expected = ref(x, mask=mask, is_causal=is_causal)
+            _compare(
+                layer,
+                expected,
+                params,
+                n_heads,
+                x,
+                mask,
+                is_causal,
+                f"({d_model}, {n_heads}, bias={bias})",
+                label,
+            )
+    layer, ref, params = _build_pair(candidate, 12, 3, True, torch.float32)
+    x = randn(2, 5, 12, dtype=torch.float32)
+    _compare(
+        layer, ref(x, is_causal=True), params, 3, x, None, True, "(12, 3) in float32", "with is_causal=True"
+    )
+    _expect_layer_gradients(candidate)
+    return "3 layers (with and without bias, one head), is_causal, 3 kinds of mask, float32, gradients"
+
+
+def _build_pair(
+    candidate: Callable[..., Any], d_model: int, n_heads: int, bias: bool, dtype: torch.dtype
+) -> tuple[nn.Module, nn.Module, dict[str, torch.Tensor]]:
+    """The learner's layer and the reference, both in eval mode with the same seeded parameters."""
+    layer = _call_with_hints(
+        "MultiHeadAttention",
+        candidate,
+        d_model,
+        n_heads,
+        bias=bias,
+        when={
+            "raised TypeError": "The constructor is MultiHeadAttention(d_model, n_heads, bias=True).",
+            "before Module.__init__() call": "Call super().__init__() first in __init__, then create "
+            "self.qkv and self.out.",
+        },
+    )
+    if not isinstance(layer, nn.Module):
+        raise CheckFailed(
+            f"MultiHeadAttention({d_model}, {n_heads}) should make an nn.Module, but made "
+            f"{type(layer).__name__}: write `class MultiHeadAttention(nn.Module):` and call "
+            "super().__init__() in __init__."
+        )
+    _expect_linear(layer, "qkv", d_model, 3 * d_model, bias, "d_model, 3 * d_model")
+    _expect_linear(layer, "out", d_model, d_model, bias, "d_model, d_model")
+    expected_names = {"qkv.weight", "out.weight"} | ({"qkv.bias", "out.bias"} if bias else set())
+    extra = sorted({name for name, _ in layer.named_parameters()} - expected_names)
+    if extra:
+        raise CheckFailed(
+            f"Your MultiHeadAttention has parameters besides self.qkv and self.out: {', '.join(extra)}. "
+            "The layer has the parameters of torch.nn.MultiheadAttention: one nn.Linear for q, k and v "
+            "together (qkv) and one for the output (out); remove the others."
+        )
+    layer = layer.to(dtype).eval()
+    ref = reference.MultiHeadAttention(d_model, n_heads, bias=bias).to(dtype).eval()
+    params: dict[str, torch.Tensor] = {}
+    with torch.no_grad():
+        for name, parameter in ref.named_parameters():
+            fan_in = parameter.shape[-1] if parameter.dim() == 2 else 4
+            value = randn(*parameter.shape, dtype=dtype) * (1.5 / math.sqrt(fan_in))
+            parameter.copy_(value)
+            layer.get_parameter(name).copy_(value)
+            params[name] = value
+    return layer, ref, params
+
+
+def _expect_linear(layer: nn.Module, name: str, d_in: int, d_out: int, bias: bool, signature: str) -> None:
+    """Require `layer.NAME` to be a Linear(d_in, d_out) with a bias exactly when `bias`."""
+    linear = getattr(layer, name, None)
+    make = f"self.{name} = nn.Linear({signature}, bias=bias)"
+    if linear is None:
+        raise CheckFailed(
+            f"Your MultiHeadAttention has no attribute `{name}`: create it in __init__ as {make}."
+        )
+    weight = getattr(linear, "weight", None)
+    if not isinstance(weight, nn.Parameter):
+        raise CheckFailed(f"self.{name} of your MultiHeadAttention should be an nn.Linear: {make}.")
+    if tuple(weight.shape) != (d_out, d_in):
+        swapped = " (in_features and out_features swapped?)" if tuple(weight.shape) == (d_in, d_out) else ""
+        raise CheckFailed(
+            f"self.{name}.weight has shape {tuple(weight.shape)}, but nn.Linear({signature}) with "
+            f"d_model = {d_in} has weight shape {(d_out, d_in)}{swapped}: {make}."
+        )
+    has_bias = getattr(linear, "bias", None) is not None
+    if has_bias != bias:
+        state = "has a bias although" if has_bias else "has no bias although"
+        raise CheckFailed(
+            f"self.{name} {state} the layer was made with bias={bias}: pass the argument on, {make}."
+        )
+
+
+def _mha_cases(d_model: int) -> list[tuple[torch.Tensor, torch.Tensor | None, bool, str]]:
+    """(x, mask, is_causal, label): no mask, causal, padding, a full (b, t, t) and a (t, t) mask, both."""
+    b, t = 2, 5
+    padding = reference.padding_mask(torch.tensor([5, 3]), t)[:, None, :]  # (b, 1, t)
+    full = (torch.rand(b, t, t) < 0.6) | torch.eye(t, dtype=torch.bool)  # (b, t, t), the diagonal kept
+    shared = (torch.rand(t, t) < 0.6) | torch.eye(t, dtype=torch.bool)  # (t, t)
+    return [
+        (randn(b, t, d_model), None, False, "without mask"),
+        (randn(b, t, d_model), None, True, "with is_causal=True"),
+        (randn(b, t, d_model), padding, False, "with a (b, 1, t) padding mask"),
+        (randn(b, t, d_model), full, False, "with a (b, t, t) mask"),
+        (randn(b, t, d_model), shared, False, "with a (t, t) mask"),
+        (randn(b, t, d_model), padding, True, "with a padding mask and is_causal=True"),
+    ]
+
+
+def _call_forward(layer: nn.Module, x: torch.Tensor, mask: torch.Tensor | None, is_causal: bool) -> Any:
+    kwargs: dict[str, Any] = {}
+    if mask is not None:
+        kwargs["mask"] = mask
+    if is_causal:
+        kwargs["is_causal"] = True
+    when = {"raised TypeError": "The signature is forward(self, x, mask=None, is_causal=False)."}
+    if mask is not None:
+        when["must match the size of tensor"] = _BROADCAST_HINT
+    return _call_with_hints("MultiHeadAttention.forward", layer, x, when=when, **kwargs)
+
+
+def _compare(
+    layer: nn.Module,
+    expected: torch.Tensor,
+    params: dict[str, torch.Tensor],
+    n_heads: int,
+    x: torch.Tensor,
+    mask: torch.Tensor | None,
+    is_causal: bool,
+    config: str,
+    label: str,
+) -> None:
+    result = _call_forward(layer, x, mask, is_causal)
+    if isinstance(result, tuple | list):
+        raise CheckFailed(
+            f"forward returned a {type(result).__name__} of {len(result)} items: it should return only "
+            "the output tensor (b, t, d_model). (torch.nn.MultiheadAttention returns (out, weights); "
+            "ours does not.)"
+        )
+    b, t, d_model = x.shape
+    hints = {
+        (b, n_heads, t, d_model // n_heads): "Those are the heads before merging: merge them "
+        "(merge_heads) and apply self.out.",
+        (b, t, 3 * d_model): "That is the size of self.qkv(x): split it into q, k and v.",
+    }
+    what = f"Your MultiHeadAttention{config} output {label}"
+    out = expect_tensor(result, expected.shape, what, finite=False, hints=hints)
+    mistakes = [Mistake(message, _wrong(params, n_heads, knobs)) for message, knobs in _MHA_MISTAKES]
+    kwargs = {"mask": mask, "is_causal": is_causal}
+    expect_close(
+        out,
+        expected,
+        what,
+        mistakes=mistakes,
+        args=(x,),
+        kwargs=kwargs,
+        nonfinite_hint="In these tests every query may attend at least one key, itself.",
+    )
+
+
+def _wrong(
+    params: dict[str, torch.Tensor], n_heads: int, knobs: dict[str, Any]
+) -> Callable[..., torch.Tensor]:
+    def wrong(x: torch.Tensor, mask: torch.Tensor | None = None, is_causal: bool = False) -> torch.Tensor:
+        return _multi_head(params, n_heads, x, mask, is_causal, **knobs)
+
+    return wrong
+
+
+def _expect_layer_gradients(candidate: Callable[..., Any]) -> None:
+    """Gradients with respect to x and to every parameter match the reference's."""
+    layer, ref, _ = _build_pair(candidate, 12, 3, True, torch.float64)
+    layer.zero_grad()
+    mask = reference.padding_mask(torch.tensor([5, 4]), 5)[:, None, :]  # (b, 1, t)
+    x = randn(2, 5, 12)
+
+    def forward(module: nn.Module) -> Callable[..., Any]:
+        return lambda x, mask=None, is_causal=False: module(x, mask=mask, is_causal=is_causal)
+
+    kwargs = {"mask": mask, "is_causal": True}
+    expect_gradients("MultiHeadAttention", forward(layer), forward(ref), [x], ["x"], kwargs=kwargs)
+    for module in (layer, ref):
+        module.zero_grad()
+        out = module(x, mask=mask, is_causal=True)  # (b, t, d_model)
+        (out * torch.linspace(-1, 1, out.numel(), dtype=out.dtype).view_as(out)).sum().backward()
+    for name, parameter in ref.named_parameters():
+        grad = layer.get_parameter(name).grad
+        if grad is None:
+            raise CheckFailed(
+                f"No gradient reaches self.{name} of your MultiHeadAttention: the output must be computed "
+                f"from self.{name.split('.')[0]}(...) without .detach(), .data or torch.no_grad()."
+            )
+        expect_close(grad, parameter.grad, f"The gradient with respect to your self.{name}")

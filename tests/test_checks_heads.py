@@ -1,0 +1,491 @@
+"""The checks of notebook 04 reject known mistakes with the right message, accept right answers."""
+
+from __future__ import annotations
+
+import math
+from functools import partial
+
+import pytest
+import torch
+import torch.nn.functional as F
+from check_assertions import assert_accepted, assert_rejected
+from einops import rearrange
+from torch import nn
+
+from attn_course import reference
+from attn_course.checks import check_merge_heads, check_MultiHeadAttention, check_split_heads
+
+# ---------------------------------------------------------------------------------------------
+# split_heads and merge_heads
+
+
+def split_view_transpose(x, n_heads):
+    b, t, d_model = x.shape
+    return x.view(b, t, n_heads, d_model // n_heads).transpose(1, 2)
+
+
+def split_einops(x, n_heads):
+    return rearrange(x, "b t (h d) -> b h t d", h=n_heads)
+
+
+def split_stack_chunks(x, n_heads):
+    return torch.stack(x.chunk(n_heads, dim=-1), dim=1)
+
+
+def split_reshape_only(x, n_heads):
+    b, t, d_model = x.shape
+    return x.reshape(b, n_heads, t, d_model // n_heads)
+
+
+def split_d_h(x, n_heads):
+    b, t, d_model = x.shape
+    return x.view(b, t, d_model // n_heads, n_heads).permute(0, 3, 1, 2)
+
+
+def split_no_transpose(x, n_heads):
+    b, t, d_model = x.shape
+    return x.view(b, t, n_heads, d_model // n_heads)
+
+
+def split_heads_as_width(x, n_heads):
+    return rearrange(x, "b t (h d) -> b h t d", d=n_heads)
+
+
+def split_detached(x, n_heads):
+    return split_einops(x, n_heads).detach()
+
+
+def merge_transpose_reshape(x):
+    b, h, t, d = x.shape
+    return x.transpose(1, 2).reshape(b, t, h * d)
+
+
+def merge_contiguous_view(x):
+    b, h, t, d = x.shape
+    return x.transpose(1, 2).contiguous().view(b, t, h * d)
+
+
+def merge_einops(x):
+    return rearrange(x, "b h t d -> b t (h d)")
+
+
+def merge_cat(x):
+    return torch.cat(x.unbind(dim=1), dim=-1)
+
+
+def merge_reshape_only(x):
+    b, h, t, d = x.shape
+    return x.reshape(b, t, h * d)
+
+
+def merge_d_h(x):
+    return rearrange(x, "b h t d -> b t (d h)")
+
+
+def merge_not_flattened(x):
+    return x.transpose(1, 2)
+
+
+def merge_view_after_transpose(x):
+    b, h, t, d = x.shape
+    return x.transpose(1, 2).view(b, t, h * d)
+
+
+def merge_with_n_heads(x, n_heads):
+    return merge_einops(x)
+
+
+def not_implemented(*args, **kwargs):
+    raise NotImplementedError
+
+
+# ---------------------------------------------------------------------------------------------
+# MultiHeadAttention
+
+
+class PlainMHA(nn.Module):
+    """Multi-head attention written out with view and transpose, each knob a possible mistake."""
+
+    def __init__(
+        self,
+        d_model,
+        n_heads,
+        bias=True,
+        *,
+        scale="d_k",
+        out_proj=True,
+        split="transpose",
+        merge="transpose",
+        order="qkv",
+        use_mask=True,
+        invert_mask=False,
+        use_causal=True,
+        softmax_dim=-1,
+        head_axis=True,
+    ):
+        super().__init__()
+        self.n_heads = n_heads
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
+        self.out = nn.Linear(d_model, d_model, bias=bias)
+        self.scale, self.out_proj, self.split, self.merge, self.order = scale, out_proj, split, merge, order
+        self.use_mask, self.invert_mask, self.use_causal = use_mask, invert_mask, use_causal
+        self.softmax_dim, self.head_axis = softmax_dim, head_axis
+
+    def heads(self, x):
+        b, t, d_model = x.shape
+        h = self.n_heads
+        if self.split == "reshape":
+            return x.reshape(b, h, t, d_model // h)
+        if self.split == "d h":
+            return x.view(b, t, d_model // h, h).permute(0, 3, 1, 2)
+        return x.view(b, t, h, d_model // h).transpose(1, 2)
+
+    def forward(self, x, mask=None, is_causal=False):
+        b, t, d_model = x.shape
+        qkv = self.qkv(x)
+        if self.order == "per-head":
+            q, k, v = qkv.view(b, t, self.n_heads, 3, -1).permute(3, 0, 2, 1, 4)
+        else:
+            chunks = dict(zip(self.order, qkv.split(d_model, dim=-1), strict=True))
+            q, k, v = (self.heads(chunks[name]) for name in "qkv")
+        d_k = q.shape[-1]
+        divisor = {"d_k": math.sqrt(d_k), "d_model": math.sqrt(d_model), "none": 1.0}[self.scale]
+        scores = q @ k.transpose(-2, -1) / divisor
+        if mask is not None and self.use_mask:
+            mask = mask.unsqueeze(-3) if self.head_axis else mask
+            scores = scores.masked_fill(mask if self.invert_mask else ~mask, float("-inf"))
+        if is_causal and self.use_causal:
+            future = torch.ones(t, t, dtype=torch.bool, device=x.device).triu(diagonal=1)
+            scores = scores.masked_fill(future, float("-inf"))
+        heads = torch.softmax(scores, dim=self.softmax_dim) @ v
+        if self.merge == "reshape":
+            merged = heads.reshape(b, t, d_model)
+        elif self.merge == "d h":
+            merged = heads.permute(0, 2, 3, 1).reshape(b, t, d_model)
+        else:
+            merged = heads.transpose(1, 2).reshape(b, t, d_model)
+        return self.out(merged) if self.out_proj else merged
+
+
+class SdpaMHA(nn.Module):
+    """The fused path: einops and F.scaled_dot_product_attention."""
+
+    def __init__(self, d_model, n_heads, bias=True):
+        super().__init__()
+        self.n_heads = n_heads
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
+        self.out = nn.Linear(d_model, d_model, bias=bias)
+
+    def forward(self, x, mask=None, is_causal=False):
+        q, k, v = rearrange(self.qkv(x), "b t (three h d) -> three b h t d", three=3, h=self.n_heads)
+        if mask is None:
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=is_causal)
+        else:
+            t = x.shape[1]
+            allowed = mask.unsqueeze(-3)
+            if is_causal:
+                allowed = allowed & torch.ones(t, t, dtype=torch.bool).tril()
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+        return self.out(rearrange(out, "b h t d -> b t (h d)"))
+
+
+class OwnAttentionMHA(nn.Module):
+    """Calls the learner's `attention` of notebook 03 (here: the reference) on all heads at once."""
+
+    def __init__(self, d_model, n_heads, bias=True):
+        super().__init__()
+        self.n_heads = n_heads
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
+        self.out = nn.Linear(d_model, d_model, bias=bias)
+
+    def forward(self, x, mask=None, is_causal=False):
+        q, k, v = (reference.split_heads(part, self.n_heads) for part in self.qkv(x).chunk(3, dim=-1))
+        mask = None if mask is None else mask[..., None, :, :]
+        out, _ = reference.attention(q, k, v, mask=mask, is_causal=is_causal)
+        return self.out(reference.merge_heads(out))
+
+
+class LoopMHA(nn.Module):
+    """One single-head attention per head, in a Python loop, concatenated."""
+
+    def __init__(self, d_model, n_heads, bias=True):
+        super().__init__()
+        self.n_heads = n_heads
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
+        self.out = nn.Linear(d_model, d_model, bias=bias)
+
+    def forward(self, x, mask=None, is_causal=False):
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        d_k = q.shape[-1] // self.n_heads
+        heads = []
+        for i in range(self.n_heads):
+            block = slice(i * d_k, (i + 1) * d_k)
+            out, _ = reference.attention(q[..., block], k[..., block], v[..., block], mask, is_causal)
+            heads.append(out)
+        return self.out(torch.cat(heads, dim=-1))
+
+
+class StubMHA(nn.Module):
+    def __init__(self, d_model, n_heads, bias=True):
+        super().__init__()
+        raise NotImplementedError
+
+    def forward(self, x, mask=None, is_causal=False):
+        raise NotImplementedError
+
+
+class NoSuperInit(nn.Module):
+    def __init__(self, d_model, n_heads, bias=True):
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
+
+
+class NotAModule:
+    def __init__(self, d_model, n_heads, bias=True):
+        self.layer = reference.MultiHeadAttention(d_model, n_heads, bias)
+
+    def __call__(self, x, mask=None, is_causal=False):
+        return self.layer(x, mask, is_causal)
+
+
+class SeparateProjections(nn.Module):
+    def __init__(self, d_model, n_heads, bias=True):
+        super().__init__()
+        self.q_proj, self.k_proj, self.v_proj = (nn.Linear(d_model, d_model, bias=bias) for _ in range(3))
+        self.out = nn.Linear(d_model, d_model, bias=bias)
+
+
+class NarrowQkv(nn.Module):
+    def __init__(self, d_model, n_heads, bias=True):
+        super().__init__()
+        self.qkv = nn.Linear(d_model, d_model, bias=bias)
+        self.out = nn.Linear(d_model, d_model, bias=bias)
+
+
+class TransposedQkv(nn.Module):
+    def __init__(self, d_model, n_heads, bias=True):
+        super().__init__()
+        self.qkv = nn.Linear(3 * d_model, d_model, bias=bias)
+        self.out = nn.Linear(d_model, d_model, bias=bias)
+
+
+class IgnoresBias(PlainMHA):
+    def __init__(self, d_model, n_heads, bias=True):
+        super().__init__(d_model, n_heads, bias=True)
+
+
+class LearnedTemperature(PlainMHA):
+    def __init__(self, d_model, n_heads, bias=True):
+        super().__init__(d_model, n_heads, bias)
+        self.temperature = nn.Parameter(torch.ones(()))
+
+
+class ReturnsWeightsToo(PlainMHA):
+    def forward(self, x, mask=None, is_causal=False):
+        return super().forward(x, mask, is_causal), None
+
+
+class NoIsCausal(PlainMHA):
+    def forward(self, x, mask=None):
+        return super().forward(x, mask)
+
+
+class HeadsNotMerged(OwnAttentionMHA):
+    def forward(self, x, mask=None, is_causal=False):
+        q, k, v = (reference.split_heads(part, self.n_heads) for part in self.qkv(x).chunk(3, dim=-1))
+        return reference.attention(q, k, v, is_causal=is_causal)[0]
+
+
+class Detached(PlainMHA):
+    def forward(self, x, mask=None, is_causal=False):
+        with torch.no_grad():
+            return super().forward(x, mask, is_causal)
+
+
+class ViewAfterTranspose(PlainMHA):
+    """Correct; .view after .transpose would fail, so it uses .contiguous()."""
+
+    def forward(self, x, mask=None, is_causal=False):
+        return super().forward(x.contiguous(), mask, is_causal)
+
+
+CORRECT = [
+    pytest.param(check_split_heads, reference.split_heads, id="split-reference"),
+    pytest.param(check_split_heads, split_view_transpose, id="split-view-transpose"),
+    pytest.param(check_split_heads, split_einops, id="split-einops"),
+    pytest.param(check_split_heads, split_stack_chunks, id="split-stack-chunks"),
+    pytest.param(check_merge_heads, reference.merge_heads, id="merge-reference"),
+    pytest.param(check_merge_heads, merge_transpose_reshape, id="merge-transpose-reshape"),
+    pytest.param(check_merge_heads, merge_contiguous_view, id="merge-contiguous-view"),
+    pytest.param(check_merge_heads, merge_einops, id="merge-einops"),
+    pytest.param(check_merge_heads, merge_cat, id="merge-cat"),
+    pytest.param(check_MultiHeadAttention, reference.MultiHeadAttention, id="mha-reference"),
+    pytest.param(check_MultiHeadAttention, PlainMHA, id="mha-view-transpose"),
+    pytest.param(check_MultiHeadAttention, SdpaMHA, id="mha-sdpa"),
+    pytest.param(check_MultiHeadAttention, OwnAttentionMHA, id="mha-own-attention"),
+    pytest.param(check_MultiHeadAttention, LoopMHA, id="mha-loop-over-heads"),
+    pytest.param(check_MultiHeadAttention, ViewAfterTranspose, id="mha-contiguous"),
+]
+
+
+def mha(**knobs):
+    return partial(PlainMHA, **knobs)
+
+
+WRONG = [
+    pytest.param(check_split_heads, not_implemented, "is not implemented yet", id="split-stub"),
+    pytest.param(check_split_heads, split_reshape_only, "tokens are mixed across heads", id="split-reshape"),
+    pytest.param(check_split_heads, split_d_h, "groups the features as (d h)", id="split-d-h"),
+    pytest.param(check_split_heads, split_no_transpose, "still behind the tokens", id="split-no-transpose"),
+    pytest.param(check_split_heads, split_heads_as_width, "as the width of each head", id="split-width"),
+    pytest.param(check_split_heads, split_detached, "No gradient flows", id="split-detached"),
+    pytest.param(check_merge_heads, not_implemented, "is not implemented yet", id="merge-stub"),
+    pytest.param(check_merge_heads, merge_reshape_only, "tokens are mixed across heads", id="merge-reshape"),
+    pytest.param(check_merge_heads, merge_d_h, "interleaves the heads", id="merge-d-h"),
+    pytest.param(check_merge_heads, merge_not_flattened, "but not merged", id="merge-not-flattened"),
+    pytest.param(
+        check_merge_heads, merge_view_after_transpose, "no longer contiguous", id="merge-view-after-transpose"
+    ),
+    pytest.param(
+        check_merge_heads, merge_with_n_heads, "The signature is merge_heads(x)", id="merge-extra-argument"
+    ),
+    pytest.param(check_MultiHeadAttention, StubMHA, "is not implemented yet", id="mha-stub"),
+    pytest.param(
+        check_MultiHeadAttention,
+        mha(scale="d_model"),
+        "divided by √d_model",
+        id="mha-scale-d-model",
+    ),
+    pytest.param(check_MultiHeadAttention, mha(scale="none"), "were not scaled", id="mha-unscaled"),
+    pytest.param(
+        check_MultiHeadAttention,
+        mha(out_proj=False),
+        "output projection is missing",
+        id="mha-no-out-projection",
+    ),
+    pytest.param(
+        check_MultiHeadAttention,
+        mha(split="reshape"),
+        "split by reshaping (b, t, d_model) straight",
+        id="mha-split-reshape",
+    ),
+    pytest.param(
+        check_MultiHeadAttention,
+        mha(merge="reshape"),
+        "merged by reshaping (b, h, t, d_k) straight",
+        id="mha-merge-reshape",
+    ),
+    pytest.param(
+        check_MultiHeadAttention,
+        mha(split="reshape", merge="reshape"),
+        "split and merged by reshaping",
+        id="mha-split-merge-reshape",
+    ),
+    pytest.param(
+        check_MultiHeadAttention,
+        mha(split="d h", merge="d h"),
+        "grouped as (d h)",
+        id="mha-d-h-grouping",
+    ),
+    *(
+        pytest.param(
+            check_MultiHeadAttention,
+            mha(order=order),
+            f"in the wrong order ({', '.join(order)})",
+            id=f"mha-order-{order}",
+        )
+        for order in ("kqv", "vkq", "qvk", "kvq", "vqk")
+    ),
+    pytest.param(check_MultiHeadAttention, mha(order="per-head"), "read per head", id="mha-per-head-layout"),
+    pytest.param(
+        check_MultiHeadAttention, mha(softmax_dim=-2), "softmax runs over the queries", id="mha-softmax-dim"
+    ),
+    pytest.param(
+        check_MultiHeadAttention, mha(use_causal=False), "ignores is_causal", id="mha-ignores-causal"
+    ),
+    pytest.param(check_MultiHeadAttention, mha(use_mask=False), "ignores `mask`", id="mha-ignores-mask"),
+    pytest.param(
+        check_MultiHeadAttention,
+        mha(invert_mask=True),
+        "the mask the wrong way round",
+        id="mha-inverted-mask",
+    ),
+    pytest.param(
+        check_MultiHeadAttention, mha(head_axis=False), "mask.unsqueeze(-3)", id="mha-mask-without-head-axis"
+    ),
+    pytest.param(
+        check_MultiHeadAttention,
+        NoSuperInit,
+        "Call super().__init__() first in __init__",
+        id="mha-no-super-init",
+    ),
+    pytest.param(check_MultiHeadAttention, NotAModule, "should make an nn.Module", id="mha-not-a-module"),
+    pytest.param(
+        check_MultiHeadAttention,
+        reference.MultiHeadAttention(12, 3),
+        "not a layer made from it",
+        id="mha-instance",
+    ),
+    pytest.param(
+        check_MultiHeadAttention,
+        SeparateProjections,
+        "has no attribute `qkv`: create it in __init__ as self.qkv = nn.Linear(d_model, 3 * d_model",
+        id="mha-no-qkv",
+    ),
+    pytest.param(
+        check_MultiHeadAttention,
+        NarrowQkv,
+        "self.qkv.weight has shape (12, 12)",
+        id="mha-narrow-qkv",
+    ),
+    pytest.param(
+        check_MultiHeadAttention,
+        TransposedQkv,
+        "in_features and out_features swapped",
+        id="mha-transposed-qkv",
+    ),
+    pytest.param(check_MultiHeadAttention, IgnoresBias, "has a bias although", id="mha-ignores-bias"),
+    pytest.param(
+        check_MultiHeadAttention,
+        LearnedTemperature,
+        "parameters besides self.qkv and self.out: temperature",
+        id="mha-extra-parameter",
+    ),
+    pytest.param(
+        check_MultiHeadAttention,
+        ReturnsWeightsToo,
+        "should return only the output tensor",
+        id="mha-returns-tuple",
+    ),
+    pytest.param(
+        check_MultiHeadAttention,
+        NoIsCausal,
+        "The signature is forward(self, x, mask=None, is_causal=False)",
+        id="mha-no-is-causal-argument",
+    ),
+    pytest.param(
+        check_MultiHeadAttention, HeadsNotMerged, "Those are the heads before merging", id="mha-unmerged"
+    ),
+    pytest.param(check_MultiHeadAttention, Detached, "No gradient flows", id="mha-detached"),
+]
+
+
+@pytest.mark.parametrize(("check", "candidate"), CORRECT)
+def test_check_accepts_correct_implementation(check, candidate, capsys):
+    assert_accepted(check, candidate, capsys)
+
+
+@pytest.mark.parametrize(("check", "candidate", "phrase"), WRONG)
+def test_check_rejects_mistake_with_its_message(check, candidate, phrase, capsys):
+    assert_rejected(check, candidate, phrase, capsys)
+
+
+def test_each_multi_head_mistake_message_is_tested():
+    from attn_course.checks.heads import _MHA_MISTAKES
+
+    knobs_tested = {
+        tuple(sorted(param.values[1].keywords.items()))
+        for param in WRONG
+        if isinstance(param.values[1], partial)
+    }
+    for _, knobs in _MHA_MISTAKES:
+        assert tuple(sorted(knobs.items())) in knobs_tested, knobs
