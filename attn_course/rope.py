@@ -75,3 +75,79 @@ class RotaryMultiHeadAttention(MultiHeadAttention):
         q, k, v = self.project(x)  # each (b, h, t, d_k)
         q, k = apply_rope(q, positions, self.base), apply_rope(k, positions, self.base)  # (b, h, t, d_k)
         return self.attend(q, k, v, mask=mask, is_causal=is_causal)[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# For the demonstrations of 05_rope: the other pairing convention, angles in a chosen dtype, and
+# the long-range decay of the score's upper bound.
+
+
+def apply_rope_rotate_half(
+    x: torch.Tensor, positions: torch.Tensor | None = None, base: float = 10000.0
+) -> torch.Tensor:
+    """RoPE with the rotate-half pairing of GPT-NeoX-style code: pair (x[..., i], x[..., i + d/2]).
+
+    The same frequencies and angles as `apply_rope`, on other pairs of channels; the two agree up
+    to the fixed channel permutation `half_split_permutation(d)`, and disagree on the same x.
+
+    >>> apply_rope_rotate_half(torch.ones(2, 5, 8)).shape
+    torch.Size([2, 5, 8])
+
+    Introduced in 05_rope.
+    """
+    t, d = x.shape[-2:]
+    if positions is None:
+        positions = torch.arange(t, device=x.device)
+    angles = rope_angles(positions.to(x.device), d, base)  # (T, d/2), float64
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)  # (T, d/2) each
+    first, second = x[..., : d // 2], x[..., d // 2 :]  # (..., T, d/2) each
+    return torch.cat([first * cos - second * sin, first * sin + second * cos], dim=-1)  # (..., T, d)
+
+
+def half_split_permutation(d: int) -> torch.Tensor:
+    """Channel order [0, 2, 4, …, 1, 3, 5, …] that turns interleaved pairs into rotate-half pairs.
+
+    With p = half_split_permutation(d): apply_rope_rotate_half(x[..., p]) == apply_rope(x)[..., p].
+
+    >>> half_split_permutation(6)
+    tensor([0, 2, 4, 1, 3, 5])
+
+    Introduced in 05_rope.
+    """
+    return torch.cat([torch.arange(0, d, 2), torch.arange(1, d, 2)])  # (d,)
+
+
+def rope_angles(
+    positions: torch.Tensor, d: int, base: float = 10000.0, dtype: torch.dtype = torch.float64
+) -> torch.Tensor:
+    """The angles position·θ_i (T, d/2), with positions and frequencies cast to `dtype` first.
+
+    In float64 (the default) positions up to 2^53 are exact. In bfloat16, which keeps 8
+    significant bits, integers above 256 are rounded to their neighbours: positions alias.
+
+    >>> rope_angles(torch.tensor([300, 301]), d=2, dtype=torch.bfloat16)
+    tensor([[300.],
+            [300.]], dtype=torch.bfloat16)
+
+    Introduced in 05_rope.
+    """
+    freqs = rope_frequencies(d, base).to(device=positions.device, dtype=dtype)  # (d/2,)
+    return positions.to(dtype)[:, None] * freqs  # (T, d/2)
+
+
+def rope_decay_bound(distances: torch.Tensor, d: int, base: float = 10000.0) -> torch.Tensor:
+    """RoFormer's long-range decay: the mean (2/d) Σ_{j=1}^{d/2} |S_j|, S_j = Σ_{i<j} e^{i·Δ·θ_i}.
+
+    Write the score of a query and a key at distance Δ = m - n as Re Σ_i h_i e^{iΔθ_i}, with h_i
+    the product of the query's pair i and the conjugate of the key's, as complex numbers. Summing
+    by parts bounds it: |score| ≤ max_i |h_{i+1} - h_i| · Σ_j |S_j| (h_{d/2} = 0), that is d/2
+    times this mean, which RoFormer plots. It decays as |Δ| grows; at Δ = 0 it is (d/2 + 1)/2.
+
+    >>> rope_decay_bound(torch.tensor([0]), d=8)
+    tensor([2.5000], dtype=torch.float64)
+
+    Introduced in 05_rope.
+    """
+    angles = distances.to(torch.float64)[:, None] * rope_frequencies(d, base)  # (n, d/2)
+    partial_sums = torch.polar(torch.ones_like(angles), angles).cumsum(dim=-1)  # (n, d/2): S_1 … S_{d/2}
+    return partial_sums.abs().mean(dim=-1)  # (n,)

@@ -14,18 +14,26 @@ from attn_course.checks.basics import (
     check_score_variance,
     check_softmax,
 )
+from attn_course.checks.heads import check_merge_heads, check_MultiHeadAttention, check_split_heads
 from attn_course.checks.masking import check_attention, check_causal_mask, check_padding_mask
+from attn_course.checks.rope import check_apply_rope, check_rope_frequencies, check_RotaryMultiHeadAttention
 
 __all__ = [
     "CheckFailed",
+    "check_apply_rope",
     "check_attention",
     "check_causal_mask",
     "check_dot_product_attention",
     "check_dot_product_scores",
+    "check_merge_heads",
+    "check_MultiHeadAttention",
     "check_padding_mask",
+    "check_rope_frequencies",
+    "check_RotaryMultiHeadAttention",
     "check_scaled_dot_product_attention",
     "check_score_variance",
     "check_softmax",
+    "check_split_heads",
 ]
 
 show_failures_without_traceback()

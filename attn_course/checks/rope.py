@@ -1,0 +1,491 @@
+"""Checks for notebook 05: rotary frequencies, apply_rope, and RoPE inside multi-head attention."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from einops import rearrange
+from torch import nn
+
+from attn_course import reference
+from attn_course.checks._harness import (
+    CheckFailed,
+    Mistake,
+    call,
+    check,
+    cuda_device,
+    expect_close,
+    expect_gradients,
+    expect_tensor,
+    randn,
+)
+from attn_course.heads import merge_heads, split_heads
+from attn_course.rope import apply_rope_rotate_half
+
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def _name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+# ---------------------------------------------------------------------------------------------
+# rope_frequencies
+
+
+def _frequencies(d: int, base: float = 10000.0, *, exponent: str = "-2i/d") -> torch.Tensor:
+    """θ_i with each exponent a learner might write; the default is right."""
+    i = torch.arange(d // 2, dtype=torch.float64)  # (d/2,)
+    exponents = {
+        "-2i/d": -2 * i / d,
+        "-i/d": -i / d,
+        "+2i/d": 2 * i / d,
+        "-2(i+1)/d": -2 * (i + 1) / d,
+        "linspace": -torch.linspace(0, 1, d // 2, dtype=torch.float64),
+        "integer division": -((2 * i) // d),
+    }
+    return base ** exponents[exponent]  # (d/2,)
+
+
+def _frequency_mistakes() -> list[Mistake]:
+    return [
+        Mistake(
+            "uses the exponent -i/d: the pairs are i = 0 … d/2 - 1 and θ_i = base^(-2i/d), so the "
+            "exponent steps by 2/d (torch.arange(0, d, 2) / d).",
+            lambda d, base=10000.0: _frequencies(d, base, exponent="-i/d"),
+        ),
+        Mistake(
+            "grows with i (base^(+2i/d)): the frequencies must fall from θ_0 = 1 to about 1/base, "
+            "θ_i = base^(-2i/d); mind the minus sign.",
+            lambda d, base=10000.0: _frequencies(d, base, exponent="+2i/d"),
+        ),
+        Mistake(
+            "starts one pair late (θ_0 should be base^0 = 1): i runs from 0 to d/2 - 1, not from 1.",
+            lambda d, base=10000.0: _frequencies(d, base, exponent="-2(i+1)/d"),
+        ),
+        Mistake(
+            "spreads the exponent evenly from 0 to -1 (torch.linspace(0, 1, d // 2)): the last "
+            "exponent is -(d - 2)/d, not -1; use torch.arange(0, d, 2) / d.",
+            lambda d, base=10000.0: _frequencies(d, base, exponent="linspace"),
+        ),
+        Mistake(
+            "is all ones: the exponent was computed with integer division (2i // d is 0). Divide "
+            "a float tensor: torch.arange(0, d, 2, dtype=torch.float64) / d.",
+            lambda d, base=10000.0: _frequencies(d, base, exponent="integer division"),
+        ),
+        Mistake(
+            "ignores `base`: it uses 10000 whatever base is given.",
+            lambda d, base=10000.0: _frequencies(d, 10000.0),
+        ),
+    ]
+
+
+@check("rope_frequencies")
+def check_rope_frequencies(candidate: Callable[..., Any]) -> str:
+    """θ_i = base^(-2i/d) for i = 0 … d/2 - 1, in float32 or float64."""
+    mistakes = _frequency_mistakes()
+    cases: list[tuple[int, float | None]] = [(8, None), (6, None), (64, None), (128, None), (16, 500.0)]
+    for d, base in cases:
+        kwargs = {} if base is None else {"base": base}
+        shown = f"rope_frequencies({d}" + (f", base={base:g})" if base is not None else ")")
+        got = call(
+            "rope_frequencies",
+            candidate,
+            d,
+            hint="The signature is def rope_frequencies(d, base=10000.0).",
+            **kwargs,
+        )
+        expected = reference.rope_frequencies(d, **kwargs)  # (d/2,)
+        hints = {
+            (d,): "One frequency per PAIR of channels: d/2 values, i = 0 … d/2 - 1 "
+            "(torch.arange(0, d, 2) gives the 2i directly).",
+        }
+        freqs = expect_tensor(got, expected.shape, f"Your {shown}", hints=hints)
+        if freqs.dtype in _HALF:
+            raise CheckFailed(
+                f"Your {shown} has dtype {_name(freqs.dtype)}: frequencies down to 1/base and the "
+                "angles position·θ_i built from them need more precision than that. Compute them in "
+                "float32 or float64 (torch.arange(..., dtype=torch.float64))."
+            )
+        if not freqs.is_floating_point():
+            raise CheckFailed(
+                f"Your {shown} has dtype {_name(freqs.dtype)}: frequencies are fractions, compute "
+                "them in float32 or float64."
+            )
+        expect_close(freqs, expected, f"Your {shown}", mistakes=mistakes, args=(d,), kwargs=kwargs)
+    return "d = 6, 8, 64, 128, base 10000 and 500"
+
+
+# ---------------------------------------------------------------------------------------------
+# apply_rope
+
+
+def _rope(
+    x: torch.Tensor,
+    positions: torch.Tensor | None = None,
+    base: float = 10000.0,
+    *,
+    pairing: str = "interleaved",
+    exponent: str = "-2i/d",
+    sign: float = 1.0,
+    use_positions: bool = True,
+    reassemble: str = "interleave",
+    angle_dtype: torch.dtype = torch.float64,
+    swap_cos_sin: bool = False,
+    first_position: int = 0,
+) -> torch.Tensor:
+    """RoPE with each knob a learner might get wrong; the defaults give `reference.apply_rope`."""
+    t, d = x.shape[-2:]
+    if positions is None or not use_positions:
+        positions = torch.arange(t) + first_position
+    freqs = _frequencies(d, base, exponent=exponent).to(angle_dtype)  # (d/2,)
+    angles = sign * positions.cpu().to(angle_dtype)[:, None] * freqs  # (T, d/2)
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)  # (T, d/2) each
+    if swap_cos_sin:
+        cos, sin = sin, cos
+    x = x.cpu()
+    if pairing == "rotate-half":
+        first, second = x[..., : d // 2], x[..., d // 2 :]  # (..., T, d/2) each
+    else:
+        first, second = x[..., 0::2], x[..., 1::2]  # (..., T, d/2) each
+    new_first, new_second = first * cos - second * sin, first * sin + second * cos  # (..., T, d/2) each
+    if pairing == "rotate-half" or reassemble == "concatenate":
+        return torch.cat([new_first, new_second], dim=-1)  # (..., T, d)
+    if reassemble == "swap":
+        new_first, new_second = new_second, new_first
+    return rearrange(torch.stack([new_first, new_second]), "two ... half -> ... (half two)")  # (..., T, d)
+
+
+def _rope_mistakes() -> list[Mistake]:
+    def knob(**knobs: Any) -> Callable[..., torch.Tensor]:
+        return lambda x, positions=None, base=10000.0: _rope(x, positions, base, **knobs)
+
+    return [
+        Mistake(
+            "pairs the wrong channels: you used the rotate-half (GPT-NeoX) pairing x[i], x[i+d/2]; "
+            "this exercise uses interleaved pairs x[2i], x[2i+1] (x[..., 0::2] and x[..., 1::2]), "
+            "as in the RoFormer paper and the complex form.",
+            knob(pairing="rotate-half"),
+        ),
+        Mistake(
+            "puts the rotated halves back one after the other, [all even | all odd] (torch.cat): "
+            "put each rotated pair back where it came from, interleaved: channel 2i gets the new "
+            "x[2i] and 2i+1 the new x[2i+1] (torch.stack([...], dim=-1).flatten(-2), or "
+            "rearrange(..., 'two ... half -> ... (half two)')).",
+            knob(reassemble="concatenate"),
+        ),
+        Mistake(
+            "puts the rotated pair back in swapped order: channel 2i must get "
+            "x[2i]·cos - x[2i+1]·sin and channel 2i+1 must get x[2i]·sin + x[2i+1]·cos.",
+            knob(reassemble="swap"),
+        ),
+        Mistake(
+            "rotates the wrong way (by -position·θ_i): the rotation of (a, b) by an angle φ is "
+            "(a·cos φ - b·sin φ, a·sin φ + b·cos φ); with complex numbers multiply by e^{+iφ}, "
+            "not its conjugate.",
+            knob(sign=-1.0),
+        ),
+        Mistake(
+            "swaps cos and sin: the rotation of (a, b) by φ is (a·cos φ - b·sin φ, a·sin φ + b·cos φ).",
+            knob(swap_cos_sin=True),
+        ),
+        Mistake(
+            "uses the frequencies base^(-i/d): θ_i = base^(-2i/d) for pair i (use your rope_frequencies).",
+            knob(exponent="-i/d"),
+        ),
+        Mistake(
+            "uses growing frequencies base^(+2i/d): θ_i = base^(-2i/d) (use your rope_frequencies).",
+            knob(exponent="+2i/d"),
+        ),
+        Mistake(
+            "ignores `positions`: it rotates by 0 … T-1 whatever positions are given. Rotate token t "
+            "by positions[t]·θ_i, and use torch.arange(T) only when positions is None.",
+            knob(use_positions=False),
+        ),
+        Mistake(
+            "counts positions from 1: by default the first token is at position 0 and is not "
+            "rotated at all (positions = torch.arange(T)).",
+            knob(first_position=1),
+        ),
+        Mistake(
+            "ignores `base`: it uses 10000 whatever base is given; pass base on to rope_frequencies.",
+            lambda x, positions=None, base=10000.0: _rope(x, positions, 10000.0),
+        ),
+        Mistake(
+            "computes the angles position·θ_i in x's low-precision dtype: at positions in the "
+            "hundreds and beyond, bfloat16 and float16 round positions and angles, so neighbouring "
+            "positions get the same rotation. Compute the angles in float32 or float64 and cast only "
+            "cos and sin (or the result) to x.dtype.",
+            lambda x, positions=None, base=10000.0: _rope(x, positions, base, angle_dtype=x.dtype),
+        ),
+    ]
+
+
+def _rope_cases() -> list[tuple[torch.Tensor, torch.Tensor | None, float | None]]:
+    """(x, positions, base): default positions, batch axes and odd T, offsets, gaps, dtypes."""
+    return [
+        (randn(5, 8), None, None),
+        (randn(2, 3, 7, 16), None, None),
+        (randn(2, 4, 12), torch.arange(4) + 50, None),
+        (randn(6, 8), torch.tensor([3, 0, 9, 4, 4, 20]), None),
+        (randn(3, 5, 10), None, 500.0),
+        (randn(2, 9, 32, dtype=torch.float32), torch.arange(9) + 60, None),
+        (randn(3, 6, 16, dtype=torch.bfloat16), torch.arange(6) * 3 + 1000, None),
+        (randn(2, 5, 8, dtype=torch.float16), torch.arange(5) + 1500, None),
+    ]
+
+
+def _expect_rope_output(got: Any, x: torch.Tensor, shown: str) -> torch.Tensor:
+    """Require a tensor of x's shape and dtype, with hints for the usual wrong shapes."""
+    shape = tuple(x.shape)
+    half = (*shape[:-1], shape[-1] // 2)
+    hints = {
+        half: "That is half the channels: rotate each pair and keep both of its new values.",
+        (*half, 2): "The pairs were never flattened back: .flatten(-2) or "
+        "rearrange(..., '... half two -> ... (half two)').",
+        (2, *half): "The two halves were stacked but never interleaved back into the last axis: "
+        "rearrange(..., 'two ... half -> ... (half two)').",
+        shape[-2:]: "The batch axes are lost: x is (..., T, d); index the last two axes only "
+        "(x[..., 0::2]), and let positions broadcast from (T, d/2).",
+    }
+    out = expect_tensor(got, shape, f"Your {shown}", device=x.device, hints=hints)
+    if out.dtype != x.dtype:
+        raise CheckFailed(
+            f"Your {shown} has dtype {_name(out.dtype)}, but x is {_name(x.dtype)}: the output must "
+            f"keep x's dtype. Cast cos and sin to x.dtype before multiplying (cos.to(x.dtype)), or "
+            "the result at the end (.to(x.dtype), .type_as(x))."
+        )
+    return out
+
+
+@check("apply_rope")
+def check_apply_rope(candidate: Callable[..., Any]) -> str:
+    """Interleaved pairs rotated by position·θ_i, positions default to arange(T), x's dtype kept."""
+    mistakes = _rope_mistakes()
+    cases = _rope_cases()
+    device = cuda_device()
+    if device is not None:
+        x, positions, base = cases[2]
+        cases.append((x.to(device), positions.to(device), base))
+    signature = "The signature is def apply_rope(x, positions=None, base=10000.0)."
+    for x, positions, base in cases:
+        kwargs: dict[str, Any] = {}
+        if positions is not None:
+            kwargs["positions"] = positions
+        if base is not None:
+            kwargs["base"] = base
+        shown = f"apply_rope of a {_name(x.dtype)} x of shape {tuple(x.shape)}"
+        hint = signature if x.device.type == "cpu" else "Create new tensors on x.device."
+        got = call("apply_rope", candidate, x, hint=hint, **kwargs)
+        out = _expect_rope_output(got, x, shown)
+        expected = reference.apply_rope(x, **kwargs)  # (..., T, d)
+        if x.dtype == torch.float64:  # float32 arithmetic (torch.view_as_complex of x.float()) is fine
+            expected = expected.float()
+        expect_close(
+            out, expected, f"Your {shown}", mistakes=mistakes, args=(x.cpu(),), kwargs=_on_cpu(kwargs)
+        )
+    x, positions = randn(2, 5, 8, dtype=torch.float32), torch.tensor([4, 1, 7, 2, 30])
+    expect_gradients(
+        "apply_rope", candidate, reference.apply_rope, [x], ("x",), kwargs={"positions": positions}
+    )
+    return "8 cases (batch axes, odd T, offset and scattered positions, base, 4 dtypes) and gradients"
+
+
+def _on_cpu(kwargs: dict[str, Any]) -> dict[str, Any]:
+    return {key: value.cpu() if isinstance(value, torch.Tensor) else value for key, value in kwargs.items()}
+
+
+# ---------------------------------------------------------------------------------------------
+# RotaryMultiHeadAttention
+
+
+def _rotary_mha(
+    module: nn.Module,
+    x: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    is_causal: bool = False,
+    positions: torch.Tensor | None = None,
+    *,
+    rotate: str = "qk",
+    where: str = "heads",
+    use_positions: bool = True,
+    base: float | None = None,
+    pairing: str = "interleaved",
+) -> torch.Tensor:
+    """The reference layer with each knob a learner might get wrong; the defaults are right."""
+    base = module.base if base is None else base
+    positions = positions if use_positions else None
+
+    def rope(t: torch.Tensor) -> torch.Tensor:
+        if pairing == "rotate-half":
+            return apply_rope_rotate_half(t, positions, base)
+        return reference.apply_rope(t, positions, base)
+
+    q, k, v = module.qkv(x).chunk(3, dim=-1)  # each (b, t, d_model)
+    if where == "full":  # rotated before the split into heads
+        q = rope(q) if "q" in rotate else q
+        k = rope(k) if "k" in rotate else k
+    if where == "bthd":  # rotated as (b, t, h, d_k): the head axis taken for positions
+        q, k = (rearrange(t, "b t (h d) -> b t h d", h=module.n_heads) for t in (q, k))  # (b, t, h, d_k)
+        q, k = rope(q), rope(k)  # (b, t, h, d_k)
+        q, k = (rearrange(t, "b t h d -> b t (h d)") for t in (q, k))  # (b, t, d_model)
+    q, k, v = (split_heads(t, module.n_heads) for t in (q, k, v))  # each (b, h, t, d_k)
+    if where == "heads":
+        q = rope(q) if "q" in rotate else q
+        k = rope(k) if "k" in rotate else k
+        v = rope(v) if "v" in rotate else v
+    head_mask = None if mask is None else mask.unsqueeze(-3)  # (b, 1, t, t)
+    out, _ = reference.attention(q, k, v, mask=head_mask, is_causal=is_causal)  # (b, h, t, d_k)
+    return module.out(merge_heads(out))  # (b, t, d_model)
+
+
+_MHA_MISTAKES: list[tuple[str, dict[str, Any]]] = [
+    (
+        "matches attention without any rotation: apply your apply_rope to q and k of every head "
+        "(after the split into heads, before the scores), with the given positions. (Rotating "
+        "(b, t, h, d_k) tensors has the same effect: apply_rope takes the second-to-last axis, "
+        "the heads, for positions, and every query and key of a head turns by the same angle, "
+        "which leaves their dot products unchanged. Rotate (b, h, t, d_k) tensors.)",
+        {"rotate": ""},
+    ),
+    (
+        "also rotates the values v: RoPE rotates only q and k, so that their dot product sees the "
+        "relative position; v is passed on as it is.",
+        {"rotate": "qkv"},
+    ),
+    (
+        "rotates only q: rotate k as well, by its own positions, so that the score depends on the "
+        "difference of positions.",
+        {"rotate": "q"},
+    ),
+    (
+        "rotates only k: rotate q as well, by its own positions, so that the score depends on the "
+        "difference of positions.",
+        {"rotate": "k"},
+    ),
+    (
+        "applies RoPE before the split into heads, on the full d_model channels: then the "
+        "frequencies run over d_model instead of d_k, and each head gets a slice of them. Split "
+        "into heads first, (b, h, t, d_k), then rotate q and k.",
+        {"where": "full", "rotate": "qk"},
+    ),
+    (
+        "ignores `positions`: pass them on to apply_rope for q and k (positions=None means 0 … t-1).",
+        {"use_positions": False},
+    ),
+    (
+        "ignores `base`: pass self.base on to apply_rope (the constructor takes base=10000.0).",
+        {"base": 10000.0},
+    ),
+    (
+        "rotates with the rotate-half pairing (x[i], x[i+d/2]): this course uses interleaved pairs "
+        "(x[2i], x[2i+1]), as your apply_rope does.",
+        {"pairing": "rotate-half"},
+    ),
+]
+
+_LAYERS = (
+    "RotaryMultiHeadAttention should have the layers of notebook 04's MultiHeadAttention: "
+    "qkv = nn.Linear(d_model, 3 * d_model) and out = nn.Linear(d_model, d_model) (subclass "
+    "attn_course.heads.MultiHeadAttention and call super().__init__(d_model, n_heads, bias=bias))."
+)
+
+
+def _copy_parameters(learner: Any, ref: nn.Module, shown: str) -> None:
+    """Give the learner's module the reference's parameters, by name; explain what is missing."""
+    if not isinstance(learner, nn.Module):
+        raise CheckFailed(f"{shown} should be a torch.nn.Module, but it is {type(learner).__name__}.")
+    theirs = dict(learner.named_parameters())
+    ours = dict(ref.named_parameters())
+    if set(theirs) != set(ours):
+        extra = sorted(set(theirs) - set(ours))
+        if extra and all(name.endswith("bias") for name in extra) and "qkv.weight" in theirs:
+            raise CheckFailed(
+                f"{shown} has {', '.join(extra)}, but it was built with bias=False: pass bias=bias "
+                "on to super().__init__."
+            )
+        raise CheckFailed(f"{_LAYERS} Its parameters are: {', '.join(sorted(theirs)) or 'none'}.")
+    with torch.no_grad():
+        for name, param in ours.items():
+            if theirs[name].shape != param.shape:
+                raise CheckFailed(
+                    f"{shown}: {name} has shape {tuple(theirs[name].shape)}, expected "
+                    f"{tuple(param.shape)}. {_LAYERS}"
+                )
+            theirs[name].copy_(param)
+
+
+def _mha_cases() -> list[dict[str, Any]]:
+    """Constructor arguments and inputs: heads, odd t, positions with gaps, masks, base, no bias."""
+    pad = reference.padding_mask(torch.tensor([7, 5]), 7)[:, None, :].expand(2, 7, 7)  # (b, t, t)
+    return [
+        {"init": (12, 3), "x": randn(2, 5, 12), "forward": {}},
+        {"init": (16, 2), "x": randn(2, 7, 16), "forward": {"is_causal": True}},
+        {"init": (16, 4), "x": randn(1, 6, 16), "forward": {"positions": torch.tensor([0, 1, 2, 5, 6, 11])}},
+        {
+            "init": (16, 4),
+            "x": randn(2, 7, 16),
+            "forward": {"mask": pad, "is_causal": True, "positions": torch.arange(7) * 2 + 30},
+        },
+        {"init": (16, 2), "x": randn(2, 6, 16), "kwargs": {"base": 20.0}, "forward": {"is_causal": True}},
+        {"init": (8, 2), "x": randn(3, 5, 8), "kwargs": {"bias": False}, "forward": {}},
+    ]
+
+
+@check("RotaryMultiHeadAttention")
+def check_RotaryMultiHeadAttention(candidate: Callable[..., Any]) -> str:  # noqa: N802 (exercise name)
+    """RoPE on q and k of every head after the split, with positions, base and bias honoured."""
+    name = "RotaryMultiHeadAttention"
+    signature = (
+        "The signatures are RotaryMultiHeadAttention(d_model, n_heads, bias=True, base=10000.0) and "
+        "forward(self, x, mask=None, is_causal=False, positions=None)."
+    )
+    for case in _mha_cases():
+        d_model, n_heads = case["init"]
+        init_kwargs = case.get("kwargs", {})
+        forward_kwargs = {"mask": None, "is_causal": False, "positions": None, **case["forward"]}
+        ref = reference.RotaryMultiHeadAttention(d_model, n_heads, **init_kwargs).float()
+        shown = (
+            f"RotaryMultiHeadAttention({d_model}, {n_heads}"
+            + "".join(f", {key}={value!r}" for key, value in init_kwargs.items())
+            + ")"
+        )
+        module = call(name, candidate, d_model, n_heads, hint=signature, **init_kwargs)
+        _copy_parameters(module, ref, f"Your {shown}")
+        x = case["x"].float()  # (b, t, d_model)
+        given = case["forward"]
+        hint = signature
+        if "mask" in given:
+            hint += (
+                " The mask (b, t, t) applies to every head: give it a head axis, mask.unsqueeze(-3) "
+                "→ (b, 1, t, t)."
+            )
+        got = call(f"{name}.forward", module, x, hint=hint, **given)
+        if isinstance(got, tuple | list):
+            raise CheckFailed(
+                f"Your {shown}(x) returned a {type(got).__name__}: forward returns the output tensor "
+                "only, (b, t, d_model)."
+            )
+        expected = ref(x, **forward_kwargs)  # (b, t, d_model)
+        out = expect_tensor(got, expected.shape, f"The output of your {shown}")
+        mistakes = [Mistake(message, _mha_knob(ref, knobs)) for message, knobs in _MHA_MISTAKES]
+        expect_close(
+            out, expected, f"The output of your {shown}", mistakes=mistakes, args=(x,), kwargs=forward_kwargs
+        )
+    module = call(name, candidate, 16, 4, hint=signature)
+    ref = reference.RotaryMultiHeadAttention(16, 4)
+    _copy_parameters(module, ref, "Your RotaryMultiHeadAttention(16, 4)")
+    positions = torch.tensor([2, 3, 5, 8, 13])
+    expect_gradients(
+        name, module, ref, [randn(2, 5, 16, dtype=torch.float32)], ("x",), kwargs={"positions": positions}
+    )
+    return "6 cases (heads, causal, positions with gaps, mask, base, bias=False) and gradients"
+
+
+def _mha_knob(ref: nn.Module, knobs: dict[str, Any]) -> Callable[..., torch.Tensor]:
+    def wrong(x, mask=None, is_causal=False, positions=None):
+        return _rotary_mha(ref, x, mask, is_causal, positions, **knobs)
+
+    return wrong

@@ -1,0 +1,551 @@
+"""The checks of notebook 05 reject known mistakes with the right message, accept right answers."""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import pytest
+import torch
+from check_assertions import assert_accepted, assert_rejected
+from einops import rearrange
+from rotary_embedding_torch import RotaryEmbedding, apply_rotary_emb
+from torch import nn
+
+from attn_course import reference
+from attn_course.attention import attention
+from attn_course.checks import check_apply_rope, check_rope_frequencies, check_RotaryMultiHeadAttention
+from attn_course.checks.rope import _frequencies, _rope, _rotary_mha
+from attn_course.heads import MultiHeadAttention
+from attn_course.rope import apply_rope_rotate_half, half_split_permutation
+
+
+def not_implemented(*args, **kwargs):
+    raise NotImplementedError
+
+
+# ---------------------------------------------------------------------------------------------
+# rope_frequencies
+
+
+def frequencies_float32(d, base=10000.0):
+    return 1.0 / (base ** (torch.arange(0, d, 2).float() / d))
+
+
+def frequencies_exp_log(d, base=10000.0):
+    return torch.exp(-math.log(base) * torch.arange(0, d, 2, dtype=torch.float64) / d)
+
+
+def frequencies_list(d, base=10000.0):
+    return torch.tensor([base ** (-2 * i / d) for i in range(d // 2)])
+
+
+def frequencies_with(exponent):
+    return lambda d, base=10000.0: _frequencies(d, base, exponent=exponent)
+
+
+def frequencies_one_per_channel(d, base=10000.0):
+    return base ** (-torch.arange(d, dtype=torch.float64) / d)
+
+
+def frequencies_bfloat16(d, base=10000.0):
+    return reference.rope_frequencies(d, base).to(torch.bfloat16)
+
+
+def frequencies_no_base(d):
+    return reference.rope_frequencies(d)
+
+
+def frequencies_ignore_base(d, base=10000.0):
+    return reference.rope_frequencies(d)
+
+
+# ---------------------------------------------------------------------------------------------
+# apply_rope: right answers
+
+
+def _positions(x, positions):
+    return torch.arange(x.shape[-2], device=x.device) if positions is None else positions.to(x.device)
+
+
+def rope_real(x, positions=None, base=10000.0):
+    d = x.shape[-1]
+    angles = _positions(x, positions)[:, None] * reference.rope_frequencies(d, base).to(x.device)
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)  # (T, d/2)
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    return torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).flatten(-2)
+
+
+def rope_complex_llama(x, positions=None, base=10000.0):
+    """LLaMA style: complex64 arithmetic on x.float(), result cast back with type_as."""
+    d = x.shape[-1]
+    freqs = 1.0 / (base ** (torch.arange(0, d, 2, device=x.device).float() / d))
+    angles = torch.outer(_positions(x, positions).float(), freqs)  # (T, d/2)
+    freqs_cis = torch.polar(torch.ones_like(angles), angles)  # (T, d/2) complex64
+    x_complex = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))  # (..., T, d/2)
+    return torch.view_as_real(x_complex * freqs_cis).flatten(-2).type_as(x)
+
+
+def rope_complex_float64(x, positions=None, base=10000.0):
+    angles = _positions(x, positions).double()[:, None] * reference.rope_frequencies(x.shape[-1], base).to(
+        x.device
+    )
+    x_complex = torch.view_as_complex(x.double().reshape(*x.shape[:-1], -1, 2).contiguous())
+    return (
+        torch.view_as_real(x_complex * torch.polar(torch.ones_like(angles), angles)).flatten(-2).to(x.dtype)
+    )
+
+
+def rope_einops(x, positions=None, base=10000.0):
+    angles = rearrange(_positions(x, positions), "t -> t 1") * reference.rope_frequencies(
+        x.shape[-1], base
+    ).to(x.device)
+    cos, sin = angles.cos(), angles.sin()  # (T, d/2), float64
+    pairs = rearrange(x.double(), "... (half two) -> two ... half", two=2)  # (2, ..., T, d/2)
+    rotated = torch.stack([pairs[0] * cos - pairs[1] * sin, pairs[0] * sin + pairs[1] * cos])
+    return rearrange(rotated, "two ... half -> ... (half two)").to(x.dtype)
+
+
+@functools.lru_cache
+def _cos_sin_cache(d, base, max_len=4096):
+    positions = torch.arange(max_len, dtype=torch.float32)
+    freqs = 1.0 / (base ** (torch.arange(0, d, 2).float() / d))
+    angles = torch.outer(positions, freqs)  # (max_len, d/2)
+    return angles.cos(), angles.sin()
+
+
+def rope_cached(x, positions=None, base=10000.0):
+    cos, sin = _cos_sin_cache(x.shape[-1], base)
+    index = _positions(x, positions).cpu()
+    cos, sin = cos[index].to(x.device, x.dtype), sin[index].to(x.device, x.dtype)  # (T, d/2)
+    out = torch.empty_like(x)
+    out[..., 0::2] = x[..., 0::2] * cos - x[..., 1::2] * sin
+    out[..., 1::2] = x[..., 0::2] * sin + x[..., 1::2] * cos
+    return out
+
+
+def rope_through_rotate_half(x, positions=None, base=10000.0):
+    """Interleaved RoPE computed by the rotate-half code on permuted channels."""
+    p = half_split_permutation(x.shape[-1]).to(x.device)
+    out = torch.empty_like(x)
+    out[..., p] = apply_rope_rotate_half(x[..., p], positions, base)
+    return out
+
+
+def rope_rotary_embedding_torch(x, positions=None, base=10000.0):
+    rotary = RotaryEmbedding(dim=x.shape[-1], theta=base).to(x.device)
+    freqs = rotary(_positions(x, positions).float())  # (T, d), each θ repeated for its pair
+    return apply_rotary_emb(freqs, x)
+
+
+# ---------------------------------------------------------------------------------------------
+# apply_rope: mistakes
+
+
+def rope_with(**knobs):
+    return lambda x, positions=None, base=10000.0: _rope(x, positions, base, **knobs)
+
+
+def rope_complex_conjugate(x, positions=None, base=10000.0):
+    angles = _positions(x, positions).double()[:, None] * reference.rope_frequencies(x.shape[-1], base)
+    x_complex = torch.view_as_complex(x.double().reshape(*x.shape[:-1], -1, 2).contiguous())
+    rotation = torch.polar(torch.ones_like(angles), angles).conj()
+    return torch.view_as_real(x_complex * rotation).flatten(-2).to(x.dtype)
+
+
+def rope_complex_halves(x, positions=None, base=10000.0):
+    """Complex numbers from the two halves: the rotate-half pairing in disguise."""
+    angles = _positions(x, positions).double()[:, None] * reference.rope_frequencies(x.shape[-1], base)
+    halves = rearrange(x.double(), "... (two half) -> ... half two", two=2).contiguous()
+    rotated = torch.view_as_real(torch.view_as_complex(halves) * torch.polar(torch.ones_like(angles), angles))
+    return rearrange(rotated, "... half two -> ... (two half)").to(x.dtype)
+
+
+def rope_real_concatenated(x, positions=None, base=10000.0):
+    angles = _positions(x, positions)[:, None] * reference.rope_frequencies(x.shape[-1], base)
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
+
+
+def rope_float64_output(x, positions=None, base=10000.0):
+    angles = _positions(x, positions)[:, None] * reference.rope_frequencies(x.shape[-1], base)
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    return torch.stack(
+        [x1 * angles.cos() - x2 * angles.sin(), x1 * angles.sin() + x2 * angles.cos()], -1
+    ).flatten(-2)
+
+
+def rope_without_positions(x, base=10000.0):
+    return reference.apply_rope(x, base=base)
+
+
+def rope_relative_to_first(x, positions=None, base=10000.0):
+    positions = None if positions is None else positions - positions[0]
+    return reference.apply_rope(x, positions, base)
+
+
+def rope_half_channels(x, positions=None, base=10000.0):
+    return reference.apply_rope(x, positions, base)[..., 0::2]
+
+
+def rope_unflattened(x, positions=None, base=10000.0):
+    return rearrange(reference.apply_rope(x, positions, base), "... (half two) -> ... half two", two=2)
+
+
+def rope_in_place(x, positions=None, base=10000.0):
+    x.copy_(reference.apply_rope(x, positions, base))
+    return x
+
+
+def rope_detached(x, positions=None, base=10000.0):
+    return reference.apply_rope(x.detach(), positions, base)
+
+
+def rope_positions_from_one(x, positions=None, base=10000.0):
+    positions = torch.arange(1, x.shape[-2] + 1) if positions is None else positions
+    return reference.apply_rope(x, positions, base)
+
+
+# ---------------------------------------------------------------------------------------------
+# RotaryMultiHeadAttention
+
+
+class RotaryHandWritten(MultiHeadAttention):
+    """Written out with einops and the learner's own (real arithmetic) apply_rope."""
+
+    def __init__(self, d_model, n_heads, bias=True, base=10000.0):
+        super().__init__(d_model, n_heads, bias=bias)
+        self.base = base
+
+    def forward(self, x, mask=None, is_causal=False, positions=None):
+        q, k, v = self.qkv(x).chunk(3, dim=-1)  # each (b, t, d_model)
+        q, k, v = (rearrange(t, "b t (h d) -> b h t d", h=self.n_heads) for t in (q, k, v))
+        q, k = rope_real(q, positions, self.base), rope_real(k, positions, self.base)
+        head_mask = None if mask is None else rearrange(mask, "b q k -> b 1 q k")
+        out, _ = attention(q, k, v, mask=head_mask, is_causal=is_causal)  # (b, h, t, d_k)
+        return self.out(rearrange(out, "b h t d -> b t (h d)"))
+
+
+class RotaryComplex(RotaryHandWritten):
+    """The same layer with a complex-number apply_rope."""
+
+    def forward(self, x, mask=None, is_causal=False, positions=None):
+        q, k, v = self.project(x)  # each (b, h, t, d_k)
+        q, k = rope_complex_llama(q, positions, self.base), rope_complex_llama(k, positions, self.base)
+        return self.attend(q, k, v, mask=mask, is_causal=is_causal)[0]
+
+
+class RotaryFromScratch(nn.Module):
+    """Not a subclass: its own layers, with the contract's names, and cos/sin caches as buffers."""
+
+    def __init__(self, d_model, n_heads, bias=True, base=10000.0):
+        super().__init__()
+        self.n_heads, self.base = n_heads, base
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
+        self.out = nn.Linear(d_model, d_model, bias=bias)
+        d_k = d_model // n_heads
+        angles = torch.outer(torch.arange(256.0), 1.0 / base ** (torch.arange(0, d_k, 2).float() / d_k))
+        self.register_buffer("cos", angles.cos(), persistent=False)
+        self.register_buffer("sin", angles.sin(), persistent=False)
+
+    def rotate(self, t, positions):
+        index = torch.arange(t.shape[-2]) if positions is None else positions
+        cos, sin = self.cos[index], self.sin[index]  # (t, d_k/2)
+        even, odd = t[..., 0::2], t[..., 1::2]
+        return torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1).flatten(-2)
+
+    def forward(self, x, mask=None, is_causal=False, positions=None):
+        q, k, v = rearrange(self.qkv(x), "b t (three h d) -> three b h t d", three=3, h=self.n_heads)
+        q, k = self.rotate(q, positions), self.rotate(k, positions)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (b, h, t, t)
+        allowed = torch.ones_like(scores, dtype=torch.bool)
+        if mask is not None:
+            allowed = allowed & mask[:, None]
+        if is_causal:
+            allowed = allowed & torch.ones(x.shape[1], x.shape[1], dtype=torch.bool).tril()
+        weights = scores.masked_fill(~allowed, float("-inf")).softmax(dim=-1)
+        return self.out(rearrange(weights @ v, "b h t d -> b t (h d)"))
+
+
+def rotary_with(**knobs):
+    class Wrong(reference.RotaryMultiHeadAttention):
+        def forward(self, x, mask=None, is_causal=False, positions=None):
+            return _rotary_mha(self, x, mask, is_causal, positions, **knobs)
+
+    return Wrong
+
+
+class RotaryStub(reference.RotaryMultiHeadAttention):
+    def forward(self, x, mask=None, is_causal=False, positions=None):
+        raise NotImplementedError("Exercise: replace this line with your code.")
+
+
+class RotaryNoPositionsArgument(RotaryHandWritten):
+    def forward(self, x, mask=None, is_causal=False):
+        return super().forward(x, mask, is_causal)
+
+
+class RotaryReturnsWeights(reference.RotaryMultiHeadAttention):
+    def forward(self, x, mask=None, is_causal=False, positions=None):
+        q, k, v = self.project(x)
+        q, k = reference.apply_rope(q, positions, self.base), reference.apply_rope(k, positions, self.base)
+        return self.attend(q, k, v, mask=mask, is_causal=is_causal)
+
+
+class RotaryIgnoresBias(RotaryHandWritten):
+    def __init__(self, d_model, n_heads, bias=True, base=10000.0):
+        super().__init__(d_model, n_heads, bias=True, base=base)
+
+
+class RotaryOtherLayerNames(nn.Module):
+    def __init__(self, d_model, n_heads, bias=True, base=10000.0):
+        super().__init__()
+        self.q_proj = nn.Linear(d_model, d_model)
+        self.k_proj = nn.Linear(d_model, d_model)
+
+    def forward(self, x, mask=None, is_causal=False, positions=None):
+        return x
+
+
+class RotaryMaskWithoutHeadAxis(RotaryHandWritten):
+    def forward(self, x, mask=None, is_causal=False, positions=None):
+        q, k, v = self.project(x)
+        q, k = reference.apply_rope(q, positions, self.base), reference.apply_rope(k, positions, self.base)
+        return self.out(
+            rearrange(attention(q, k, v, mask=mask, is_causal=is_causal)[0], "b h t d -> b t (h d)")
+        )
+
+
+class RotaryDetached(reference.RotaryMultiHeadAttention):
+    def forward(self, x, mask=None, is_causal=False, positions=None):
+        return super().forward(x.detach(), mask, is_causal, positions)
+
+
+CORRECT = [
+    pytest.param(check_rope_frequencies, reference.rope_frequencies, id="frequencies-reference"),
+    pytest.param(check_rope_frequencies, frequencies_float32, id="frequencies-float32"),
+    pytest.param(check_rope_frequencies, frequencies_exp_log, id="frequencies-exp-log"),
+    pytest.param(check_rope_frequencies, frequencies_list, id="frequencies-list"),
+    pytest.param(check_apply_rope, reference.apply_rope, id="rope-reference"),
+    pytest.param(check_apply_rope, rope_real, id="rope-real"),
+    pytest.param(check_apply_rope, rope_complex_llama, id="rope-complex-llama"),
+    pytest.param(check_apply_rope, rope_complex_float64, id="rope-complex-float64"),
+    pytest.param(check_apply_rope, rope_einops, id="rope-einops"),
+    pytest.param(check_apply_rope, rope_cached, id="rope-cos-sin-cache"),
+    pytest.param(check_apply_rope, rope_through_rotate_half, id="rope-rotate-half-on-permuted-channels"),
+    pytest.param(check_apply_rope, rope_rotary_embedding_torch, id="rope-rotary-embedding-torch"),
+    pytest.param(check_RotaryMultiHeadAttention, reference.RotaryMultiHeadAttention, id="mha-reference"),
+    pytest.param(check_RotaryMultiHeadAttention, RotaryHandWritten, id="mha-einops-real"),
+    pytest.param(check_RotaryMultiHeadAttention, RotaryComplex, id="mha-complex"),
+    pytest.param(check_RotaryMultiHeadAttention, RotaryFromScratch, id="mha-from-scratch-cached"),
+]
+
+WRONG = [
+    pytest.param(check_rope_frequencies, not_implemented, "is not implemented yet", id="frequencies-stub"),
+    pytest.param(
+        check_rope_frequencies, frequencies_with("-i/d"), "uses the exponent -i/d", id="frequencies-i-d"
+    ),
+    pytest.param(
+        check_rope_frequencies, frequencies_with("+2i/d"), "grows with i", id="frequencies-positive"
+    ),
+    pytest.param(
+        check_rope_frequencies,
+        frequencies_with("-2(i+1)/d"),
+        "starts one pair late",
+        id="frequencies-from-one",
+    ),
+    pytest.param(
+        check_rope_frequencies, frequencies_with("linspace"), "torch.linspace(0, 1", id="frequencies-linspace"
+    ),
+    pytest.param(
+        check_rope_frequencies,
+        frequencies_with("integer division"),
+        "integer division",
+        id="frequencies-integer-division",
+    ),
+    pytest.param(
+        check_rope_frequencies,
+        frequencies_one_per_channel,
+        "One frequency per PAIR",
+        id="frequencies-length-d",
+    ),
+    pytest.param(
+        check_rope_frequencies, frequencies_bfloat16, "has dtype bfloat16", id="frequencies-bfloat16"
+    ),
+    pytest.param(
+        check_rope_frequencies,
+        frequencies_no_base,
+        "def rope_frequencies(d, base=10000.0)",
+        id="frequencies-no-base-argument",
+    ),
+    pytest.param(
+        check_rope_frequencies, frequencies_ignore_base, "ignores `base`", id="frequencies-ignore-base"
+    ),
+    pytest.param(check_apply_rope, not_implemented, "is not implemented yet", id="rope-stub"),
+    pytest.param(
+        check_apply_rope,
+        rope_with(pairing="rotate-half"),
+        "you used the rotate-half (GPT-NeoX) pairing x[i], x[i+d/2]; this exercise uses interleaved pairs "
+        "x[2i], x[2i+1]",
+        id="rope-rotate-half",
+    ),
+    pytest.param(
+        check_apply_rope, rope_complex_halves, "rotate-half (GPT-NeoX) pairing", id="rope-complex-halves"
+    ),
+    pytest.param(
+        check_apply_rope, rope_with(reassemble="concatenate"), "one after the other", id="rope-concatenated"
+    ),
+    pytest.param(check_apply_rope, rope_real_concatenated, "one after the other", id="rope-real-torch-cat"),
+    pytest.param(check_apply_rope, rope_with(reassemble="swap"), "in swapped order", id="rope-swapped-pair"),
+    pytest.param(check_apply_rope, rope_with(sign=-1.0), "rotates the wrong way", id="rope-wrong-way"),
+    pytest.param(
+        check_apply_rope, rope_complex_conjugate, "rotates the wrong way", id="rope-complex-conjugate"
+    ),
+    pytest.param(
+        check_apply_rope, rope_with(swap_cos_sin=True), "swaps cos and sin", id="rope-cos-sin-swapped"
+    ),
+    pytest.param(check_apply_rope, rope_with(exponent="-i/d"), "base^(-i/d)", id="rope-exponent-i-d"),
+    pytest.param(
+        check_apply_rope, rope_with(exponent="+2i/d"), "growing frequencies", id="rope-exponent-positive"
+    ),
+    pytest.param(
+        check_apply_rope, rope_with(use_positions=False), "ignores `positions`", id="rope-ignores-positions"
+    ),
+    pytest.param(
+        check_apply_rope, rope_relative_to_first, "ignores `positions`", id="rope-positions-from-first"
+    ),
+    pytest.param(
+        check_apply_rope, rope_positions_from_one, "counts positions from 1", id="rope-positions-from-one"
+    ),
+    pytest.param(
+        check_apply_rope,
+        rope_without_positions,
+        "unexpected keyword argument 'positions'",
+        id="rope-no-positions-argument",
+    ),
+    pytest.param(
+        check_apply_rope,
+        lambda x, positions=None, base=10000.0: _rope(x, positions, 10000.0),
+        "ignores `base`",
+        id="rope-ignores-base",
+    ),
+    pytest.param(
+        check_apply_rope,
+        lambda x, positions=None, base=10000.0: _rope(x, positions, base, angle_dtype=x.dtype),
+        "computes the angles position·θ_i in x's low-precision dtype",
+        id="rope-angles-in-bfloat16",
+    ),
+    pytest.param(
+        check_apply_rope,
+        rope_float64_output,
+        "has dtype float64, but x is float32",
+        id="rope-float64-output",
+    ),
+    pytest.param(check_apply_rope, rope_half_channels, "half the channels", id="rope-half-channels"),
+    pytest.param(check_apply_rope, rope_unflattened, "never flattened back", id="rope-unflattened"),
+    pytest.param(
+        check_apply_rope, rope_in_place, "changed one of its input tensors in place", id="rope-in-place"
+    ),
+    pytest.param(check_apply_rope, rope_detached, "No gradient flows", id="rope-detached"),
+    pytest.param(check_RotaryMultiHeadAttention, RotaryStub, "is not implemented yet", id="mha-stub"),
+    pytest.param(
+        check_RotaryMultiHeadAttention, rotary_with(rotate=""), "without any rotation", id="mha-no-rope"
+    ),
+    pytest.param(
+        check_RotaryMultiHeadAttention, rotary_with(rotate="qkv"), "also rotates the values", id="mha-v"
+    ),
+    pytest.param(check_RotaryMultiHeadAttention, rotary_with(rotate="q"), "rotates only q", id="mha-q-only"),
+    pytest.param(check_RotaryMultiHeadAttention, rotary_with(rotate="k"), "rotates only k", id="mha-k-only"),
+    pytest.param(
+        check_RotaryMultiHeadAttention,
+        rotary_with(where="full"),
+        "before the split into heads",
+        id="mha-rope-before-split",
+    ),
+    pytest.param(
+        check_RotaryMultiHeadAttention,
+        rotary_with(where="bthd"),
+        "Rotating (b, t, h, d_k) tensors has the same effect",
+        id="mha-rope-on-b-t-h-d",
+    ),
+    pytest.param(
+        check_RotaryMultiHeadAttention,
+        rotary_with(use_positions=False),
+        "ignores `positions`",
+        id="mha-ignores-positions",
+    ),
+    pytest.param(
+        check_RotaryMultiHeadAttention, rotary_with(base=10000.0), "ignores `base`", id="mha-ignores-base"
+    ),
+    pytest.param(
+        check_RotaryMultiHeadAttention,
+        rotary_with(pairing="rotate-half"),
+        "rotate-half pairing",
+        id="mha-rotate-half",
+    ),
+    pytest.param(
+        check_RotaryMultiHeadAttention,
+        RotaryNoPositionsArgument,
+        "forward(self, x, mask=None, is_causal=False, positions=None)",
+        id="mha-no-positions-argument",
+    ),
+    pytest.param(
+        check_RotaryMultiHeadAttention,
+        RotaryReturnsWeights,
+        "forward returns the output tensor only",
+        id="mha-returns-tuple",
+    ),
+    pytest.param(
+        check_RotaryMultiHeadAttention,
+        RotaryIgnoresBias,
+        "but it was built with bias=False",
+        id="mha-ignores-bias",
+    ),
+    pytest.param(
+        check_RotaryMultiHeadAttention,
+        RotaryOtherLayerNames,
+        "qkv = nn.Linear(d_model, 3 * d_model)",
+        id="mha-other-layer-names",
+    ),
+    pytest.param(
+        check_RotaryMultiHeadAttention,
+        RotaryMaskWithoutHeadAxis,
+        "mask.unsqueeze(-3)",
+        id="mha-mask-without-head-axis",
+    ),
+    pytest.param(
+        check_RotaryMultiHeadAttention,
+        RotaryDetached,
+        "The gradient of your `RotaryMultiHeadAttention` with respect to x",
+        id="mha-detached",
+    ),
+]
+
+
+@pytest.mark.parametrize(("check", "candidate"), CORRECT)
+def test_check_accepts_correct_implementation(check, candidate, capsys):
+    assert_accepted(check, candidate, capsys)
+
+
+@pytest.mark.parametrize(("check", "candidate", "phrase"), WRONG)
+def test_check_rejects_mistake_with_its_message(check, candidate, phrase, capsys):
+    assert_rejected(check, candidate, phrase, capsys)
+
+
+def test_every_apply_rope_mistake_differs_from_the_reference_on_some_case():
+    """No mistake in the table is unreachable: each gives a wrong answer on at least one case."""
+    from attn_course.checks.rope import _rope_cases, _rope_mistakes
+
+    torch.manual_seed(0)
+    cases = _rope_cases()
+    for mistake in _rope_mistakes():
+        differs = False
+        for x, positions, base in cases:
+            kwargs = {"positions": positions} if positions is not None else {}
+            if base is not None:
+                kwargs["base"] = base
+            wrong = mistake.implementation(x, **kwargs).double()
+            right = reference.apply_rope(x, **kwargs).double()
+            differs |= not torch.allclose(wrong, right, atol=0.05, rtol=0.05)
+        assert differs, mistake.message
