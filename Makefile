@@ -10,8 +10,11 @@ STAMP := $(VENV)/.installed
 PORT ?= 8888
 # Jupyter refuses to run as root unless told to (containers, CI machines).
 LAB_FLAGS ?= $(if $(filter 0,$(shell id -u)),--allow-root)
+# The folder JupyterLab opens, and flags to add (the browser test passes --no-browser, a token, ...).
+LAB_ROOT ?= notebooks
+LAB_EXTRA ?=
 
-.PHONY: setup lab test release bench clean
+.PHONY: setup lab test release bench bench-grade clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,7 +26,7 @@ $(STAMP): pyproject.toml
 setup: $(STAMP)
 
 lab: setup
-	$(BIN)/jupyter lab --port=$(PORT) $(LAB_FLAGS) --ServerApp.root_dir=notebooks
+	$(BIN)/jupyter lab --port=$(PORT) $(LAB_FLAGS) --ServerApp.root_dir=$(LAB_ROOT) $(LAB_EXTRA)
 
 test: setup
 	$(BIN)/ruff check .
@@ -34,6 +37,9 @@ release: setup
 
 bench: setup
 	$(BIN)/python -m attn_course.timing solutions
+
+bench-grade: setup
+	$(BIN)/python -m attn_course.grading.bench --learners 30 --jobs 2
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -6,25 +6,61 @@ import argparse
 import sys
 from pathlib import Path
 
-from attn_course.release import MarkerError, release
+from attn_course.release import ReleaseError, release
+
+_GRADE_HELP = "grade a folder of submissions (one folder per learner) into a gradebook and feedback"
 
 
 def _release(args: argparse.Namespace) -> int:
     try:
         results = release(args.solutions, args.notebooks, check=args.check)
-    except (MarkerError, FileNotFoundError) as error:
+    except (ReleaseError, FileNotFoundError) as error:
         print(f"attn-course release: {error}", file=sys.stderr)
         return 2
     for result in results:
         state = ("out of date" if args.check else "written") if result.changed else "up to date"
         print(f"{result.target}: {result.exercises} exercise region(s), {state}")
-    stale = [r for r in results if r.changed]
+        if result.source_changed:
+            print(f"{result.source}: header or outputs {'out of date' if args.check else 'rewritten'}")
+    stale = [r for r in results if r.changed or r.source_changed]
     if args.check and stale:
         print(
-            "Student notebooks are not what `attn-course release` writes: run it and commit.", file=sys.stderr
+            "Notebooks are not what `attn-course release` writes: run it and commit.", file=sys.stderr
         )
         return 1
     return 0
+
+
+def _grade(args: argparse.Namespace) -> int:
+    from attn_course.grading.discover import SubmissionsError
+    from attn_course.grading.grader import grade
+    from attn_course.grading.report import summary
+
+    try:
+        report = grade(
+            args.submissions,
+            args.out,
+            jobs=args.jobs,
+            timeout=args.timeout,
+            memory_gib=args.memory,
+            progress=True,
+        )
+    except (SubmissionsError, OSError) as error:
+        print(f"attn-course grade: {error}", file=sys.stderr)
+        return 2
+    print(summary(report))
+    return 1 if report.failures else 0
+
+
+def _positive(kind: type) -> object:
+    def parse(text: str) -> object:
+        value = kind(text)
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be positive, not {text}")
+        return value
+
+    parse.__name__ = kind.__name__
+    return parse
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -36,6 +72,15 @@ def build_parser() -> argparse.ArgumentParser:
     rel.add_argument("--notebooks", type=Path, default=Path("notebooks"))
     rel.add_argument("--check", action="store_true", help="only check that notebooks/ is current")
     rel.set_defaults(run=_release)
+    gra = commands.add_parser("grade", help=_GRADE_HELP, description=_GRADE_HELP)
+    gra.add_argument("submissions", type=Path, metavar="SUBMISSIONS", help="one folder per learner")
+    gra.add_argument("--out", type=Path, required=True, metavar="DIR", help="gradebook.csv and feedback/")
+    gra.add_argument("--jobs", type=_positive(int), default=2, help="notebooks graded at once (default 2)")
+    gra.add_argument("--timeout", type=_positive(float), default=180.0, metavar="SECONDS",
+                     help="time limit of each notebook's cells, and of its checks (default 180)")  # fmt: skip
+    gra.add_argument("--memory", type=_positive(float), default=4.0, metavar="GIB",
+                     help="memory limit of each notebook's kernel in GiB (default 4)")  # fmt: skip
+    gra.set_defaults(run=_grade)
     return parser
 
 

@@ -1,0 +1,28 @@
+"""Kernel launcher, run as a script by path: starting a kernel imports nothing from the learner's folder.
+
+`python _launch.py MEMORY_BYTES CMD...` limits memory (address space, inherited by everything the
+kernel starts), then becomes CMD. `python _launch.py --zygote SOCKET MEMORY_BYTES CONNECTION_FILE`
+asks the kernel factory (zygote.py) for a kernel instead and stands in for it.
+"""
+
+import os
+import resource
+import sys
+
+
+def main() -> None:
+    if sys.argv[1] == "--zygote":
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from zygote import stand_in
+
+        stand_in(sys.argv[2], sys.argv[4], int(sys.argv[3]))
+        return
+    memory, command = int(sys.argv[1]), sys.argv[2:]
+    if memory > 0:
+        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    os.execv(command[0], command)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,145 @@
+"""Grade a folder of submissions: every learner's notebooks, in parallel, into a gradebook and feedback.
+
+>>> report = grade(Path("submissions"), Path("grades"), jobs=2)  # doctest: +SKIP
+>>> report.gradebook  # doctest: +SKIP
+PosixPath('grades/gradebook.csv')
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import replace
+from pathlib import Path
+
+from attn_course.grading.discover import Learner, Submission, SubmissionsError, discover
+from attn_course.grading.execute import Limits, kernel_env, run_notebook
+from attn_course.grading.points import POINTS
+from attn_course.grading.report import (
+    FEEDBACK,
+    GRADEBOOK,
+    ProgressBar,
+    write_feedback,
+    write_gradebook,
+)
+from attn_course.grading.results import ExerciseResult, GradeReport, LearnerResult, NotebookResult
+from attn_course.grading.zygote import Zygote
+from attn_course.reference import EXERCISES
+
+DEFAULT_TIMEOUT = 180.0
+"""Seconds each notebook's cells may run (and again for the grader's checks)."""
+DEFAULT_MEMORY_GIB = 4.0
+"""Memory (address space) each notebook's kernel may use, in GiB."""
+
+
+def _grade_one(learner: Learner, submission: Submission, limits: Limits) -> NotebookResult:
+    try:
+        result = run_notebook(learner, submission, limits)
+        if result.status == "grader_error" and limits.zygote:  # the factory is gone: start from scratch
+            result = run_notebook(learner, submission, replace(limits, zygote=None))
+        return result
+    except Exception as error:  # the grader's own failure: recorded, and the run exits non-zero
+        problem = f"the grader failed on this notebook ({type(error).__name__}: {error})"
+        zeros = tuple(ExerciseResult.failed(n, f"not graded: {problem}") for n in EXERCISES[submission.stem])
+        return NotebookResult(submission.stem, "grader_error", problem, zeros)
+
+
+def _missing(stem: str) -> NotebookResult:
+    reason = f"{stem}.ipynb was not handed in"
+    return NotebookResult(
+        stem, "missing", reason, tuple(ExerciseResult.failed(n, reason) for n in EXERCISES[stem])
+    )
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    path, folder = path.resolve(), folder.resolve()
+    return path == folder or folder in path.parents
+
+
+def grade(
+    submissions: Path,
+    out: Path,
+    *,
+    jobs: int = 2,
+    timeout: float = DEFAULT_TIMEOUT,
+    memory_gib: float = DEFAULT_MEMORY_GIB,
+    progress: bool = False,
+    fork: bool = True,
+) -> GradeReport:
+    """Grade every learner folder of `submissions`; write `out/gradebook.csv` and `out/feedback/`.
+
+    Each notebook runs in a fresh kernel in a temporary copy of its learner's folder, with a
+    time and memory limit, and is graded by the course's own checks. Raises SubmissionsError
+    when `submissions` cannot be graded at all (missing, not a folder, `out` inside it).
+    With `fork`, kernels are forked from a process that has imported torch once (see `zygote`).
+    """
+    start = time.perf_counter()
+    if _inside(out, submissions) and submissions.is_dir():
+        raise SubmissionsError(f"--out {out} is inside {submissions}: the grader never writes there")
+    learners, folder_problems = discover(submissions)
+    jobs = max(1, jobs)
+    limits = Limits(
+        timeout=timeout, memory=int(memory_gib * 2**30), threads=max(1, (os.cpu_count() or 1) // jobs)
+    )
+    tasks = [(learner, submission) for learner in learners for submission in learner.submissions]
+    zygote = _start_zygote(limits) if tasks and fork else None
+    if zygote is not None:
+        limits = replace(limits, zygote=zygote.socket)
+    bar = ProgressBar(len(tasks)) if progress else None
+    results: dict[tuple[str, str], NotebookResult] = {}
+    try:
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            futures = {
+                pool.submit(_grade_one, learner, s, limits): (learner.name, s.stem) for learner, s in tasks
+            }
+            for future in as_completed(futures):
+                results[futures[future]] = future.result()
+                if bar:
+                    bar.advance()
+    finally:
+        if zygote is not None:
+            zygote.close()
+    stems = [stem for stem in EXERCISES if any(stem == s for _, s in results)]
+    exercises = tuple(name for stem in stems for name in EXERCISES[stem])
+    graded = tuple(
+        LearnerResult(
+            learner.name,
+            tuple(results.get((learner.name, stem)) or _missing(stem) for stem in stems),
+            learner.problems,
+        )
+        for learner in learners
+    )
+    failures = tuple(
+        f"{learner.learner}/{n.stem}.ipynb: {n.problem}"
+        for learner in graded
+        for n in learner.notebooks
+        if n.status == "grader_error"
+    )
+    out.mkdir(parents=True, exist_ok=True)
+    report = GradeReport(
+        learners=graded,
+        exercises=exercises,
+        maximum=sum(POINTS[name] for name in exercises),
+        problems=tuple(folder_problems),
+        gradebook=out / GRADEBOOK,
+        feedback=out / FEEDBACK,
+        failures=failures,
+    )
+    write_gradebook(report, out / GRADEBOOK)
+    write_feedback(report, out / FEEDBACK)
+    return _with_seconds(report, time.perf_counter() - start)
+
+
+def _with_seconds(report: GradeReport, seconds: float) -> GradeReport:
+    return replace(report, seconds=seconds)
+
+
+def _start_zygote(limits: Limits) -> Zygote | None:
+    """A kernel factory, or None (then each kernel starts from scratch) where forking is unavailable."""
+    if not hasattr(os, "fork"):
+        return None
+    try:
+        return Zygote(kernel_env(limits))
+    except (OSError, RuntimeError):
+        return None

@@ -1,0 +1,213 @@
+"""The grader's side inside a learner's kernel: find each exercise, refuse the reference, run the check.
+
+The host (`execute`) runs the learner's cells first, then drops every `attn_course` module from
+`sys.modules` and imports this module afresh from the installed package, so that whatever the
+learner did to `attn_course.checks` or `CheckFailed` does not count. Each result is printed on one
+line, after a marker holding a random nonce the learner's code never saw before it ran.
+
+Imports only the standard library at import time: `attn_course.checks` and `.reference` are
+imported by `setup`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import io
+import json
+import os
+import sys
+import sysconfig
+import threading
+from pathlib import Path
+from typing import Any
+
+MARKER = "ATTN-COURSE-GRADE"
+_state: dict[str, Any] = {}
+
+
+def emit(payload: dict[str, Any]) -> None:
+    """Print one result line for the host: the marker, the nonce, then JSON."""
+    print(f"{MARKER}-{_state.get('nonce', '')} {json.dumps(payload)}", flush=True)
+
+
+def _trusted_prefixes(package_dir: Path) -> tuple[str, ...]:
+    paths = sysconfig.get_paths()
+    found = {str(package_dir)}
+    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+        if key in paths:
+            found.add(os.path.realpath(paths[key]))
+            found.add(paths[key])
+    return tuple(sorted(found))
+
+
+def _shadowed_modules(trusted: tuple[str, ...]) -> list[str]:
+    """Modules loaded from outside the trusted folders whose names an installed package owns."""
+    from importlib.machinery import PathFinder
+
+    installed = [p for p in sys.path if p and os.path.realpath(p).startswith(trusted)]
+    shadowed = []
+    for name, module in list(sys.modules.items()):
+        file = getattr(module, "__file__", None)
+        if not file or os.path.realpath(file).startswith(trusted) or "." in name:
+            continue
+        if PathFinder.find_spec(name, installed) is not None:
+            shadowed.append(name)
+    return sorted(shadowed)
+
+
+def setup(package_parent: str, nonce: str) -> None:
+    """Import the checks and references afresh from `package_parent`; report tampering."""
+    _state["nonce"] = nonce
+    package_dir = Path(package_parent, "attn_course").resolve()
+    trusted = _trusted_prefixes(package_dir)
+    problems = []
+    try:
+        checks = importlib.import_module("attn_course.checks")
+        reference = importlib.import_module("attn_course.reference")
+    except BaseException as error:  # the learner may have broken anything in the process
+        emit({"ok": False, "problem": f"importing the checks failed ({type(error).__name__}: {error})"})
+        return
+    for name, module in list(sys.modules.items()):
+        if name == "attn_course" or name.startswith("attn_course."):
+            file = getattr(module, "__file__", None) or ""
+            if not os.path.realpath(file).startswith(str(package_dir)):
+                problems.append(f"module {name} does not come from the course package")
+    shadowed = _shadowed_modules(trusted)
+    if shadowed:
+        problems.append("files in the folder replace installed modules: " + ", ".join(shadowed[:5]))
+    order = [name for names in reference.EXERCISES.values() for name in names]
+    _state.update(checks=checks, reference=reference, order=order, trusted=trusted)
+    emit({"ok": not problems, "problem": "; ".join(problems)})
+
+
+def _code_keys(obj: Any) -> set[tuple[str, int, str]]:
+    """(file, first line, name) of the code a reference object runs: a function's, or a class's methods'."""
+    if isinstance(obj, type):
+        keys: set[tuple[str, int, str]] = set()
+        for value in vars(obj).values():
+            keys |= _code_keys(getattr(value, "__func__", value))
+        return keys
+    code = getattr(obj, "__code__", None)
+    return {(code.co_filename, code.co_firstlineno, code.co_name)} if code is not None else set()
+
+
+def _unwrap(candidate: Any) -> list[Any]:
+    """The candidate and what it wraps: partial's func, bound methods, __wrapped__, a callable's class."""
+    seen: list[Any] = []
+    todo = [candidate]
+    while todo and len(seen) < 20:
+        obj = todo.pop()
+        if any(obj is s for s in seen):
+            continue
+        seen.append(obj)
+        for attribute in ("func", "__func__", "__wrapped__"):
+            inner = getattr(obj, attribute, None) if not isinstance(obj, type) else None
+            if inner is not None:
+                todo.append(inner)
+        if not isinstance(obj, type) and not callable(getattr(obj, "__code__", None)) and callable(obj):
+            if not hasattr(obj, "__code__"):
+                todo.append(type(obj))
+    return seen
+
+
+def _class_key(cls: type) -> tuple[str, str]:
+    return (getattr(cls, "__module__", ""), getattr(cls, "__qualname__", ""))
+
+
+def reference_use(name: str, candidate: Any) -> str:
+    """Why `candidate` is the reference of `name` (or of a later exercise), or "" when it is not."""
+    reference = _state["reference"]
+    forbidden = _state["order"][_state["order"].index(name) :]
+    for other in forbidden:
+        ref = getattr(reference, other)
+        keys = _code_keys(ref)
+        for obj in _unwrap(candidate):
+            if obj is ref or (keys and _code_keys(obj) & keys and not isinstance(obj, type)):
+                return _reference_message(name, other, "is")
+            if isinstance(obj, type) and isinstance(ref, type):
+                if any(_class_key(base) == _class_key(ref) for base in obj.__mro__):
+                    return _reference_message(name, other, "is")
+    return ""
+
+
+def _reference_message(name: str, other: str, how: str) -> str:
+    later = "" if other == name else f", the reference of the later exercise `{other}`,"
+    return (
+        f"`{name}` {how} the course's reference implementation (attn_course.reference.{other}){later} "
+        "instead of your own code: it scores zero. Write the computation yourself."
+    )
+
+
+class _ReferenceWatch:
+    """A profile hook that notes when the learner's code enters a forbidden reference's code."""
+
+    def __init__(self, name: str, boundary: Any) -> None:
+        reference = _state["reference"]
+        self.name = name
+        self.boundary = boundary
+        self.keys: dict[tuple[str, int, str], str] = {}
+        for other in _state["order"][_state["order"].index(name) :]:
+            for key in _code_keys(getattr(reference, other)):
+                self.keys[key] = other
+        self.names = {key[2] for key in self.keys}
+        self.trusted = _state["trusted"]
+        self.entered = ""
+
+    def _learner_frame_between(self, frame: Any) -> bool:
+        frame = frame.f_back
+        while frame is not None and frame.f_code is not self.boundary:
+            file = frame.f_code.co_filename
+            if not (file.startswith("<frozen") or os.path.realpath(file).startswith(self.trusted)):
+                return True
+            frame = frame.f_back
+        return False
+
+    def __call__(self, frame: Any, event: str, arg: Any) -> None:
+        if event != "call" or self.entered or frame.f_code.co_name not in self.names:
+            return
+        code = frame.f_code
+        other = self.keys.get((code.co_filename, code.co_firstlineno, code.co_name))
+        if other and self._learner_frame_between(frame):
+            self.entered = other
+
+
+def _run_check(check: Any, candidate: Any, watch: _ReferenceWatch) -> tuple[bool, str]:
+    checks = _state["checks"]
+    output = io.StringIO()
+    threading.setprofile(watch)
+    sys.setprofile(watch)
+    try:
+        with contextlib.redirect_stdout(output):
+            check(candidate)
+        passed, message = True, ""
+    except checks.CheckFailed as failure:
+        passed, message = False, str(failure)
+    except BaseException as error:  # the learner's code may raise anything, SystemExit included
+        passed, message = False, f"calling your code raised {type(error).__name__}: {error}"
+    finally:
+        sys.setprofile(None)
+        threading.setprofile(None)  # type: ignore[arg-type]
+    if passed:
+        lines = [line for line in output.getvalue().splitlines() if line.startswith("✅")]
+        line = lines[-1].removeprefix("✅").strip() if lines else ""
+        message = line.removeprefix(f"{watch.name} passed:").strip() or "all cases agree with the reference"
+    return passed, message
+
+
+def grade_exercise(name: str, namespace: dict[str, Any]) -> None:
+    """Grade the learner's `name` from `namespace` with the fresh check_NAME; emit the result."""
+    if name not in namespace:
+        emit({"exercise": name, "defined": False, "passed": False, "message": ""})
+        return
+    candidate = namespace[name]
+    why = reference_use(name, candidate)
+    if why:
+        emit({"exercise": name, "defined": True, "passed": False, "message": why})
+        return
+    check = getattr(_state["checks"], f"check_{name}")
+    watch = _ReferenceWatch(name, _run_check.__code__)
+    passed, message = _run_check(check, candidate, watch)
+    if watch.entered:
+        passed, message = False, _reference_message(name, watch.entered, "calls")
+    emit({"exercise": name, "defined": True, "passed": passed, "message": message[:3000]})

@@ -1,0 +1,131 @@
+"""What the instructor gets: gradebook.csv, one feedback file per learner, a progress bar and a summary."""
+
+from __future__ import annotations
+
+import csv
+import shutil
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import TextIO
+
+from attn_course.grading.results import GradeReport, LearnerResult, NotebookResult
+
+GRADEBOOK = "gradebook.csv"
+FEEDBACK = "feedback"
+
+
+def gradebook_rows(report: GradeReport) -> list[list[str]]:
+    """The gradebook as rows: a header, then one row per learner (learner, exercises…, total, max)."""
+    rows = [["learner", *report.exercises, "total", "max"]]
+    for learner in report.learners:
+        scores = [str(learner.score(name)) for name in report.exercises]
+        rows.append([learner.learner, *scores, str(learner.total), str(report.maximum)])
+    return rows
+
+
+def write_gradebook(report: GradeReport, path: Path) -> None:
+    """Write the gradebook as UTF-8 CSV (no timestamps: the same submissions give the same bytes)."""
+    with path.open("w", encoding="utf-8", newline="") as file:
+        csv.writer(file, lineterminator="\n").writerows(gradebook_rows(report))
+
+
+def _indent(text: str) -> str:
+    return text.strip().replace("\n", "\n  ")
+
+
+def _notebook_section(result: NotebookResult) -> list[str]:
+    scored = sum(e.points for e in result.exercises)
+    lines = [f"## {result.stem}.ipynb: {scored} point(s)", ""]
+    if result.problem:
+        lines += [f"⚠️ This notebook was not graded: {_indent(result.problem)}.", ""]
+        return lines + [f"- ❌ `{e.exercise}`: 0 points" for e in result.exercises] + [""]
+    for exercise in result.exercises:
+        mark = "✅" if exercise.passed else "❌"
+        state = "passed" if exercise.passed else "not passed"
+        lines.append(f"- {mark} `{exercise.exercise}` {state}: {_indent(exercise.message)}")
+    return [*lines, ""]
+
+
+def feedback_text(learner: LearnerResult, maximum: int) -> str:
+    """One learner's feedback in Markdown: per notebook, each exercise passed or the check's message."""
+    lines = [f"# Feedback for {learner.learner}", "", f"Score: {learner.total} / {maximum}", ""]
+    for result in learner.notebooks:
+        lines += _notebook_section(result)
+    if learner.problems:
+        lines += ["## Other problems with your folder", ""]
+        lines += [f"- ⚠️ {_indent(problem)}" for problem in learner.problems] + [""]
+    return "\n".join(lines)
+
+
+def write_feedback(report: GradeReport, folder: Path) -> None:
+    """Replace `folder` with one `<learner>.md` per learner."""
+    if folder.is_dir() and not folder.is_symlink():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    for learner in report.learners:
+        (folder / f"{learner.learner}.md").write_text(
+            feedback_text(learner, report.maximum), encoding="utf-8"
+        )
+
+
+def problems(report: GradeReport) -> list[str]:
+    """Every notebook- or folder-level problem, as 'learner: problem' lines."""
+    found = list(report.problems)
+    for learner in report.learners:
+        found += [f"{learner.learner}: {p}" for p in learner.problems]
+        found += [
+            f"{learner.learner}: {n.stem}.ipynb {n.status.replace('_', ' ')}: {n.problem}"
+            for n in learner.notebooks
+            if n.problem and n.status != "missing"
+        ]
+    return found
+
+
+def summary(report: GradeReport, most_failed: int = 5) -> str:
+    """The table printed at the end: learners, mean score, the exercises most often failed, problems."""
+    count = len(report.learners)
+    mean = sum(learner.total for learner in report.learners) / count if count else 0.0
+    lines = [
+        f"Graded {count} learner(s) in {report.seconds:.1f} s.",
+        f"Mean score: {mean:.2f} / {report.maximum}",
+    ]
+    failed = Counter(
+        name for learner in report.learners for name in report.exercises if learner.score(name) == 0
+    )
+    if failed:
+        width = max(len("exercise"), *(len(name) for name in failed))
+        lines += ["", f"{'exercise':<{width}}  failed by", f"{'-' * width}  ---------"]
+        ranked = sorted(failed.items(), key=lambda item: (-item[1], report.exercises.index(item[0])))
+        lines += [f"{name:<{width}}  {n} / {count}" for name, n in ranked[:most_failed]]
+    found = problems(report)
+    if found:
+        lines += ["", f"Problems ({len(found)}):"] + [f"  - {_indent(p)}" for p in found]
+    if report.failures:
+        lines += ["", "The grader itself failed on:"] + [f"  - {f}" for f in report.failures]
+    if report.gradebook is not None:
+        lines += ["", f"Gradebook: {report.gradebook}", f"Feedback:  {report.feedback}/"]
+    return "\n".join(lines)
+
+
+class ProgressBar:
+    """A one-line text progress bar: `[#####.....] 3/10 notebooks`."""
+
+    def __init__(self, total: int, stream: TextIO | None = None, width: int = 30) -> None:
+        self.total = total
+        self.done = 0
+        self.stream = stream or sys.stderr
+        self.width = width
+        self._draw()
+
+    def _draw(self) -> None:
+        filled = self.width * self.done // self.total if self.total else self.width
+        bar = "#" * filled + "." * (self.width - filled)
+        end = "\n" if self.done >= self.total else ""
+        self.stream.write(f"\r[{bar}] {self.done}/{self.total} notebooks{end}")
+        self.stream.flush()
+
+    def advance(self) -> None:
+        """One more notebook done."""
+        self.done += 1
+        self._draw()

@@ -1,0 +1,291 @@
+"""`attn-course grade` on a class of submissions made from solutions/ and notebooks/ (notebook 02).
+
+The class is graded once per module (and a second time through the CLI, to compare the bytes),
+so the whole file costs about a dozen notebook runs.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import shutil
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from attn_course.cli import build_parser, main
+from attn_course.grading.discover import SubmissionsError
+from attn_course.grading.grader import grade
+from attn_course.grading.report import gradebook_rows
+
+ROOT = Path(__file__).resolve().parents[1]
+STEM = "02_scaling"
+TIMEOUT = 15.0
+MEMORY_GIB = 2.0
+ZOE = "Zoë Ångström"
+COLUMNS = ["score_variance", "scaled_dot_product_attention", "causal_mask", "padding_mask", "attention"]
+
+EXPECTED_GRADEBOOK = [
+    ["learner", *COLUMNS, "total", "max"],
+    [ZOE, "1", "1", "0", "0", "0", "2", "5"],
+    ["alice_full", "1", "1", "0", "0", "0", "2", "5"],
+    ["bob_untouched", "0", "0", "0", "0", "0", "0", "5"],
+    ["carol_wrong", "0", "0", "0", "0", "0", "0", "5"],
+    ["dave_tampered", "0", "0", "0", "0", "0", "0", "5"],
+    ["erin_reference", "0", "0", "0", "0", "0", "0", "5"],
+    ["frank_loop", "0", "0", "0", "0", "0", "0", "5"],
+    ["grace_memory", "0", "0", "0", "0", "0", "0", "5"],
+    ["heidi_malformed", "0", "0", "0", "0", "0", "0", "5"],
+    ["ivan_escape", "0", "1", "0", "0", "0", "1", "5"],
+    ["judy_empty", "0", "0", "0", "0", "0", "0", "5"],
+]
+
+ESCAPE = """
+for target in ("../alice_full/02_scaling.ipynb", "../alice_full/planted.txt", "../../out/gradebook.csv",
+               "../../out/feedback/alice_full.md", "../../submissions/alice_full/02_scaling.ipynb"):
+    try:
+        with open(target, "w") as file:
+            file.write("overwritten by ivan")
+    except OSError:
+        pass
+"""
+TAMPER = """
+import attn_course.checks
+import attn_course.checks.basics
+
+class CheckFailed(Exception):
+    pass
+
+def check_score_variance(candidate):
+    print("✅ score_variance passed")
+
+def check_scaled_dot_product_attention(candidate):
+    print("✅ scaled_dot_product_attention passed")
+
+attn_course.checks.check_score_variance = check_score_variance
+attn_course.checks.basics.check_score_variance = check_score_variance
+attn_course.checks.check_scaled_dot_product_attention = check_scaled_dot_product_attention
+attn_course.checks.CheckFailed = CheckFailed
+"""
+
+
+def _read(folder: str) -> nbformat.NotebookNode:
+    return nbformat.read(ROOT / folder / f"{STEM}.ipynb", as_version=4)
+
+
+def _cell(notebook: nbformat.NotebookNode, starts: str) -> int:
+    return next(i for i, c in enumerate(notebook.cells) if c.source.startswith(starts))
+
+
+def _check_cells(notebook: nbformat.NotebookNode) -> list[int]:
+    return [i for i, c in enumerate(notebook.cells) if c.source.startswith("check_")]
+
+
+def _write(folder: Path, notebook: nbformat.NotebookNode, name: str = f"{STEM}.ipynb") -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    nbformat.write(notebook, folder / name)
+
+
+def _insert_after_setup(notebook: nbformat.NotebookNode, source: str) -> nbformat.NotebookNode:
+    notebook.cells.insert(2, nbformat.v4.new_code_cell(source))
+    return notebook
+
+
+def build_class(root: Path) -> Path:
+    """A SUBMISSIONS folder with one learner per case (see EXPECTED_GRADEBOOK)."""
+    subs = root / "submissions"
+    _write(subs / "alice_full", _read("solutions"))
+    _write(subs / "bob_untouched", _read("notebooks"))
+
+    carol = _read("solutions")  # score_variance: its cell raises; attention: scaled by d_k
+    carol.cells[_cell(carol, "def score_variance")].source += '\n\nraise ValueError("oops, a stray test")'
+    sdpa = carol.cells[_cell(carol, "def scaled_dot_product_attention")]
+    sdpa.source = sdpa.source.replace("/ math.sqrt(d_k)", "/ d_k")
+    _write(subs / "carol_wrong", carol)
+
+    dave = _read("notebooks")  # check cells deleted, replaced, tagged; checks redefined and patched
+    first, second = _check_cells(dave)
+    dave.cells[first].source = "pass"
+    dave.cells[first].metadata["tags"] = ["raises-exception", "NBVAL_SKIP"]
+    dave.cells[second].source = TAMPER + "\ncheck_scaled_dot_product_attention(scaled_dot_product_attention)"
+    dave.cells[second].metadata["tags"] = ["NBVAL_SKIP", "skip-execution"]
+    _write(subs / "dave_tampered", dave)
+
+    erin = _read("solutions")  # the reference itself, and a function that merely calls it
+    erin.cells[_cell(erin, "def score_variance")].source = "from attn_course.reference import score_variance"
+    erin.cells[_cell(erin, "def scaled_dot_product_attention")].source = (
+        "import attn_course.reference\n\n"
+        "def scaled_dot_product_attention(q, k, v):\n"
+        "    return attn_course.reference.scaled_dot_product_attention(q, k, v)"
+    )
+    _write(subs / "erin_reference", erin)
+
+    _write(subs / "frank_loop", _insert_after_setup(_read("solutions"), "while True:\n    pass"))
+    hungry = "hoard = []\nwhile True:\n    hoard.append(bytearray(10**8))"
+    _write(subs / "grace_memory", _insert_after_setup(_read("solutions"), hungry))
+    (subs / "heidi_malformed").mkdir()
+    (subs / "heidi_malformed" / f"{STEM}.ipynb").write_text('{"cells": [ this is not json', encoding="utf-8")
+
+    ivan = _insert_after_setup(_read("solutions"), ESCAPE)  # writes outside; deletes one exercise
+    del ivan.cells[_cell(ivan, "def score_variance")]
+    _write(subs / "ivan_escape", ivan)
+    (subs / "judy_empty").mkdir()
+
+    _write(subs / ZOE, _read("solutions"))
+    _write(subs / ZOE, _read("notebooks"), name="notes ü.ipynb")
+    (subs / ZOE / "03_causal_masking.ipynb").write_bytes(b'{"cells": [], "x": "\xff\xfe caf\xe9"}')
+    (subs / "README.txt").write_text("not a learner", encoding="utf-8")
+    return subs
+
+
+def snapshot(folder: Path) -> dict[str, tuple[str, int]]:
+    """Hash and mtime of every file under `folder`, by relative path."""
+    return {
+        str(p.relative_to(folder)): (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    root = tmp_path_factory.mktemp("grading")
+    subs = build_class(root)
+    before = snapshot(subs)
+    report = grade(subs, root / "out", jobs=2, timeout=TIMEOUT, memory_gib=MEMORY_GIB)
+    return root, subs, before, report
+
+
+def feedback(graded, learner: str) -> str:
+    root = graded[0]
+    return (root / "out" / "feedback" / f"{learner}.md").read_text(encoding="utf-8")
+
+
+def test_gradebook_is_exact(graded):
+    root, _, _, report = graded
+    with (root / "out" / "gradebook.csv").open(encoding="utf-8", newline="") as file:
+        assert list(csv.reader(file)) == EXPECTED_GRADEBOOK
+    assert gradebook_rows(report) == EXPECTED_GRADEBOOK
+    assert not report.failures
+
+
+def test_full_solution_passes_with_the_checks_pass_lines(graded):
+    text = feedback(graded, "alice_full")
+    assert "Score: 2 / 5" in text
+    assert "✅ `score_variance` passed" in text
+    assert "✅ `scaled_dot_product_attention` passed" in text
+    assert "03_causal_masking.ipynb was not handed in" in text
+
+
+def test_untouched_and_tampered_notebooks_get_the_checks_own_messages(graded):
+    for learner in ("bob_untouched", "dave_tampered"):
+        text = feedback(graded, learner)
+        assert "❌ `score_variance` not passed: `score_variance` is not implemented yet" in text, learner
+        assert "❌ `scaled_dot_product_attention` not passed: `scaled_dot_product_attention` is not" in text
+
+
+def test_wrong_exercise_gets_the_mistake_and_a_raising_cell_its_error(graded):
+    text = feedback(graded, "carol_wrong")
+    assert "are divided by d_k instead of √d_k" in text
+    raised = "the cell that defines `score_variance` (code cell 4) raised ValueError: oops, a stray test"
+    assert raised in text
+
+
+def test_the_reference_and_calls_to_it_score_zero(graded):
+    text = feedback(graded, "erin_reference")
+    assert "`score_variance` is the course's reference implementation" in text
+    assert "`scaled_dot_product_attention` calls the course's reference implementation" in text
+
+
+def test_infinite_loop_and_unbounded_memory_are_stopped_and_recorded(graded):
+    assert f"the notebook timed out after {TIMEOUT:g} s" in feedback(graded, "frank_loop")
+    assert f"ran out of memory (limit {MEMORY_GIB:g} GiB) in code cell 2" in feedback(graded, "grace_memory")
+    statuses = {r.learner: r.notebooks[0].status for r in graded[3].learners}
+    assert statuses["frank_loop"] == "timeout" and statuses["grace_memory"] == "out_of_memory"
+
+
+def test_a_deleted_exercise_is_never_defined_and_the_rest_still_graded(graded):
+    text = feedback(graded, "ivan_escape")
+    assert "`score_variance` was never defined: no cell defines it" in text
+    assert "✅ `scaled_dot_product_attention` passed" in text
+
+
+def test_bad_files_names_and_folders_are_reported_not_fatal(graded):
+    assert "not valid JSON" in feedback(graded, "heidi_malformed")
+    assert "the folder is empty" in feedback(graded, "judy_empty")
+    zoe = feedback(graded, ZOE)
+    assert "Score: 2 / 5" in zoe
+    assert "not UTF-8" in zoe
+    assert "`notes ü.ipynb` is not a course notebook name" in zoe
+    assert any("README.txt" in p for p in graded[3].problems)
+
+
+def test_feedback_never_shows_the_learners_code(graded):
+    assert "hoard" not in feedback(graded, "grace_memory")
+    assert "while True" not in feedback(graded, "frank_loop")
+    assert "overwritten by ivan" not in feedback(graded, "ivan_escape")
+
+
+def test_submissions_are_untouched_and_escapes_change_nothing(graded):
+    root, subs, before, _ = graded
+    assert snapshot(subs) == before
+    assert not (subs / "alice_full" / "planted.txt").exists()
+    assert "overwritten" not in feedback(graded, "alice_full")
+    assert sorted(p.name for p in (root / "out" / "feedback").iterdir()) == sorted(
+        f"{row[0]}.md" for row in EXPECTED_GRADEBOOK[1:]
+    )
+
+
+def test_cli_grades_again_to_the_same_bytes_and_exits_zero(graded, capsys):
+    root, subs, before, _ = graded
+    again = root / "again"
+    args = ["grade", str(subs), "--out", str(again), "--jobs", "2", "--timeout", str(TIMEOUT)]
+    assert main([*args, "--memory", str(MEMORY_GIB)]) == 0
+    first = (root / "out" / "gradebook.csv").read_bytes()
+    assert (again / "gradebook.csv").read_bytes() == first
+    for learner in ("alice_full", "carol_wrong", ZOE):
+        assert (again / "feedback" / f"{learner}.md").read_bytes() == (
+            root / "out" / "feedback" / f"{learner}.md"
+        ).read_bytes()
+    printed = capsys.readouterr()
+    assert "Graded 11 learner(s)" in printed.out and "Mean score: 0.45 / 5" in printed.out
+    assert "scaled_dot_product_attention" in printed.out.split("failed by")[1]
+    assert "notebooks" in printed.err  # the progress bar
+    assert snapshot(subs) == before
+
+
+def test_cli_parses_the_grade_command():
+    args = build_parser().parse_args(["grade", "subs", "--out", "o", "--jobs", "3", "--timeout", "9"])
+    assert (args.submissions, args.out, args.jobs, args.timeout, args.memory) == (
+        Path("subs"), Path("o"), 3, 9.0, 4.0
+    )  # fmt: skip
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["grade", "subs"])  # --out is required
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["grade", "subs", "--out", "o", "--jobs", "0"])
+
+
+def test_cli_exits_non_zero_when_it_cannot_grade(tmp_path, capsys):
+    assert main(["grade", str(tmp_path / "missing"), "--out", str(tmp_path / "out")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    (tmp_path / "subs").mkdir()
+    assert main(["grade", str(tmp_path / "subs"), "--out", str(tmp_path / "subs" / "out")]) == 2
+    assert "inside" in capsys.readouterr().err
+    with pytest.raises(SubmissionsError):
+        grade(tmp_path / "subs" / "nothing", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_empty_submissions_folder_gives_an_empty_gradebook(tmp_path):
+    (tmp_path / "subs").mkdir()
+    report = grade(tmp_path / "subs", tmp_path / "out")
+    assert (tmp_path / "out" / "gradebook.csv").read_text(encoding="utf-8") == "learner,total,max\n"
+    assert report.learners == ()
+    shutil.rmtree(tmp_path / "out")
+
+
+def test_without_the_kernel_factory_each_kernel_starts_fresh_under_the_memory_limit(tmp_path):
+    _write(tmp_path / "subs" / "alice_full", _read("solutions"))
+    report = grade(tmp_path / "subs", tmp_path / "out", jobs=1, timeout=60, memory_gib=MEMORY_GIB, fork=False)
+    assert gradebook_rows(report)[1] == ["alice_full", "1", "1", "2", "2"]

@@ -1,0 +1,87 @@
+"""The pure parts of grading: points, recognising notebooks, what is wrong with a folder, the report."""
+
+from __future__ import annotations
+
+import nbformat
+import pytest
+
+from attn_course.grading.discover import SubmissionsError, discover, find_learner, notebook_problem
+from attn_course.grading.execute import defining_cells
+from attn_course.grading.points import POINTS, notebook_points
+from attn_course.grading.report import feedback_text
+from attn_course.grading.results import ExerciseResult, LearnerResult, NotebookResult
+from attn_course.reference import EXERCISES
+
+
+def test_every_exercise_has_points_and_notebooks_sum_them():
+    assert set(POINTS) == {name for names in EXERCISES.values() for name in names}
+    assert all(points == 1 for points in POINTS.values())
+    assert notebook_points("02_scaling") == 2
+
+
+@pytest.mark.parametrize(
+    ("data", "phrase"),
+    [
+        (b"", "empty"),
+        (b"not json", "not valid JSON"),
+        (b"[1, 2]", "no cells"),
+        (b'{"cells": "x", "x": "\xff"}', "not UTF-8"),
+        (b'{"cells": [{"cell_type": "x"}], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}', "valid"),
+    ],
+)
+def test_invalid_notebooks_are_named(data, phrase):
+    assert phrase in notebook_problem(data)
+
+
+def test_a_valid_notebook_has_no_problem():
+    assert notebook_problem(nbformat.writes(nbformat.v4.new_notebook()).encode()) == ""
+
+
+def test_a_folder_reports_unknown_names_and_reads_known_ones(tmp_path):
+    folder = tmp_path / "Zoë Ångström"
+    folder.mkdir()
+    (folder / "02_scaling.ipynb").write_text(nbformat.writes(nbformat.v4.new_notebook()), encoding="utf-8")
+    (folder / "my copy.ipynb").write_text("{}", encoding="utf-8")
+    (folder / "data.csv").write_text("1,2", encoding="utf-8")
+    learner = find_learner(folder)
+    assert [s.stem for s in learner.submissions] == ["02_scaling"]
+    assert learner.submissions[0].problem == ""
+    assert len(learner.problems) == 1
+    assert "`my copy.ipynb` is not a course notebook name" in learner.problems[0]
+
+
+def test_discover_sorts_learners_and_reports_stray_files(tmp_path):
+    for name in ("b", "a", "c"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "notes.txt").write_text("x", encoding="utf-8")
+    learners, problems = discover(tmp_path)
+    assert [learner.name for learner in learners] == ["a", "b", "c"]
+    assert all("the folder is empty" in learner.problems[0] for learner in learners)
+    assert problems == [f"`notes.txt` at the top of {tmp_path.name} is not a learner folder and was skipped"]
+    with pytest.raises(SubmissionsError, match="is not a folder"):
+        discover(tmp_path / "notes.txt")
+
+
+def test_defining_cells_finds_def_class_assignment_and_import():
+    notebook = nbformat.v4.new_notebook()
+    sources = ["x = 1", "def f(a):\n    return a", "f = g", "from m import f", "class F:\n    pass", "f(2)"]
+    notebook.cells = [nbformat.v4.new_code_cell(source) for source in sources]
+    assert defining_cells(notebook, "f") == [1, 2, 3]
+    assert defining_cells(notebook, "F") == [4]
+
+
+def test_feedback_lists_each_exercise_and_never_the_code():
+    notebook = NotebookResult(
+        "02_scaling",
+        "graded",
+        "",
+        (
+            ExerciseResult.success("score_variance", "all good"),
+            ExerciseResult.failed("scaled_dot_product_attention", "is wrong:\nline two"),
+        ),
+    )
+    text = feedback_text(LearnerResult("ann", (notebook,), ("the folder holds no course notebook",)), 2)
+    assert "Score: 1 / 2" in text
+    assert "- ✅ `score_variance` passed: all good" in text
+    assert "- ❌ `scaled_dot_product_attention` not passed: is wrong:\n  line two" in text
+    assert "⚠️ the folder holds no course notebook" in text
