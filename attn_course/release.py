@@ -121,7 +121,7 @@ if ON_COLAB:
         importlib.invalidate_caches()
     from google.colab import output
 
-    output.enable_custom_widget_manager()  # the explorers are ipywidgets 8 widgets
+    output.enable_custom_widget_manager()  # let Colab render the explorers (ipywidgets)
 
 from attn_course.device import describe_device
 
