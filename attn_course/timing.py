@@ -33,7 +33,11 @@ def time_notebook(path: Path, timeout: int = 600) -> NotebookTiming:
     """Run one notebook in a fresh python3 kernel of this environment and time it."""
     notebook = nbformat.read(path, as_version=4)
     client = NotebookClient(
-        notebook, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
+        notebook,
+        timeout=timeout,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(path.parent)}},
+        extra_arguments=["--IPKernelApp.log_level=ERROR"],  # no start-up warnings between the figures
     )
     start = time.perf_counter()
     error = ""
