@@ -235,7 +235,9 @@ class RopeExplorer:
         self.curve_ax.axhline(0, color="0.7", linewidth=0.6)
         self.curve_ax.set_xlabel("relative distance Δ = m - n")
         self.curve_ax.set_ylabel("score")
-        self.curve_ax.legend(loc="upper right", fontsize=8, frameon=False)
+        self.curve_ax.legend(
+            loc="lower center", bbox_to_anchor=(0.5, 1.0), ncols=2, fontsize=8, frameon=False
+        )  # above the axes, off the curves
         buffer = io.BytesIO()
         self.figure.savefig(buffer, format="png")
         self.image.value = buffer.getvalue()

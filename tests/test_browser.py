@@ -319,3 +319,48 @@ def test_mask_explorer_renders_and_responds(lab, page):
 
     OUTPUT.mkdir(parents=True, exist_ok=True)
     explorer.screenshot(path=OUTPUT / "03_mask_explorer.png")
+
+
+def test_rope_explorer_renders_and_responds(lab, page):
+    scratch = nbformat.v4.new_notebook(
+        cells=[
+            nbformat.v4.new_code_cell(
+                "import torch\n"
+                "from attn_course.rope_explorer import RopeExplorer\n\n"
+                "g = torch.Generator().manual_seed(0)\n"
+                "q, k = torch.randn(2, 64, generator=g)  # (d,) each\n"
+                "RopeExplorer(q, k).widget"
+            )
+        ],
+        metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+    )
+    nbformat.write(scratch, lab.root / "rope_explorer.ipynb")
+    open_and_run_all(page, lab, "rope_explorer.ipynb")
+    assert page.get_by_text("Error displaying widget").count() == 0
+    explorer = page.locator(".widget-vbox", has=page.locator(".widget-hslider"))
+    sliders = explorer.locator(".widget-hslider")
+    assert sliders.count() == 3  # pair i, distance, shift
+    readout = explorer.locator(".widget-html-content")
+    assert "query at m = 1, key at n = 0" in readout.inner_text()
+    score_at_distance_1 = readout.inner_text().split("· score ")[1]
+
+    # One step right on the distance slider (keyboard): the query moves, the score changes.
+    image_before = widget_png_src(page, explorer)
+    sliders.nth(1).locator(".noUi-handle").focus()
+    page.keyboard.press("ArrowRight")
+    page.wait_for_function("e => e.textContent.includes('query at m = 2')", arg=readout.element_handle())
+    wait_for_new_picture(page, explorer, image_before)
+    assert readout.inner_text().split("· score ")[1] != score_at_distance_1
+
+    # Back to Δ = 1, then shift both positions: the score is the same as before (relative positions).
+    page.keyboard.press("ArrowLeft")
+    page.wait_for_function("e => e.textContent.includes('query at m = 1')", arg=readout.element_handle())
+    sliders.nth(2).locator(".noUi-handle").focus()
+    for _ in range(3):
+        page.keyboard.press("ArrowRight")
+    page.wait_for_function("e => e.textContent.includes('key at n = 3')", arg=readout.element_handle())
+    assert "query at m = 4" in readout.inner_text()
+    assert readout.inner_text().split("· score ")[1] == score_at_distance_1
+
+    OUTPUT.mkdir(parents=True, exist_ok=True)
+    explorer.screenshot(path=OUTPUT / "05_rope_explorer.png")
