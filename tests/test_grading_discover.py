@@ -6,7 +6,7 @@ import nbformat
 import pytest
 
 from attn_course.grading.discover import SubmissionsError, discover, find_learner, notebook_problem
-from attn_course.grading.execute import defining_cells
+from attn_course.grading.execute import Limits, defining_cells, kernel_env
 from attn_course.grading.points import POINTS, notebook_points
 from attn_course.grading.report import feedback_text
 from attn_course.grading.results import ExerciseResult, LearnerResult, NotebookResult
@@ -85,3 +85,8 @@ def test_feedback_lists_each_exercise_and_never_the_code():
     assert "- ✅ `score_variance` passed: all good" in text
     assert "- ❌ `scaled_dot_product_attention` not passed: is wrong:\n  line two" in text
     assert "⚠️ the folder holds no course notebook" in text
+
+
+def test_kernels_grade_on_the_cpu_with_the_threads_they_are_given():
+    env = kernel_env(Limits(threads=1))
+    assert env["CUDA_VISIBLE_DEVICES"] == "" and env["OMP_NUM_THREADS"] == "1"

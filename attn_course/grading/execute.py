@@ -188,6 +188,9 @@ def kernel_env(limits: Limits) -> dict[str, str]:
         OPENBLAS_NUM_THREADS=threads,
         PYTHONHASHSEED="0",
         PYDEVD_DISABLE_FILE_VALIDATION="1",
+        # Grade on the CPU: the same scores on every machine, CPU-sized notebooks (DEVICE.pick), and
+        # no GPU driver reserving more address space than the memory limit allows.
+        CUDA_VISIBLE_DEVICES="",
     )
     return env
 
