@@ -489,3 +489,27 @@ def test_each_multi_head_mistake_message_is_tested():
     }
     for _, knobs in _MHA_MISTAKES:
         assert tuple(sorted(knobs.items())) in knobs_tested, knobs
+
+
+# ---------------------------------------------------------------------------------------------
+# The GPU case, run here with the CPU standing in for CUDA (no GPU on the test machine)
+
+
+@pytest.fixture
+def cpu_stands_in_for_cuda(monkeypatch):
+    import attn_course.checks.heads as heads_checks
+
+    calls = []
+
+    def stand_in():
+        calls.append(True)
+        return torch.device("cpu")
+
+    monkeypatch.setattr(heads_checks, "cuda_device", stand_in)
+    return calls
+
+
+def test_the_gpu_case_runs_the_layer_moved_to_the_device(cpu_stands_in_for_cuda, capsys):
+    assert_accepted(check_MultiHeadAttention, reference.MultiHeadAttention, capsys)
+    assert cpu_stands_in_for_cuda  # the GPU case ran
+

@@ -18,6 +18,7 @@ from attn_course.checks._harness import (
     Mistake,
     call,
     check,
+    cuda_device,
     expect_close,
     expect_gradients,
     expect_tensor,
@@ -326,7 +327,29 @@ def check_MultiHeadAttention(candidate: Callable[..., Any]) -> str:
         layer, ref(x, is_causal=True), params, 3, x, None, True, "(12, 3) in float32", "with is_causal=True"
     )
     _expect_layer_gradients(candidate)
+    _expect_runs_on_cuda(candidate)
     return "3 layers (with and without bias, one head), is_causal, 3 kinds of mask, float32, gradients"
+
+
+def _expect_runs_on_cuda(candidate: Callable[..., Any]) -> None:
+    """Where there is a GPU: the layer moved there with .to() runs there and agrees with the reference."""
+    device = cuda_device()
+    if device is None:
+        return
+    layer, ref, _ = _build_pair(candidate, 12, 3, True, torch.float32)
+    layer, ref = layer.to(device), ref.to(device)
+    x = randn(2, 5, 12, dtype=torch.float32).to(device)  # (b, t, d_model)
+    result = _call_with_hints(
+        "MultiHeadAttention.forward",
+        layer,
+        x,
+        is_causal=True,
+        when={"same device": "Create new tensors (a mask, positions) on x.device, for example "
+              "causal_mask(t, device=x.device)."},  # fmt: skip
+    )
+    what = f"Your MultiHeadAttention(12, 3) on {device.type}, with is_causal=True,"
+    out = expect_tensor(result, (2, 5, 12), what, device=device, finite=False)
+    expect_close(out, ref(x, is_causal=True), what)
 
 
 def _build_pair(
