@@ -549,3 +549,21 @@ def test_every_apply_rope_mistake_differs_from_the_reference_on_some_case():
             right = reference.apply_rope(x, **kwargs).double()
             differs |= not torch.allclose(wrong, right, atol=0.05, rtol=0.05)
         assert differs, mistake.message
+
+
+# ---------------------------------------------------------------------------------------------
+# The GPU case, run here with the CPU standing in for CUDA (no GPU on the test machine)
+
+
+def test_the_gpu_case_runs_the_rotary_layer_moved_to_the_device(monkeypatch, capsys):
+    import attn_course.checks.rope as rope_checks
+
+    calls = []
+
+    def stand_in():
+        calls.append(True)
+        return torch.device("cpu")
+
+    monkeypatch.setattr(rope_checks, "cuda_device", stand_in)
+    assert_accepted(check_RotaryMultiHeadAttention, reference.RotaryMultiHeadAttention, capsys)
+    assert calls  # the GPU case ran

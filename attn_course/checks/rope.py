@@ -481,7 +481,26 @@ def check_RotaryMultiHeadAttention(candidate: Callable[..., Any]) -> str:  # noq
     expect_gradients(
         name, module, ref, [randn(2, 5, 16, dtype=torch.float32)], ("x",), kwargs={"positions": positions}
     )
+    _expect_rotary_runs_on_cuda(candidate, signature)
     return "6 cases (heads, causal, positions with gaps, mask, base, bias=False) and gradients"
+
+
+def _expect_rotary_runs_on_cuda(candidate: Callable[..., Any], signature: str) -> None:
+    """Where there is a GPU: the layer moved there runs with default positions and agrees."""
+    device = cuda_device()
+    if device is None:
+        return
+    name = "RotaryMultiHeadAttention"
+    module = call(name, candidate, 16, 4, hint=signature)
+    ref = reference.RotaryMultiHeadAttention(16, 4)
+    _copy_parameters(module, ref, "Your RotaryMultiHeadAttention(16, 4)")
+    module, ref = module.to(device), ref.to(device)
+    x = randn(2, 5, 16, dtype=torch.float32).to(device)  # (b, t, d_model)
+    hint = "Create new tensors (default positions, masks) on x.device: torch.arange(t, device=x.device)."
+    got = call(f"{name}.forward", module, x, hint=hint, is_causal=True)
+    what = f"The output of your RotaryMultiHeadAttention(16, 4) on {device.type}"
+    out = expect_tensor(got, (2, 5, 16), what, device=device)
+    expect_close(out, ref(x, is_causal=True), what)
 
 
 def _mha_knob(ref: nn.Module, knobs: dict[str, Any]) -> Callable[..., torch.Tensor]:
