@@ -18,6 +18,7 @@ from attn_course.cli import build_parser, main
 from attn_course.grading.discover import SubmissionsError
 from attn_course.grading.grader import grade
 from attn_course.grading.report import gradebook_rows
+from attn_course.grading.sandbox import landlock_abi
 
 ROOT = Path(__file__).resolve().parents[1]
 STEM = "02_scaling"
@@ -25,6 +26,8 @@ TIMEOUT = 15.0
 MEMORY_GIB = 2.0
 ZOE = "Zoë Ångström"
 COLUMNS = ["score_variance", "scaled_dot_product_attention", "causal_mask", "padding_mask", "attention"]
+SANDBOXED = landlock_abi() > 0
+"""Whether kernels run in the file-system sandbox here; kim_absolute is only in the class where they do."""
 
 EXPECTED_GRADEBOOK = [
     ["learner", *COLUMNS, "total", "max"],
@@ -39,7 +42,10 @@ EXPECTED_GRADEBOOK = [
     ["heidi_malformed", "0", "0", "0", "0", "0", "0", "5"],
     ["ivan_escape", "0", "1", "0", "0", "0", "1", "5"],
     ["judy_empty", "0", "0", "0", "0", "0", "0", "5"],
+    *([["kim_absolute", "0", "1", "0", "0", "0", "1", "5"]] if SANDBOXED else []),
 ]
+LEARNERS = len(EXPECTED_GRADEBOOK) - 1
+MEAN = sum(int(row[-2]) for row in EXPECTED_GRADEBOOK[1:]) / LEARNERS
 
 ESCAPE = """
 for target in ("../alice_full/02_scaling.ipynb", "../alice_full/planted.txt", "../../out/gradebook.csv",
@@ -47,6 +53,23 @@ for target in ("../alice_full/02_scaling.ipynb", "../alice_full/planted.txt", ".
     try:
         with open(target, "w") as file:
             file.write("overwritten by ivan")
+    except OSError:
+        pass
+"""
+ABSOLUTE = """
+import json
+
+try:  # copy a classmate's answer, found by absolute path
+    with open("{subs}/alice_full/02_scaling.ipynb", encoding="utf-8") as file:
+        cells = json.load(file)["cells"]
+    exec(next("".join(c["source"]) for c in cells if "def score_" + "variance" in "".join(c["source"])))
+except OSError:
+    pass
+for target in ("{subs}/alice_full/02_scaling.ipynb", "{subs}/alice_full/planted.txt",
+               "{out}/gradebook.csv", "{out}/feedback/alice_full.md", "{subs}/kim_absolute/02_scaling.ipynb"):
+    try:
+        with open(target, "w") as file:
+            file.write("overwritten by kim")
     except OSError:
         pass
 """
@@ -131,6 +154,11 @@ def build_class(root: Path) -> Path:
     del ivan.cells[_cell(ivan, "def score_variance")]
     _write(subs / "ivan_escape", ivan)
     (subs / "judy_empty").mkdir()
+    if SANDBOXED:
+        kim = _read("solutions")  # absolute paths: copies alice's answer, writes over others' files
+        code = ABSOLUTE.format(subs=subs.resolve(), out=(root / "out").resolve())
+        kim.cells[_cell(kim, "def score_variance")].source = code
+        _write(subs / "kim_absolute", kim)
 
     _write(subs / ZOE, _read("solutions"))
     _write(subs / ZOE, _read("notebooks"), name="notes ü.ipynb")
@@ -249,7 +277,7 @@ def test_cli_grades_again_to_the_same_bytes_and_exits_zero(graded, capsys):
             root / "out" / "feedback" / f"{learner}.md"
         ).read_bytes()
     printed = capsys.readouterr()
-    assert "Graded 11 learner(s)" in printed.out and "Mean score: 0.45 / 5" in printed.out
+    assert f"Graded {LEARNERS} learner(s)" in printed.out and f"Mean score: {MEAN:.2f} / 5" in printed.out
     assert "scaled_dot_product_attention" in printed.out.split("failed by")[1]
     assert "notebooks" in printed.err  # the progress bar
     assert snapshot(subs) == before
@@ -289,3 +317,12 @@ def test_without_the_kernel_factory_each_kernel_starts_fresh_under_the_memory_li
     _write(tmp_path / "subs" / "alice_full", _read("solutions"))
     report = grade(tmp_path / "subs", tmp_path / "out", jobs=1, timeout=60, memory_gib=MEMORY_GIB, fork=False)
     assert gradebook_rows(report)[1] == ["alice_full", "1", "1", "2", "2"]
+
+
+@pytest.mark.skipif(not SANDBOXED, reason="no Landlock here: kernels run without the file-system sandbox")
+def test_absolute_paths_reach_neither_classmates_nor_grades(graded):
+    root, subs, before, report = graded
+    assert report.sandboxed
+    assert "`score_variance` was never defined" in feedback(graded, "kim_absolute")  # alice's was unreadable
+    assert "overwritten" not in (root / "out" / "gradebook.csv").read_text(encoding="utf-8")
+    assert snapshot(subs) == before

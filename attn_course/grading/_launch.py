@@ -1,8 +1,9 @@
 """Kernel launcher, run as a script by path: starting a kernel imports nothing from the learner's folder.
 
 `python _launch.py MEMORY_BYTES CMD...` limits memory (address space, inherited by everything the
-kernel starts), then becomes CMD. `python _launch.py --zygote SOCKET MEMORY_BYTES CONNECTION_FILE`
-asks the kernel factory (zygote.py) for a kernel instead and stands in for it.
+kernel starts) and applies the file-system sandbox (`sandbox.py`), then becomes CMD.
+`python _launch.py --zygote SOCKET MEMORY_BYTES CONNECTION_FILE` asks the kernel factory
+(zygote.py) for a kernel instead and stands in for it.
 """
 
 import os
@@ -21,6 +22,9 @@ def main() -> None:
     if memory > 0:
         resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    from attn_course.grading.sandbox import apply_from_env
+
+    apply_from_env(readable=[command[command.index("-f") + 1]])  # the kernel reads its connection file
     os.execv(command[0], command)
 
 

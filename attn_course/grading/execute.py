@@ -27,6 +27,7 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
 import attn_course
+from attn_course.grading import sandbox
 from attn_course.grading.discover import Learner, Submission
 from attn_course.grading.inkernel import MARKER
 from attn_course.grading.results import ExerciseResult, NotebookResult
@@ -50,6 +51,9 @@ class Limits:
     """Threads for torch and BLAS in the kernel."""
     zygote: str | None = None
     """Socket of a kernel factory (`zygote`) to fork kernels from; None: start each from scratch."""
+    hidden: tuple[str, ...] = ()
+    """Folders a kernel may not read or write, even by absolute path (the submissions, the grades);
+    enforced where the system has Landlock (see `sandbox`)."""
 
     @property
     def memory_text(self) -> str:
@@ -178,8 +182,14 @@ def _describe_cell(index: int, notebook: nbformat.NotebookNode) -> str:
     return f"code cell {number}"
 
 
-def kernel_env(limits: Limits) -> dict[str, str]:
+def kernel_env(limits: Limits, private: Path | None = None) -> dict[str, str]:
+    """The kernel's environment; with `private`, the notebook's own temporary tree, also its sandbox."""
     env = dict(os.environ)
+    if private is not None:  # the only tree this kernel may write to (see `sandbox`)
+        for name, folder in (("TMPDIR", "tmp"), ("IPYTHONDIR", "ipython")):
+            (private / folder).mkdir(exist_ok=True)
+            env[name] = str(private / folder)
+        env[sandbox.ENV] = sandbox.policy([str(private)], list(limits.hidden))
     threads = str(limits.threads)
     env.update(
         MPLBACKEND="agg",
@@ -282,7 +292,7 @@ def _execute(
     learner_cells = len(notebook.cells)
     try:
         with client.setup_kernel(
-            env=kernel_env(limits), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            env=kernel_env(limits, work.parents[1]), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         ):
             pgid = getattr(client.km.provisioner, "pgid", None)
             connection_file = client.km.connection_file

@@ -13,6 +13,9 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import replace
 from pathlib import Path
 
+from jupyter_core.paths import jupyter_runtime_dir
+
+from attn_course.grading import sandbox
 from attn_course.grading.discover import Learner, Submission, SubmissionsError, discover
 from attn_course.grading.execute import Limits, kernel_env, run_notebook
 from attn_course.grading.points import POINTS
@@ -80,7 +83,10 @@ def grade(
     learners, folder_problems = discover(submissions)
     jobs = max(1, jobs)
     limits = Limits(
-        timeout=timeout, memory=int(memory_gib * 2**30), threads=max(1, (os.cpu_count() or 1) // jobs)
+        timeout=timeout,
+        memory=int(memory_gib * 2**30),
+        threads=max(1, (os.cpu_count() or 1) // jobs),
+        hidden=(str(submissions.resolve()), str(out.resolve()), jupyter_runtime_dir()),
     )
     tasks = [(learner, submission) for learner in learners for submission in learner.submissions]
     zygote = _start_zygote(limits) if tasks and fork else None
@@ -125,6 +131,7 @@ def grade(
         gradebook=out / GRADEBOOK,
         feedback=out / FEEDBACK,
         failures=failures,
+        sandboxed=sandbox.landlock_abi() > 0,
     )
     write_gradebook(report, out / GRADEBOOK)
     write_feedback(report, out / FEEDBACK)

@@ -103,6 +103,9 @@ def summary(report: GradeReport, most_failed: int = 5) -> str:
         lines += ["", f"Problems ({len(found)}):"] + [f"  - {_indent(p)}" for p in found]
     if report.failures:
         lines += ["", "The grader itself failed on:"] + [f"  - {f}" for f in report.failures]
+    if not report.sandboxed:
+        lines += ["", "Note: this system has no Landlock, so notebooks ran without the file-system sandbox: "
+                  "a notebook could read or change files outside its folder by absolute path."]  # fmt: skip
     if report.gradebook is not None:
         lines += ["", f"Gradebook: {report.gradebook}", f"Feedback:  {report.feedback}/"]
     return "\n".join(lines)

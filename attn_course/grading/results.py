@@ -93,3 +93,5 @@ class GradeReport:
     """Wall time of the whole run."""
     failures: tuple[str, ...] = field(default=())
     """Notebooks the grader itself could not grade (its own failure, not the learner's)."""
+    sandboxed: bool = True
+    """Whether kernels ran in the file-system sandbox (False where the system has no Landlock)."""

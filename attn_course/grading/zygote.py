@@ -2,9 +2,10 @@
 
 Starting a fresh kernel per notebook costs about 2 s of CPU, most of it importing torch and
 matplotlib; forking a process that has imported them already costs milliseconds. Each forked
-kernel is still a fresh process: it gets its own session, memory limit, working directory and
-environment, and has run no learner code before its notebook. The launcher (`_launch.py --zygote`)
-asks for a kernel over a Unix socket and stands in for it towards jupyter_client.
+kernel is still a fresh process: it gets its own session, memory limit, file-system sandbox,
+working directory and environment, and has run no learner code before its notebook. The launcher
+(`_launch.py --zygote`) asks for a kernel over a Unix socket and stands in for it towards
+jupyter_client.
 
 Run as a script by path with `python -P zygote.py SOCKET` (no module of any folder shadows an import).
 """
@@ -46,6 +47,9 @@ def _child(request: dict, server: socket.socket, connection: socket.socket) -> N
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
+        from attn_course.grading.sandbox import apply_from_env
+
+        apply_from_env(readable=[request["connection_file"]])  # before any learner code
         null = os.open(os.devnull, os.O_RDWR)
         for fd in (0, 1, 2):
             os.dup2(null, fd)
