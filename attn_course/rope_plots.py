@@ -63,7 +63,7 @@ def decay_plot(
     ax: Axes | None = None,
     title: str | None = None,
 ) -> Axes:
-    """RoFormer's relative upper bound against the distance, and optionally a measured curve.
+    """RoFormer's decay term of the upper bound against the distance, and optionally a measured curve.
 
     >>> decay_plot(torch.arange(3), torch.ones(3)).get_xlabel()
     'relative distance |m - n|'
@@ -73,7 +73,7 @@ def decay_plot(
     ax = _axes(ax, (6.0, 3.2))
     x = distances.tolist()
     ax.plot(
-        x, bound.detach().to("cpu", torch.float64).tolist(), color="black", label="upper bound (2/d) Σ|S_j|"
+        x, bound.detach().to("cpu", torch.float64).tolist(), color="black", label="decay term (2/d) Σ|S_j|"
     )
     if measured is not None:
         ax.plot(
@@ -81,7 +81,7 @@ def decay_plot(
             measured.detach().to("cpu", torch.float64).tolist(),
             color="tab:orange",
             alpha=0.8,
-            label="measured",
+            label="measured score",
         )
     ax.set_xlabel("relative distance |m - n|")
     ax.legend(frameon=False)
