@@ -227,7 +227,7 @@ def test_the_reference_and_calls_to_it_score_zero(graded):
 
 
 def test_infinite_loop_and_unbounded_memory_are_stopped_and_recorded(graded):
-    assert f"the notebook timed out after {TIMEOUT:g} s" in feedback(graded, "frank_loop")
+    assert f"the notebook timed out after {TIMEOUT:g} s, in code cell 2" in feedback(graded, "frank_loop")
     assert f"ran out of memory (limit {MEMORY_GIB:g} GiB) in code cell 2" in feedback(graded, "grace_memory")
     statuses = {r.learner: r.notebooks[0].status for r in graded[3].learners}
     assert statuses["frank_loop"] == "timeout" and statuses["grace_memory"] == "out_of_memory"

@@ -309,18 +309,28 @@ def _execute(
     return "graded", "", errors, graded
 
 
-def _run_cell(client: NotebookClient, cell: nbformat.NotebookNode, index: int, deadline: float, what: str,
-              limits: Limits, notebook: nbformat.NotebookNode) -> None:  # fmt: skip
+def _run_cell(
+    client: NotebookClient,
+    cell: nbformat.NotebookNode,
+    index: int,
+    deadline: float,
+    what: str,
+    limits: Limits,
+    notebook: nbformat.NotebookNode,
+    learner_cell: bool = False,
+) -> None:
+    """Run one cell within the time left; a timeout or a dead kernel stops the notebook."""
+    where = _describe_cell(index, notebook) if learner_cell else "the grader's checks"
+    timed_out = f"{what} timed out after {limits.timeout:g} s" + (f", in {where}" if learner_cell else "")
     remaining = deadline - time.monotonic()
     if remaining <= 0:
-        raise _Stop("timeout", f"{what} timed out after {limits.timeout:g} s")
+        raise _Stop("timeout", timed_out)
     client.timeout = max(1, int(remaining + 0.999))
     try:
         client.execute_cell(cell, index)
     except CellTimeoutError:
-        raise _Stop("timeout", f"{what} timed out after {limits.timeout:g} s") from None
+        raise _Stop("timeout", timed_out) from None
     except DeadKernelError:
-        where = _describe_cell(index, notebook) if index < len(notebook.cells) else "the grader's checks"
         raise _Stop(
             "crashed",
             f"the kernel died while running {where} (a crash, an exit, or memory beyond "
@@ -338,7 +348,7 @@ def _run_learner_cells(
     for index, cell in enumerate(notebook.cells):
         if cell.cell_type != "code" or not cell.source.strip():
             continue
-        _run_cell(client, cell, index, deadline, "the notebook", limits, notebook)
+        _run_cell(client, cell, index, deadline, "the notebook", limits, notebook, learner_cell=True)
         error = _error(cell)
         if error:
             errors[index] = error
