@@ -39,8 +39,7 @@ def apply_rope(x: torch.Tensor, positions: torch.Tensor | None = None, base: flo
     t, d = x.shape[-2:]
     if positions is None:
         positions = torch.arange(t, device=x.device)
-    freqs = rope_frequencies(d, base).to(x.device)  # (d/2,)
-    angles = positions.to(device=x.device, dtype=torch.float64)[:, None] * freqs  # (T, d/2)
+    angles = rope_angles(positions.to(x.device), d, base)  # (T, d/2), float64
     cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)  # (T, d/2) each
     even, odd = x[..., 0::2], x[..., 1::2]  # (..., T, d/2) each
     rotated = torch.stack([even * cos - odd * sin, even * sin + odd * cos])  # (2, ..., T, d/2)

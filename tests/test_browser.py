@@ -293,21 +293,27 @@ def test_notebook_02_runs_clean_and_the_scaling_explorer_responds(lab, page):
     print(f"notebook 02 in the browser: {time.monotonic() - started:.1f} s; screenshots in {OUTPUT}")
 
 
-def test_mask_explorer_renders_and_responds(lab, page):
+def open_scratch_notebook(page, lab: Lab, name: str, source: str) -> None:
+    """Write a one-cell notebook into the lab's root, run it in the browser, and see its widget render."""
     scratch = nbformat.v4.new_notebook(
-        cells=[
-            nbformat.v4.new_code_cell(
-                "from attn_course.mask_explorer import MaskExplorer\n"
-                "from attn_course.sentence import example_sentence\n\n"
-                "s = example_sentence(d_k=64)\n"
-                "MaskExplorer(s.q, s.k, s.tokens).widget"
-            )
-        ],
+        cells=[nbformat.v4.new_code_cell(source)],
         metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
     )
-    nbformat.write(scratch, lab.root / "mask_explorer.ipynb")
-    open_and_run_all(page, lab, "mask_explorer.ipynb")
+    nbformat.write(scratch, lab.root / name)
+    open_and_run_all(page, lab, name)
     assert page.get_by_text("Error displaying widget").count() == 0
+
+
+def test_mask_explorer_renders_and_responds(lab, page):
+    open_scratch_notebook(
+        page,
+        lab,
+        "mask_explorer.ipynb",
+        "from attn_course.mask_explorer import MaskExplorer\n"
+        "from attn_course.sentence import example_sentence\n\n"
+        "s = example_sentence(d_k=64)\n"
+        "MaskExplorer(s.q, s.k, s.tokens).widget",
+    )
     explorer = page.locator(".widget-vbox", has=page.locator(".widget-checkbox"))
     readout = explorer.locator(".widget-html-content")
     assert "49 of 49 pairs" in readout.inner_text()
@@ -322,21 +328,16 @@ def test_mask_explorer_renders_and_responds(lab, page):
 
 
 def test_rope_explorer_renders_and_responds(lab, page):
-    scratch = nbformat.v4.new_notebook(
-        cells=[
-            nbformat.v4.new_code_cell(
-                "import torch\n"
-                "from attn_course.rope_explorer import RopeExplorer\n\n"
-                "g = torch.Generator().manual_seed(0)\n"
-                "q, k = torch.randn(2, 64, generator=g)  # (d,) each\n"
-                "RopeExplorer(q, k).widget"
-            )
-        ],
-        metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+    open_scratch_notebook(
+        page,
+        lab,
+        "rope_explorer.ipynb",
+        "import torch\n"
+        "from attn_course.rope_explorer import RopeExplorer\n\n"
+        "g = torch.Generator().manual_seed(0)\n"
+        "q, k = torch.randn(2, 64, generator=g)  # (d,) each\n"
+        "RopeExplorer(q, k).widget",
     )
-    nbformat.write(scratch, lab.root / "rope_explorer.ipynb")
-    open_and_run_all(page, lab, "rope_explorer.ipynb")
-    assert page.get_by_text("Error displaying widget").count() == 0
     explorer = page.locator(".widget-vbox", has=page.locator(".widget-hslider"))
     sliders = explorer.locator(".widget-hslider")
     assert sliders.count() == 3  # pair i, distance, shift
