@@ -12,7 +12,9 @@ from attn_course.attention import (
     softmax,
 )
 from attn_course.experiments import score_variance
+from attn_course.flash import flash_attention, online_softmax
 from attn_course.heads import MultiHeadAttention, merge_heads, split_heads
+from attn_course.kv_cache import KVCache, cached_attention
 from attn_course.masking import causal_mask, padding_mask
 from attn_course.rope import RotaryMultiHeadAttention, apply_rope, rope_frequencies
 
@@ -22,19 +24,25 @@ EXERCISES: dict[str, tuple[str, ...]] = {
     "03_causal_masking": ("causal_mask", "padding_mask", "attention"),
     "04_multi_head_attention": ("split_heads", "merge_heads", "MultiHeadAttention"),
     "05_rope": ("rope_frequencies", "apply_rope", "RotaryMultiHeadAttention"),
+    "06_flash_attention": ("online_softmax", "flash_attention"),
+    "07_kv_cache": ("KVCache", "cached_attention"),
 }
 """The exercises of each notebook, in the order they appear."""
 
 __all__ = [
     "EXERCISES",
+    "KVCache",
     "MultiHeadAttention",
     "RotaryMultiHeadAttention",
     "apply_rope",
     "attention",
+    "cached_attention",
     "causal_mask",
     "dot_product_attention",
     "dot_product_scores",
+    "flash_attention",
     "merge_heads",
+    "online_softmax",
     "padding_mask",
     "rope_frequencies",
     "scaled_dot_product_attention",

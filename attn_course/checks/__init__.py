@@ -14,7 +14,9 @@ from attn_course.checks.basics import (
     check_score_variance,
     check_softmax,
 )
+from attn_course.checks.flash import check_flash_attention, check_online_softmax
 from attn_course.checks.heads import check_merge_heads, check_MultiHeadAttention, check_split_heads
+from attn_course.checks.kv_cache import check_cached_attention, check_KVCache
 from attn_course.checks.masking import check_attention, check_causal_mask, check_padding_mask
 from attn_course.checks.rope import check_apply_rope, check_rope_frequencies, check_RotaryMultiHeadAttention
 
@@ -22,10 +24,14 @@ __all__ = [
     "CheckFailed",
     "check_apply_rope",
     "check_attention",
+    "check_cached_attention",
     "check_causal_mask",
     "check_dot_product_attention",
     "check_dot_product_scores",
+    "check_flash_attention",
+    "check_KVCache",
     "check_merge_heads",
+    "check_online_softmax",
     "check_MultiHeadAttention",
     "check_padding_mask",
     "check_rope_frequencies",
