@@ -90,3 +90,8 @@ def test_feedback_lists_each_exercise_and_never_the_code():
 def test_kernels_grade_on_the_cpu_with_the_threads_they_are_given():
     env = kernel_env(Limits(threads=1))
     assert env["CUDA_VISIBLE_DEVICES"] == "" and env["OMP_NUM_THREADS"] == "1"
+
+
+def test_kernels_run_notebooks_at_their_reduced_budgets(monkeypatch):
+    monkeypatch.delenv("ATTN_COURSE_QUICK", raising=False)  # the test suite itself sets it
+    assert kernel_env(Limits(threads=1))["ATTN_COURSE_QUICK"] == "1"

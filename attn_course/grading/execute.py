@@ -27,6 +27,7 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
 import attn_course
+from attn_course.budget import QUICK_VARIABLE
 from attn_course.grading import sandbox
 from attn_course.grading.discover import Learner, Submission
 from attn_course.grading.inkernel import MARKER
@@ -202,6 +203,9 @@ def kernel_env(limits: Limits, private: Path | None = None) -> dict[str, str]:
         # no GPU driver reserving more address space than the memory limit allows.
         CUDA_VISIBLE_DEVICES="",
     )
+    # Grading needs every check called, not a model trained to its best or a full benchmark:
+    # notebooks that train or measure use their reduced budgets (see attn_course.budget).
+    env[QUICK_VARIABLE] = "1"
     return env
 
 
