@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
 from attn_course.release import ReleaseError, release
 
+_BENCH_HELP = (
+    "time naive, tiled and torch's fused attention (each SDPA backend) against T; print a table and "
+    "write it as JSON, CSV and plots"
+)
 _GRADE_HELP = "grade a folder of submissions (one folder per learner) into a gradebook and feedback"
 
 
@@ -24,9 +29,7 @@ def _release(args: argparse.Namespace) -> int:
             print(f"{result.source}: header or outputs {'out of date' if args.check else 'rewritten'}")
     stale = [r for r in results if r.changed or r.source_changed]
     if args.check and stale:
-        print(
-            "Notebooks are not what `attn-course release` writes: run it and commit.", file=sys.stderr
-        )
+        print("Notebooks are not what `attn-course release` writes: run it and commit.", file=sys.stderr)
         return 1
     return 0
 
@@ -50,6 +53,34 @@ def _grade(args: argparse.Namespace) -> int:
         return 2
     print(summary(report))
     return 1 if report.failures else 0
+
+
+def _bench(args: argparse.Namespace) -> int:
+    import torch
+
+    from attn_course.attention_bench import default_config, run_and_save
+
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    config = default_config(device, quick=args.quick)
+    chosen = {
+        "dtypes": args.dtype,
+        "lengths": args.lengths,
+        "head_dims": args.head_dims,
+        "causal": {"yes": (True,), "no": (False,), "both": (False, True)}.get(args.causal or ""),
+        "batch": args.batch,
+        "heads": args.heads,
+        "block_size": args.block_size,
+        "repeats": args.repeats,
+        "threads": args.threads,
+    }
+    config = dataclasses.replace(config, **{k: tuple(v) if isinstance(v, list) else v
+                                            for k, v in chosen.items() if v is not None})  # fmt: skip
+    try:
+        run_and_save(config, args.out)
+    except (ValueError, RuntimeError) as error:
+        print(f"attn-course bench: {error}", file=sys.stderr)
+        return 2
+    return 0
 
 
 def _positive(kind: type) -> object:
@@ -81,6 +112,23 @@ def build_parser() -> argparse.ArgumentParser:
     gra.add_argument("--memory", type=_positive(float), default=4.0, metavar="GIB",
                      help="memory limit of each notebook's kernel in GiB (default 4)")  # fmt: skip
     gra.set_defaults(run=_grade)
+    ben = commands.add_parser("bench", help=_BENCH_HELP, description=_BENCH_HELP)
+    ben.add_argument("--device", help="cpu or cuda (default: cuda where there is one)")
+    ben.add_argument("--dtype", nargs="+", choices=["float32", "float16", "bfloat16"],
+                     help="default: float32 on cpu, float16 and bfloat16 (if supported) on cuda")  # fmt: skip
+    ben.add_argument("--lengths", nargs="+", type=_positive(int), metavar="T",
+                     help="sequence lengths (default: 256 to 4096 on cpu, to 16384 on cuda)")  # fmt: skip
+    ben.add_argument("--head-dims", nargs="+", type=_positive(int), metavar="D", help="default: 64 128")
+    ben.add_argument("--causal", choices=["yes", "no", "both"], help="default: both")
+    ben.add_argument("--batch", type=_positive(int), help="default: 1")
+    ben.add_argument("--heads", type=_positive(int), help="default: 8")
+    ben.add_argument("--block-size", type=_positive(int), help="block size of the tiled version")
+    ben.add_argument("--repeats", type=_positive(int), help="timed calls after warm-up (default 5)")
+    ben.add_argument("--threads", type=_positive(int), help="CPU threads (default: torch's setting)")
+    ben.add_argument("--quick", action="store_true", help="a tiny run: T 256 and 512, d 64, one repeat")
+    ben.add_argument("--out", type=Path, default=Path("bench-results"), metavar="DIR",
+                     help="folder for the JSON, CSV and plots (default: bench-results)")  # fmt: skip
+    ben.set_defaults(run=_bench)
     return parser
 
 

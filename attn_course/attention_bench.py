@@ -1,0 +1,519 @@
+"""The attention benchmark of notebook 06 and of `attn-course bench`: time, TFLOP/s and peak memory.
+
+Providers, all on (B, H, T, d) inputs: "naive" (the course's `attention`, which writes the T×T
+scores and probabilities), "tiled" (the course's `flash_attention`) and "sdpa-<backend>", torch's
+`F.scaled_dot_product_attention` forced to one backend with `torch.nn.attention.sdpa_kernel`
+(CPU: flash and math; CUDA: flash, efficient, cudnn and math). A provider that cannot run (a
+backend this GPU or dtype lacks, out of memory) gives a row with the reason instead of a time.
+
+Peak memory is what the call allocates beyond its inputs: on CUDA from
+`torch.cuda.max_memory_allocated`, on the CPU from a `PeakMemoryTracker`, which follows every
+tensor the call creates until it is freed.
+
+Introduced in 06_flash_attention.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import re
+import time
+import warnings
+import weakref
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch.utils._pytree import tree_flatten
+
+from attn_course.attention import attention
+from attn_course.cost import AllocationTracker, fit_power_law
+from attn_course.device import _BACKENDS
+from attn_course.flash import flash_attention
+
+PEAK_TFLOPS: dict[str, dict[str, float]] = {
+    # dense tensor-core peaks (no sparsity) from the vendors' data sheets; float32 without TF32
+    "T4": {"float16": 65.0, "float32": 8.1},
+    "L4": {"float16": 121.0, "bfloat16": 121.0, "float32": 30.3},
+    "A100": {"float16": 312.0, "bfloat16": 312.0, "float32": 19.5},
+    "H100 PCIe": {"float16": 756.0, "bfloat16": 756.0, "float32": 51.0},
+    "H100": {"float16": 989.0, "bfloat16": 989.0, "float32": 67.0},
+    "H200": {"float16": 989.0, "bfloat16": 989.0, "float32": 67.0},
+}
+"""Peak TFLOP/s of the GPUs learners meet, by name (as in torch.cuda.get_device_name) and dtype."""
+
+SDPA_BACKENDS = {"cpu": ("flash", "math"), "cuda": ("flash", "efficient", "cudnn", "math")}
+"""The scaled_dot_product_attention backends the benchmark tries on each kind of device."""
+
+
+def peak_tflops(device_name: str, dtype: torch.dtype | str) -> float | None:
+    """The device's peak TFLOP/s in `dtype` where `PEAK_TFLOPS` knows it, else None.
+
+    >>> peak_tflops("NVIDIA H100 80GB HBM3", torch.float16), peak_tflops("NVIDIA H100 PCIe", "bfloat16")
+    (989.0, 756.0)
+    >>> peak_tflops("Tesla T4", torch.bfloat16) is None, peak_tflops("NVIDIA L40S", "float16") is None
+    (True, True)
+
+    Introduced in 06_flash_attention.
+    """
+    name = str(dtype).removeprefix("torch.")
+    for gpu, peaks in PEAK_TFLOPS.items():  # "H100 PCIe" is listed before "H100"
+        if re.search(rf"\b{re.escape(gpu)}\b", device_name):
+            return peaks.get(name)
+    return None
+
+
+def attention_flops(b: int, h: int, t: int, d: int, causal: bool = False) -> int:
+    """FLOPs of attention's two matrix products, 4·B·H·T²·d, halved when causal.
+
+    >>> attention_flops(1, 8, 4096, 64, causal=True) / 1e9
+    17.179869184
+
+    Introduced in 06_flash_attention.
+    """
+    flops = 4 * b * h * t * t * d
+    return flops // 2 if causal else flops
+
+
+class PeakMemoryTracker(AllocationTracker):
+    """An `AllocationTracker` that also follows when each new tensor is freed: `peak` bytes live at once.
+
+    >>> with PeakMemoryTracker() as tracker:
+    ...     x = torch.ones(1000)  # 4000 bytes
+    ...     del x
+    ...     y = torch.ones(500)  # 2000 bytes, after x was freed
+    >>> tracker.peak, tracker.live
+    (4000, 2000)
+
+    Introduced in 06_flash_attention.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.live = 0
+        """Bytes of the tracked tensors that are still alive."""
+        self.peak = 0
+        """The most bytes alive at once while the tracker was active."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        inputs = {x.untyped_storage().data_ptr() for x in tree_flatten((args, kwargs))[0] if _is_tensor(x)}
+        for x in tree_flatten(out)[0]:
+            if not _is_tensor(x):
+                continue
+            ptr = x.untyped_storage().data_ptr()
+            if ptr in inputs:
+                continue
+            inputs.add(ptr)
+            nbytes = x.untyped_storage().nbytes()
+            self.allocations.append(nbytes)
+            self.live += nbytes
+            self.peak = max(self.peak, self.live)
+            weakref.finalize(x, self._free, nbytes)  # a view keeps its base, hence its storage, alive
+        return out
+
+    def _free(self, nbytes: int) -> None:
+        self.live -= nbytes
+
+
+def _is_tensor(x: object) -> bool:
+    return isinstance(x, torch.Tensor)
+
+
+@dataclass(frozen=True)
+class BenchRow:
+    """One provider at one size: its median time, throughput and peak memory, or why it was skipped."""
+
+    provider: str
+    """"naive", "tiled" or "sdpa-<backend>"."""
+    device: str
+    """The device's name (GPU model or CPU)."""
+    dtype: str
+    """"float32", "float16" or "bfloat16"."""
+    b: int
+    """Batch size."""
+    h: int
+    """Heads."""
+    t: int
+    """Sequence length (as many queries as keys)."""
+    d: int
+    """Head dimension."""
+    causal: bool
+    """Whether the causal mask was applied."""
+    seconds: float | None
+    """Median time of one call after warm-up; None when skipped."""
+    tflops: float | None
+    """Achieved TFLOP/s: attention_flops / seconds."""
+    percent_of_peak: float | None
+    """tflops as a percentage of the device's peak in this dtype, where `PEAK_TFLOPS` knows it."""
+    peak_bytes: int | None
+    """Peak memory the call allocated beyond its inputs."""
+    skipped: str = ""
+    """Why the provider did not run here (empty when it ran)."""
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """What `run_bench` measures: every combination of dtype, head dim, causal and length."""
+
+    device: str = "cpu"
+    dtypes: tuple[str, ...] = ("float32",)
+    lengths: tuple[int, ...] = (256, 512, 1024, 2048, 4096)
+    head_dims: tuple[int, ...] = (64, 128)
+    causal: tuple[bool, ...] = (False, True)
+    batch: int = 1
+    heads: int = 8
+    providers: tuple[str, ...] = ("naive", "tiled", "sdpa")
+    """"sdpa" stands for every backend of SDPA_BACKENDS on the device; "sdpa-flash" for one."""
+    block_size: int = 256
+    """Block size of the tiled version."""
+    repeats: int = 5
+    """Timed calls per row at most (after one warm-up call) ..."""
+    max_seconds: float = 1.0
+    """... and fewer when they would take longer than this, at least one."""
+    threads: int | None = None
+    """CPU threads torch uses meanwhile (None: as set); 1 keeps timings steady on a shared machine."""
+
+
+def providers_for(config: BenchConfig) -> list[str]:
+    """The provider names of a config, "sdpa" expanded to the device's backends."""
+    kind = torch.device(config.device).type
+    names: list[str] = []
+    for name in config.providers:
+        if name == "sdpa":
+            names.extend(f"sdpa-{backend}" for backend in SDPA_BACKENDS.get(kind, ("math",)))
+        else:
+            names.append(name)
+    return names
+
+
+def make_provider(name: str, block_size: int = 256) -> Callable[..., torch.Tensor]:
+    """The function (q, k, v, is_causal) -> out that a provider name stands for."""
+    if name == "naive":
+        return lambda q, k, v, is_causal: attention(q, k, v, is_causal=is_causal)[0]
+    if name == "tiled":
+        return lambda q, k, v, is_causal: flash_attention(q, k, v, is_causal=is_causal, block_size=block_size)
+    if name.startswith("sdpa-") and name[5:] in _BACKENDS:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        backend = getattr(SDPBackend, _BACKENDS[name[5:]])
+
+        def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool) -> torch.Tensor:
+            with sdpa_kernel(backend):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=is_causal)
+
+        return sdpa
+    raise ValueError(f"unknown provider {name!r}: naive, tiled, sdpa or sdpa-<{'|'.join(_BACKENDS)}>")
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def measure(
+    fn: Callable[..., torch.Tensor],
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    is_causal: bool,
+    repeats: int = 5,
+    max_seconds: float = 1.0,
+) -> tuple[float, int]:
+    """(median seconds after one warm-up call, peak bytes beyond the inputs) of fn(q, k, v, is_causal)."""
+    device = q.device
+    with torch.no_grad():
+        start = time.perf_counter()
+        fn(q, k, v, is_causal)
+        _sync(device)
+        first = time.perf_counter() - start
+        times = []
+        for _ in range(max(1, min(repeats, int(max_seconds / max(first, 1e-9))))):
+            start = time.perf_counter()
+            fn(q, k, v, is_causal)
+            _sync(device)
+            times.append(time.perf_counter() - start)
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+            before = torch.cuda.memory_allocated(device)
+            fn(q, k, v, is_causal)
+            _sync(device)
+            peak = torch.cuda.max_memory_allocated(device) - before
+        else:
+            with PeakMemoryTracker() as tracker:
+                fn(q, k, v, is_causal)
+            peak = tracker.peak
+    times.sort()
+    return times[len(times) // 2], peak
+
+
+def _reason(error: BaseException, caught: Sequence[warnings.WarningMessage]) -> str:
+    """A one-line reason from an exception and the warnings torch gave about refused kernels."""
+    if isinstance(error, torch.OutOfMemoryError) or "out of memory" in str(error).lower():
+        return "out of memory"
+    messages = [str(w.message).splitlines()[0] for w in caught if str(w.message).strip()]
+    first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    return "; ".join(dict.fromkeys([*messages[:2], first]))[:300]
+
+
+def run_bench(config: BenchConfig, progress: Callable[[BenchRow], None] | None = None) -> list[BenchRow]:
+    """Measure every provider of `config` at every size; skipped providers get a row with the reason.
+
+    Once a provider runs out of memory at some length it is skipped, with that reason, at the
+    longer ones. `progress`, when given, is called with each row as it is measured.
+
+    Introduced in 06_flash_attention.
+    """
+    device = torch.device(config.device)
+    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else _cpu_name()
+    previous_threads = torch.get_num_threads()
+    if config.threads is not None:
+        torch.set_num_threads(config.threads)
+    try:
+        return _run(config, device, device_name, progress)
+    finally:
+        torch.set_num_threads(previous_threads)
+
+
+def _run(
+    config: BenchConfig,
+    device: torch.device,
+    device_name: str,
+    progress: Callable[[BenchRow], None] | None,
+) -> list[BenchRow]:
+    rows: list[BenchRow] = []
+    generator = torch.Generator(device="cpu").manual_seed(0)
+    for dtype_name in config.dtypes:
+        dtype = getattr(torch, dtype_name)
+        for d in config.head_dims:
+            for causal in config.causal:
+                out_of_memory: dict[str, int] = {}
+                for t in config.lengths:
+                    shape = (config.batch, config.heads, t, d)
+                    q, k, v = (torch.randn(shape, generator=generator).to(device, dtype) for _ in range(3))
+                    for name in providers_for(config):
+                        base = dict(provider=name, device=device_name, dtype=dtype_name, b=config.batch,
+                                    h=config.heads, t=t, d=d, causal=causal)  # fmt: skip
+                        if name in out_of_memory:
+                            reason = f"out of memory at T={out_of_memory[name]}"
+                            row = BenchRow(**base, seconds=None, tflops=None, percent_of_peak=None,
+                                           peak_bytes=None, skipped=reason)  # fmt: skip
+                        else:
+                            row = _measure_row(name, config, q, k, v, causal, base, device_name, dtype)
+                            if row.skipped == "out of memory":
+                                out_of_memory[name] = t
+                        rows.append(row)
+                        if progress is not None:
+                            progress(row)
+                    del q, k, v
+                    if device.type == "cuda":
+                        torch.cuda.empty_cache()
+    return rows
+
+
+def _measure_row(
+    name: str,
+    config: BenchConfig,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    causal: bool,
+    base: dict[str, Any],
+    device_name: str,
+    dtype: torch.dtype,
+) -> BenchRow:
+    fn = make_provider(name, config.block_size)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            seconds, peak = measure(fn, q, k, v, causal, config.repeats, config.max_seconds)
+        except (RuntimeError, NotImplementedError, ValueError) as error:  # a refused backend, OOM
+            if q.device.type == "cuda":
+                torch.cuda.empty_cache()
+            return BenchRow(**base, seconds=None, tflops=None, percent_of_peak=None, peak_bytes=None,
+                            skipped=_reason(error, caught))  # fmt: skip
+    b, h, t, d = q.shape
+    tflops = attention_flops(b, h, t, d, causal) / seconds / 1e12
+    peak_device = peak_tflops(device_name, dtype) if q.device.type == "cuda" else None
+    percent = 100 * tflops / peak_device if peak_device else None
+    return BenchRow(**base, seconds=seconds, tflops=tflops, percent_of_peak=percent, peak_bytes=peak)
+
+
+def _cpu_name() -> str:
+    from attn_course.device import _cpu_name as name
+
+    return name()
+
+
+def format_table(rows: Sequence[BenchRow]) -> str:
+    """The rows as an aligned text table; skipped rows show their reason.
+
+    Introduced in 06_flash_attention.
+    """
+    header = f"{'provider':<15} {'dtype':<9} {'d':>4} {'causal':<6} {'T':>6} {'ms':>10} {'TFLOP/s':>8} " \
+             f"{'% peak':>7} {'peak MiB':>9}"  # fmt: skip
+    lines = [header, "-" * len(header)]
+    for r in rows:
+        start = f"{r.provider:<15} {r.dtype:<9} {r.d:>4} {r.causal!s:<6} {r.t:>6}"
+        if r.skipped:
+            lines.append(f"{start} skipped: {r.skipped}")
+            continue
+        percent = f"{r.percent_of_peak:6.1f}%" if r.percent_of_peak is not None else f"{'–':>7}"
+        lines.append(
+            f"{start} {r.seconds * 1e3:>10.2f} {r.tflops:>8.3f} {percent} {r.peak_bytes / 2**20:>9.1f}"
+        )
+    return "\n".join(lines)
+
+
+def write_json(rows: Sequence[BenchRow], path: Path) -> None:
+    """Write the rows as a JSON list of objects."""
+    path.write_text(json.dumps([dataclasses.asdict(r) for r in rows], indent=1) + "\n", encoding="utf-8")
+
+
+def write_csv(rows: Sequence[BenchRow], path: Path) -> None:
+    """Write the rows as CSV, one column per BenchRow field."""
+    fields = [f.name for f in dataclasses.fields(BenchRow)]
+    with path.open("w", newline="", encoding="utf-8") as file:
+        writer = csv.DictWriter(file, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(dataclasses.asdict(r) for r in rows)
+
+
+def read_json(path: Path) -> list[BenchRow]:
+    """Rows written by `write_json`."""
+    return [BenchRow(**item) for item in json.loads(path.read_text(encoding="utf-8"))]
+
+
+def memory_slopes(rows: Sequence[BenchRow]) -> dict[tuple[str, str, int, bool], float]:
+    """Log-log slope of peak memory against T per (provider, dtype, d, causal), from 2+ measured rows.
+
+    Introduced in 06_flash_attention.
+    """
+    groups: dict[tuple[str, str, int, bool], list[BenchRow]] = {}
+    for r in rows:
+        if not r.skipped and r.peak_bytes:
+            groups.setdefault((r.provider, r.dtype, r.d, r.causal), []).append(r)
+    return {
+        key: fit_power_law([r.t for r in group], [r.peak_bytes for r in group]).exponent
+        for key, group in groups.items()
+        if len({r.t for r in group}) >= 2
+    }
+
+
+def find_row(rows: Sequence[BenchRow], provider: str, **fields: Any) -> BenchRow | None:
+    """The first measured row of `provider` whose fields equal `fields` (t=4096, d=64, ...), or None."""
+    for r in rows:
+        if r.provider == provider and not r.skipped and all(getattr(r, f) == v for f, v in fields.items()):
+            return r
+    return None
+
+
+def target_summary(rows: Sequence[BenchRow], t: int | None = None, d: int | None = None) -> str:
+    """The performance targets of notebook 06, read off the rows (causal, d=64 if measured, longest T).
+
+    CPU: tiled within 2× the time of SDPA (its flash backend, else the fastest), and at least 16×
+    less peak memory than naive. GPU: SDPA's flash backend at least 5× faster than naive, and its
+    share of the device's peak.
+
+    Introduced in 06_flash_attention.
+    """
+    causal = [r for r in rows if r.causal and not r.skipped]
+    if d is None:
+        d = 64 if any(r.d == 64 for r in causal) else min((r.d for r in causal), default=64)
+    measured = [r for r in causal if r.d == d]
+    if not measured:
+        return f"targets: no measured causal rows with d={d}"
+    t = t or max(r.t for r in measured)
+    lines = []
+    for dtype in dict.fromkeys(r.dtype for r in measured):
+        at = {r.provider: r for r in measured if r.t == t and r.dtype == dtype}
+        head = f"causal, d={d}, T={t}, {dtype}:"
+        sdpa = at.get("sdpa-flash") or min(
+            (r for n, r in at.items() if n.startswith("sdpa-")), key=lambda r: r.seconds, default=None
+        )
+        naive, tiled = at.get("naive"), at.get("tiled")
+        parts = []
+        if tiled and sdpa:
+            ratio = tiled.seconds / sdpa.seconds
+            parts.append(f"tiled / {sdpa.provider} time = {ratio:.2f}× (target ≤ 2×)")
+        if naive and tiled and tiled.peak_bytes:
+            ratio = naive.peak_bytes / tiled.peak_bytes
+            parts.append(f"naive / tiled peak memory = {ratio:.1f}× (target ≥ 16×)")
+        if naive and sdpa:
+            parts.append(
+                f"naive / {sdpa.provider} time = {naive.seconds / sdpa.seconds:.1f}× (GPU target ≥ 5×)"
+            )
+        if sdpa and sdpa.percent_of_peak is not None:
+            parts.append(f"{sdpa.provider} at {sdpa.percent_of_peak:.1f}% of the device's peak")
+        lines.append(head + ("\n  " + "\n  ".join(parts) if parts else " nothing to compare"))
+    return "\n".join(lines)
+
+
+def default_config(device: torch.device | str, quick: bool = False) -> BenchConfig:
+    """The comparison of notebook 06 on `device`: to T=4096 on a CPU, 16384 on a GPU; tiny when quick.
+
+    >>> default_config("cpu", quick=True).lengths
+    (256, 512)
+
+    Introduced in 06_flash_attention.
+    """
+    kind = torch.device(device).type
+    if kind == "cuda":
+        bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+        config = BenchConfig(device=str(device), dtypes=("float16", "bfloat16") if bf16 else ("float16",),
+                             lengths=(256, 512, 1024, 2048, 4096, 8192, 16384), block_size=1024)  # fmt: skip
+    else:
+        config = BenchConfig(device=str(device))
+    if quick:
+        config = dataclasses.replace(config, lengths=(256, 512), head_dims=(64,), dtypes=config.dtypes[:1],
+                                     repeats=1, max_seconds=0.1)  # fmt: skip
+    return config
+
+
+def run_and_save(config: BenchConfig, out: Path | None, progress: bool = True) -> list[BenchRow]:
+    """Run the benchmark, print the table, and write bench.json, bench.csv and the plots into `out`.
+
+    This is what `attn-course bench` does.
+
+    Introduced in 06_flash_attention.
+    """
+
+    def show(row: BenchRow) -> None:
+        state = row.skipped or f"{row.seconds * 1e3:.2f} ms"
+        print(f"  {row.provider} {row.dtype} d={row.d} causal={row.causal} T={row.t}: {state}", flush=True)
+
+    rows = run_bench(config, progress=show if progress else None)
+    print(format_table(rows))
+    print(target_summary(rows))
+    if out is not None:
+        from attn_course.flash_plots import plot_bench
+
+        out.mkdir(parents=True, exist_ok=True)
+        write_json(rows, out / "bench.json")
+        write_csv(rows, out / "bench.csv")
+        for kind, figure in plot_bench(rows).items():
+            figure.savefig(out / f"bench_{kind}.png", dpi=100, bbox_inches="tight")
+        print(f"wrote bench.json, bench.csv, bench_time.png and bench_memory.png into {out}")
+    return rows
+
+
+__all__ = [
+    "PEAK_TFLOPS",
+    "BenchConfig",
+    "BenchRow",
+    "PeakMemoryTracker",
+    "attention_flops",
+    "default_config",
+    "format_table",
+    "memory_slopes",
+    "peak_tflops",
+    "run_and_save",
+    "run_bench",
+    "target_summary",
+]

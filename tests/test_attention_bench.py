@@ -1,0 +1,95 @@
+"""The attention benchmark: its formulas, its memory tracker, and `attn-course bench` at small sizes."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+import torch
+
+from attn_course import attention_bench as bench
+from attn_course.cli import main
+
+
+def test_peak_tflops_by_device_name_and_dtype():
+    assert bench.peak_tflops("Tesla T4", torch.float16) == 65.0
+    assert bench.peak_tflops("NVIDIA A100-SXM4-80GB", "bfloat16") == 312.0
+    assert bench.peak_tflops("NVIDIA H100 80GB HBM3", "float32") == 67.0
+    assert bench.peak_tflops("NVIDIA H100 PCIe", "float16") == 756.0
+    assert bench.peak_tflops("NVIDIA H200", "float16") == 989.0
+    assert bench.peak_tflops("NVIDIA L4", "float16") == 121.0
+    assert bench.peak_tflops("NVIDIA L40S", "float16") is None
+    assert bench.peak_tflops("Intel(R) Xeon(R)", "float32") is None
+
+
+def test_attention_flops_halved_when_causal():
+    assert bench.attention_flops(2, 3, 10, 4) == 4 * 2 * 3 * 100 * 4
+    assert bench.attention_flops(2, 3, 10, 4, causal=True) == 2 * 2 * 3 * 100 * 4
+
+
+def test_peak_memory_tracker_follows_frees_and_views():
+    with bench.PeakMemoryTracker() as tracker:
+        a = torch.ones(1000)  # 4000 bytes
+        view = a[10:]  # no new storage
+        del a
+        b = torch.ones(250)  # 1000 bytes; a's storage is still alive through the view
+        del view, b
+    assert tracker.allocations == [4000, 1000]
+    assert tracker.peak == 5000 and tracker.live == 0
+
+
+def test_naive_memory_grows_quadratically_and_tiled_linearly():
+    config = bench.BenchConfig(lengths=(128, 256, 512), head_dims=(32,), causal=(True,), heads=1,
+                               providers=("naive", "tiled"), block_size=32, repeats=1)  # fmt: skip
+    slopes = bench.memory_slopes(bench.run_bench(config))
+    assert slopes[("naive", "float32", 32, True)] == pytest.approx(2.0, abs=0.15)
+    assert slopes[("tiled", "float32", 32, True)] == pytest.approx(1.0, abs=0.35)
+
+
+def test_a_refused_backend_is_skipped_with_its_reason():
+    config = bench.BenchConfig(dtypes=("float32",), lengths=(64,), head_dims=(16,), causal=(False,), heads=2,
+                               providers=("sdpa-efficient", "sdpa-math"), repeats=1)  # fmt: skip
+    rows = bench.run_bench(config)
+    efficient, math_row = rows
+    assert efficient.skipped and efficient.seconds is None  # no memory-efficient kernel on the CPU
+    assert not math_row.skipped and math_row.seconds > 0 and math_row.peak_bytes > 0
+    assert "skipped: " in bench.format_table(rows)
+
+
+def test_unknown_provider_is_an_error():
+    with pytest.raises(ValueError, match="unknown provider"):
+        bench.make_provider("fast")
+
+
+def test_bench_command_writes_table_json_csv_and_plots(tmp_path, capsys):
+    args = "bench --device cpu --lengths 64 128 --head-dims 16 --causal both --heads 2 --block-size 32"
+    code = main([*args.split(), "--repeats", "1", "--threads", "1", "--out", str(tmp_path)])
+    assert code == 0
+    printed = capsys.readouterr().out
+    for provider in ("naive", "tiled", "sdpa-flash", "sdpa-math"):
+        assert provider in printed
+    assert "naive / tiled peak memory" in printed
+    rows = bench.read_json(tmp_path / "bench.json")
+    assert len(rows) == 4 * 2 * 2  # providers × lengths × causal
+    assert {r.t for r in rows} == {64, 128} and all(r.h == 2 and r.d == 16 for r in rows)
+    with (tmp_path / "bench.csv").open() as file:
+        assert len(list(csv.DictReader(file))) == len(rows)
+    assert json.loads((tmp_path / "bench.json").read_text())[0]["provider"] == "naive"
+    for name in ("bench_time.png", "bench_memory.png"):
+        assert (tmp_path / name).read_bytes().startswith(b"\x89PNG")
+
+
+def test_target_summary_reads_the_ratios():
+    def row(provider, seconds, peak):
+        return bench.BenchRow(provider, "cpu", "float32", 1, 8, 4096, 64, True, seconds, 1.0, None, peak)
+
+    rows = [
+        row("naive", 2.0, 3200),
+        row("tiled", 0.15, 100),
+        row("sdpa-flash", 0.1, 50),
+        row("sdpa-math", 0.5, 900),
+    ]
+    summary = bench.target_summary(rows)
+    assert "tiled / sdpa-flash time = 1.50×" in summary
+    assert "naive / tiled peak memory = 32.0×" in summary

@@ -1,0 +1,310 @@
+"""The checks of notebook 06 reject known mistakes with the right message, accept right answers."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from check_assertions import assert_accepted, assert_rejected
+from einops import einsum
+
+from attn_course import flash
+from attn_course.attention import attention
+from attn_course.checks import check_flash_attention, check_online_softmax
+from attn_course.checks.flash import _softmax_wrong, _tiled_wrong
+from attn_course.masking import causal_mask
+
+# ---------------------------------------------------------------------------------------------
+# online_softmax
+
+
+def softmax_running_lse(x, block_size):
+    lse = torch.full_like(x[..., :1], -math.inf)  # (..., 1)
+    for start in range(0, x.shape[-1], block_size):
+        lse = torch.logaddexp(lse, x[..., start : start + block_size].logsumexp(dim=-1, keepdim=True))
+    return torch.exp(x - lse)
+
+
+def softmax_blockwise_output(x, block_size):
+    m = torch.full_like(x[..., :1], -math.inf)
+    denom = torch.zeros_like(m)
+    for start in range(0, x.shape[-1], block_size):
+        block = x[..., start : start + block_size]
+        m_new = torch.maximum(m, block.max(dim=-1, keepdim=True).values)
+        denom = denom * torch.exp(m - m_new) + torch.exp(block - m_new).sum(dim=-1, keepdim=True)
+        m = m_new
+    pieces = [torch.exp(x[..., s : s + block_size] - m) / denom for s in range(0, x.shape[-1], block_size)]
+    return torch.cat(pieces, dim=-1)
+
+
+def softmax_exp2(x, block_size):
+    y = x * math.log2(math.e)
+    m, denom = None, None
+    for start in range(0, y.shape[-1], block_size):
+        block = y[..., start : start + block_size]
+        block_max = block.amax(dim=-1, keepdim=True)
+        if m is None:
+            m, denom = block_max, torch.exp2(block - block_max).sum(dim=-1, keepdim=True)
+            continue
+        m_new = torch.max(m, block_max)
+        denom = denom * torch.exp2(m - m_new) + torch.exp2(block - m_new).sum(dim=-1, keepdim=True)
+        m = m_new
+    return torch.exp2(y - m) / denom
+
+
+def softmax_stacked_block_stats(x, block_size):
+    # per-block statistics first (7 blocks of 8 in the streaming test), combined at the end
+    maxes = [x[..., s : s + block_size].amax(-1) for s in range(0, x.shape[-1], block_size)]
+    m = torch.stack(maxes, dim=-1).amax(dim=-1, keepdim=True)
+    denom = sum(
+        torch.exp(x[..., s : s + block_size] - m).sum(-1, keepdim=True)
+        for s in range(0, x.shape[-1], block_size)
+    )
+    return torch.exp(x - m) / denom
+
+
+@pytest.mark.parametrize(
+    "candidate",
+    [
+        flash.online_softmax,
+        softmax_running_lse,
+        softmax_blockwise_output,
+        softmax_exp2,
+        softmax_stacked_block_stats,
+    ],
+)
+def test_online_softmax_accepts_right_answers(candidate, capsys):
+    assert_accepted(check_online_softmax, candidate, capsys)
+
+
+def not_implemented(*args, **kwargs):
+    raise NotImplementedError
+
+
+def softmax_whole_row(x, block_size):
+    return torch.softmax(x, dim=-1)
+
+
+def softmax_max_of_whole_row(x, block_size):
+    m = x.amax(dim=-1, keepdim=True)
+    denom = sum(
+        torch.exp(x[..., s : s + block_size] - m).sum(-1, keepdim=True)
+        for s in range(0, x.shape[-1], block_size)
+    )
+    return torch.exp(x - m) / denom
+
+
+def softmax_no_shift(x, block_size):
+    denom = sum(
+        torch.exp(x[..., s : s + block_size]).sum(-1, keepdim=True) for s in range(0, x.shape[-1], block_size)
+    )
+    return torch.exp(x) / denom
+
+
+def softmax_tail_cut(x, block_size):
+    n = x.shape[-1] - x.shape[-1] % block_size
+    return flash.online_softmax(x[..., :n], block_size) if n else x[..., :0]
+
+
+@pytest.mark.parametrize(
+    ("candidate", "phrase"),
+    [
+        (not_implemented, "not implemented yet"),
+        (softmax_whole_row, "a softmax over 50 entries at once"),
+        (softmax_max_of_whole_row, "torch.amax over 50 entries at once"),
+        (softmax_no_shift, "Subtract the running maximum"),
+        (softmax_tail_cut, "The last, shorter block is missing"),
+        (_softmax_wrong(rescale="none"), "does not rescale the running sum"),
+        (_softmax_wrong(rescale="inverted"), "the wrong way round"),
+        (_softmax_wrong(block_max=True), "each block's own maximum"),
+        (_softmax_wrong(tail=False), "drops the ragged last block"),
+        (lambda x, block_size: torch.exp(x - x.amax(-1, keepdim=True)), "is wrong"),
+    ],
+)
+def test_online_softmax_names_each_mistake(candidate, phrase, capsys):
+    assert_rejected(check_online_softmax, candidate, phrase, capsys)
+
+
+# ---------------------------------------------------------------------------------------------
+# flash_attention
+
+
+def keys_outer_all_queries(q, k, v, is_causal=False, block_size=64):
+    # key blocks outside, every query row's state at once: tiles of (T_q, block_size)
+    t_q, t_k = q.shape[-2], k.shape[-2]
+    positions = torch.arange(t_q)[:, None] + t_k - t_q  # (T_q, 1)
+    m = torch.full((*q.shape[:-1], 1), -math.inf, dtype=q.dtype)
+    denom = torch.zeros_like(m)
+    acc = torch.zeros((*q.shape[:-1], v.shape[-1]), dtype=q.dtype)
+    for ks in range(0, t_k, block_size):
+        s = q @ k[..., ks : ks + block_size, :].mT / math.sqrt(q.shape[-1])
+        if is_causal:
+            s = s.masked_fill(torch.arange(ks, ks + s.shape[-1]) > positions, -math.inf)
+        m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+        safe = m_new.nan_to_num(neginf=0.0)
+        p = torch.exp(s - safe)
+        alpha = torch.exp(m - safe)
+        denom = alpha * denom + p.sum(-1, keepdim=True)
+        acc = alpha * acc + p @ v[..., ks : ks + block_size, :]
+        m = m_new
+    return acc / denom
+
+
+def einsum_preallocated(q, k, v, is_causal=False, block_size=64):
+    t_q, t_k, d = q.shape[-2], k.shape[-2], q.shape[-1]
+    out = torch.empty((*q.shape[:-1], v.shape[-1]), dtype=q.dtype)
+    for qs in range(0, t_q, block_size):
+        qb = q[..., qs : qs + block_size, :]
+        rows = torch.arange(qs, qs + qb.shape[-2]) + t_k - t_q
+        m = torch.full(qb.shape[:-1], -math.inf, dtype=q.dtype)
+        denom = torch.zeros_like(m)
+        acc = torch.zeros((*qb.shape[:-1], v.shape[-1]), dtype=q.dtype)
+        for ks in range(0, t_k, block_size):
+            if is_causal and ks > rows[-1]:
+                break
+            s = einsum(qb, k[..., ks : ks + block_size, :], "... i d, ... j d -> ... i j") / math.sqrt(d)
+            if is_causal:
+                cols = torch.arange(ks, ks + s.shape[-1])
+                s = torch.where(cols[None, :] <= rows[:, None], s, -math.inf)
+            m_new = torch.maximum(m, s.amax(-1))
+            p = torch.exp(s - m_new[..., None])
+            alpha = torch.exp(m - m_new)
+            denom = alpha * denom + p.sum(-1)
+            acc = alpha[..., None] * acc + einsum(
+                p, v[..., ks : ks + block_size, :], "... i j, ... j e -> ... i e"
+            )
+            m = m_new
+        out[..., qs : qs + block_size, :] = acc / denom[..., None]
+    return out
+
+
+def exp2_every_block_masked(q, k, v, is_causal=False, block_size=64):
+    # base-2 exponentials with log2(e) folded into the scale; every block visited, masked or not
+    t_q, t_k = q.shape[-2], k.shape[-2]
+    outs = []
+    for qs in range(0, t_q, block_size):
+        qb = q[..., qs : qs + block_size, :] * (math.log2(math.e) / math.sqrt(q.shape[-1]))
+        m = torch.full((*qb.shape[:-1], 1), -math.inf, dtype=q.dtype)
+        denom = torch.zeros_like(m)
+        acc = torch.zeros((*qb.shape[:-1], v.shape[-1]), dtype=q.dtype)
+        for ks in range(0, t_k, block_size):
+            s = qb @ k[..., ks : ks + block_size, :].transpose(-1, -2)
+            if is_causal:
+                rows = torch.arange(qs, qs + qb.shape[-2])[:, None] + t_k - t_q
+                s = s.masked_fill(torch.arange(ks, ks + s.shape[-1])[None, :] > rows, -math.inf)
+            m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+            safe = torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)
+            p = torch.exp2(s - safe)
+            alpha = torch.exp2(m - safe)
+            denom = denom * alpha + p.sum(-1, keepdim=True)
+            acc = acc * alpha + p @ v[..., ks : ks + block_size, :]
+            m = m_new
+        outs.append(acc / denom)
+    return torch.cat(outs, dim=-2)
+
+
+@pytest.mark.parametrize(
+    "candidate",
+    [flash.flash_attention, keys_outer_all_queries, einsum_preallocated, exp2_every_block_masked],
+)
+def test_flash_attention_accepts_right_answers(candidate, capsys):
+    assert_accepted(check_flash_attention, candidate, capsys)
+
+
+def calls_course_attention(q, k, v, is_causal=False, block_size=64):
+    return attention(q, k, v, is_causal=is_causal)[0]
+
+
+def calls_torch_sdpa(q, k, v, is_causal=False, block_size=64):
+    t_q, t_k = q.shape[-2], k.shape[-2]
+    mask = causal_mask(t_q, t_k) if is_causal else None
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def full_mask_then_tiles(q, k, v, is_causal=False, block_size=64):
+    allowed = causal_mask(q.shape[-2], k.shape[-2])  # (T_q, T_k): the whole mask at once
+    outs = []
+    for qs in range(0, q.shape[-2], block_size):
+        qb = q[..., qs : qs + block_size, :] / math.sqrt(q.shape[-1])
+        m = torch.full((*qb.shape[:-1], 1), -math.inf, dtype=q.dtype)
+        denom = torch.zeros_like(m)
+        acc = torch.zeros((*qb.shape[:-1], v.shape[-1]), dtype=q.dtype)
+        for ks in range(0, k.shape[-2], block_size):
+            s = qb @ k[..., ks : ks + block_size, :].mT
+            if is_causal:
+                s = s.masked_fill(~allowed[qs : qs + block_size, ks : ks + block_size], -math.inf)
+            m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+            safe = m_new.nan_to_num(neginf=0.0)
+            p = torch.exp(s - safe)
+            alpha = torch.exp(m - safe)
+            denom, acc = (
+                denom * alpha + p.sum(-1, keepdim=True),
+                acc * alpha + p @ v[..., ks : ks + block_size, :],
+            )
+            m = m_new
+        outs.append(acc / denom)
+    return torch.cat(outs, dim=-2)
+
+
+def no_running_max(q, k, v, is_causal=False, block_size=64):
+    outs = []
+    for qs in range(0, q.shape[-2], block_size):
+        qb = q[..., qs : qs + block_size, :] / math.sqrt(q.shape[-1])
+        rows = torch.arange(qs, qs + qb.shape[-2])[:, None] + k.shape[-2] - q.shape[-2]
+        denom, acc = 0, 0
+        for ks in range(0, k.shape[-2], block_size):
+            s = qb @ k[..., ks : ks + block_size, :].mT
+            if is_causal:
+                s = s.masked_fill(torch.arange(ks, ks + s.shape[-1]) > rows, -math.inf)
+            p = torch.exp(s)
+            denom, acc = denom + p.sum(-1, keepdim=True), acc + p @ v[..., ks : ks + block_size, :]
+        outs.append(acc / denom)
+    return torch.cat(outs, dim=-2)
+
+
+def returns_out_and_lse(q, k, v, is_causal=False, block_size=64):
+    return flash.flash_attention_forward(q, k, v, is_causal=is_causal, block_size=block_size)
+
+
+@pytest.mark.parametrize(
+    ("candidate", "phrase"),
+    [
+        (not_implemented, "not implemented yet"),
+        (calls_course_attention, "as many as the whole 192×192 score matrix"),
+        (calls_torch_sdpa, "torch's fused attention"),
+        (full_mask_then_tiles, "created a causal mask of"),
+        (no_running_max, "exp of unshifted scores"),
+        (returns_out_and_lse, "return only the output tensor"),
+        (_tiled_wrong(rescale_acc=False), "does not rescale the output accumulator"),
+        (_tiled_wrong(rescale_sum=False), "does not rescale the running sum (the softmax denominator)"),
+        (_tiled_wrong(rescale_acc=False, rescale_sum=False), "rescales neither"),
+        (_tiled_wrong(average_blocks=True), "averages a softmax per key block"),
+        (_tiled_wrong(tail=False), "drops the ragged last key block"),
+        (_tiled_wrong(scale=False), "forgets the 1/√d scale"),
+        (_tiled_wrong(mask="none"), "ignores is_causal=True"),
+        (_tiled_wrong(mask="strict"), "masks the diagonal too"),
+        (_tiled_wrong(mask="top-left"), "aligns the causal mask top-left"),
+        (_tiled_wrong(mask="skip-diagonal"), "skips the blocks that cross the diagonal"),
+        (_tiled_wrong(mask="blocks-only"), "does not mask inside the blocks that cross it"),
+    ],
+)
+def test_flash_attention_names_each_mistake(candidate, phrase, capsys):
+    assert_rejected(check_flash_attention, candidate, phrase, capsys)
+
+
+def test_keys_outer_loop_missing_rescale_is_named_too(capsys):
+    def keys_outer_no_acc_rescale(q, k, v, is_causal=False, block_size=64):
+        m = torch.full((*q.shape[:-1], 1), -math.inf, dtype=q.dtype)
+        denom, acc = torch.zeros_like(m), 0
+        for ks in range(0, k.shape[-2], block_size):
+            s = q @ k[..., ks : ks + block_size, :].mT / math.sqrt(q.shape[-1])
+            m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+            p = torch.exp(s - m_new)
+            denom = denom * torch.exp(m - m_new) + p.sum(-1, keepdim=True)
+            acc = acc + p @ v[..., ks : ks + block_size, :]
+            m = m_new
+        return acc / denom
+
+    assert_rejected(check_flash_attention, keys_outer_no_acc_rescale, "output accumulator", capsys)
