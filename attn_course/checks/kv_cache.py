@@ -1,19 +1,386 @@
-"""Checks for notebook 07 (being written)."""
+"""Checks for notebook 07: the KV cache and one cached decoding step of rotary attention."""
 
 from __future__ import annotations
 
+import operator
+from collections.abc import Callable
 from typing import Any
 
-from attn_course.checks._harness import CheckFailed, check
+import torch
+from torch import nn
+
+from attn_course import reference
+from attn_course.checks._harness import (
+    CheckFailed,
+    call,
+    check,
+    cuda_device,
+    difference,
+    expect_tensor,
+    is_close,
+    randn,
+)
+from attn_course.heads import merge_heads
+
+# ---------------------------------------------------------------------------------------------
+# KVCache
+
+_B, _H, _D = 2, 3, 6
+"""Batch, heads and head size of the cache check: all different from each other and from every t_new."""
+
+_APPENDS = [(0, 4), (1, 1), (0, 1), (2, 5), (1, 4), (0, 1), (2, 1), (0, 4)]
+"""(layer, t_new) of each append: layers interleaved, single tokens and prefill chunks."""
+
+_APPEND_HINT = (
+    "append(layer, k, v) gets k and v of shape (b, h, t_new, d_k); store them for `layer` the first "
+    "time, and afterwards concatenate along the time axis: torch.cat([old, new], dim=-2)."
+)
+
+
+def _as_int(value: Any) -> int | None:
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
 
 
 @check("KVCache")
-def check_KVCache(candidate: Any) -> str:
-    """Check a learner's `KVCache`."""
-    raise CheckFailed("this check is being written")
+def check_KVCache(candidate: Any) -> str:  # noqa: N802 (exercise name)
+    """Interleaved appends to three layers; every returned tensor, and length(), against the history."""
+    if not isinstance(candidate, type):
+        raise CheckFailed(
+            "check_KVCache expects your class KVCache itself, not a cache made from it: call "
+            "check_KVCache(KVCache)."
+        )
+    cache = call("KVCache", candidate, hint="KVCache() takes no arguments: define __init__(self).")
+    history: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {0: [], 1: [], 2: []}
+    returned: list[tuple[int, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]] = []
+    appends = {0: 0, 1: 0, 2: 0}
+    _expect_length(cache, 0, history, appends, "before any append")
+    for step, (layer, t_new) in enumerate(_APPENDS):
+        k, v = randn(_B, _H, t_new, _D, dtype=torch.float32), randn(_B, _H, t_new, _D, dtype=torch.float32)
+        shown = f"cache.append({layer}, k, v) with k, v of shape {(_B, _H, t_new, _D)} (append {step + 1})"
+        result = call("KVCache.append", cache.append, layer, k, v, hint=_APPEND_HINT)
+        history[layer].append((k, v))
+        appends[layer] += 1
+        keys, values = _expect_pair(result, shown)
+        all_keys = torch.cat([pair[0] for pair in history[layer]], dim=-2)  # (b, h, t, d_k)
+        all_values = torch.cat([pair[1] for pair in history[layer]], dim=-2)  # (b, h, t, d_k)
+        _expect_cached(keys, all_keys, "keys", k, v, history, layer, shown)
+        _expect_cached(values, all_values, "values", v, k, history, layer, shown)
+        returned.append((layer, keys, values, all_keys, all_values))
+        for other in history:
+            _expect_length(cache, other, history, appends, f"after {shown}")
+    for layer, keys, values, all_keys, all_values in returned:
+        if not (is_close(keys, all_keys) and is_close(values, all_values)):
+            raise CheckFailed(
+                f"The keys or values that an earlier cache.append({layer}, …) returned changed after later "
+                "appends: writing into a tensor you returned before (an in-place update of a stored "
+                "tensor, or a buffer that is reused) changes what the caller holds. Build new tensors "
+                "with torch.cat, or return views of a buffer that later appends only extend."
+            )
+    if _as_int(call("KVCache.length", cache.length, 7)) != 0:
+        raise CheckFailed("cache.length(7), for a layer that never had an append, should be 0.")
+    return f"{len(_APPENDS)} appends to 3 interleaved layers (t_new of 1, 4 and 5), lengths, earlier results"
+
+
+def _expect_pair(result: Any, shown: str) -> tuple[Any, Any]:
+    if isinstance(result, torch.Tensor) or not isinstance(result, tuple | list) or len(result) != 2:
+        tensor = isinstance(result, torch.Tensor)
+        what = f"one tensor of shape {tuple(result.shape)}" if tensor else repr(result)
+        raise CheckFailed(
+            f"{shown} should return a tuple (keys, values) of all the layer's keys and values so far, "
+            f"but returned {what:.100}. End append with `return keys, values`."
+        )
+    return result[0], result[1]
+
+
+def _expect_cached(
+    got: Any,
+    expected: torch.Tensor,
+    name: str,
+    new: torch.Tensor,
+    other_new: torch.Tensor,
+    history: dict[int, list[tuple[torch.Tensor, torch.Tensor]]],
+    layer: int,
+    shown: str,
+) -> None:
+    """The returned keys (or values) are exactly the layer's history along dim -2; else name the mistake."""
+    index = 0 if name == "keys" else 1
+    what = f"The {name} returned by {shown}"
+    t_new, t_all = new.shape[-2], expected.shape[-2]
+    if isinstance(got, torch.Tensor) and tuple(got.shape) == tuple(new.shape) and t_new != t_all:
+        if is_close(got, new):
+            fix = (
+                "store them for the layer and return all of them: the values must be cached like the keys "
+                "(torch.cat([old_values, v], dim=-2)), or each new token sees only its own value."
+                if name == "values"
+                else "store them for the layer and return all of them (torch.cat([old_keys, k], dim=-2))."
+            )
+            raise CheckFailed(f"{what} are only this step's {name}, {tuple(new.shape)}: {fix}")
+    total = sum(pair[index].shape[-2] for step in history.values() for pair in step)
+    hints = {
+        (_B, _H, total, _D): "It holds the positions appended to every layer: each layer has its own keys "
+        "and values (a dict or list indexed by `layer`).",
+        (*expected.shape[:-1], 2 * _D): "Concatenate along the time axis, dim=-2, not the last axis.",
+        (expected.shape[0] * 2, *expected.shape[1:]): "Concatenate along the time axis, dim=-2, not dim=0.",
+    }
+    got = expect_tensor(got, expected.shape, what, hints=hints)
+    if is_close(got, expected):
+        return
+    past = [pair[index] for pair in history[layer][:-1]]
+    if past and is_close(got, torch.cat([new, *past], dim=-2)):
+        raise CheckFailed(
+            f"{what} put the new positions before the old ones: the time axis runs from the first "
+            "position to the newest, torch.cat([old, new], dim=-2)."
+        )
+    other = torch.cat([pair[1 - index] for pair in history[layer]], dim=-2)  # (b, h, t, d_k)
+    if is_close(got, other):
+        swap = "values where the keys belong" if name == "keys" else "keys where the values belong"
+        raise CheckFailed(f"{what} are the {swap}: return (keys, values), each cached separately.")
+    raise CheckFailed(f"{what} are wrong: {difference(got, expected)}")
+
+
+def _expect_length(
+    cache: Any,
+    layer: int,
+    history: dict[int, list[tuple[torch.Tensor, torch.Tensor]]],
+    appends: dict[int, int],
+    when: str,
+) -> None:
+    got = call("KVCache.length", cache.length, layer)
+    expected = sum(pair[0].shape[-2] for pair in history[layer])
+    value = _as_int(got)
+    if value == expected:
+        return
+    shown = f"cache.length({layer}) {when}"
+    if value is None:
+        raise CheckFailed(
+            f"{shown} should be an int, the number of cached positions, but it is {got!r:.80}: "
+            "for example keys.shape[-2]."
+        )
+    total = sum(pair[0].shape[-2] for step in history.values() for pair in step)
+    if value == total:
+        raise CheckFailed(
+            f"{shown} is {value}, the positions of all layers together, but layer {layer} has {expected}: "
+            "count the positions of that layer only."
+        )
+    if expected == 0:
+        raise CheckFailed(f"{shown} is {value}, but nothing was appended to layer {layer} yet: it must be 0.")
+    if value == appends[layer]:
+        raise CheckFailed(
+            f"{shown} is {value}, the number of appends, but {expected} positions are cached: count "
+            "positions, the size of the time axis, keys.shape[-2]."
+        )
+    if value in (_B, _H, _D):
+        raise CheckFailed(
+            f"{shown} is {value}, the size of another axis, but {expected} positions are cached: the time "
+            "axis of (b, h, t, d_k) is dim -2, keys.shape[-2]."
+        )
+    raise CheckFailed(f"{shown} is {value}, but {expected} positions were appended to that layer.")
+
+
+# ---------------------------------------------------------------------------------------------
+# cached_attention
+
+
+def _cached_attention(
+    attn: nn.Module,
+    x: torch.Tensor,
+    cache: Any,
+    layer: int,
+    *,
+    positions: str = "absolute",
+    rotate: str = "qk",
+    base: float | None = None,
+    attend_to: str = "cache",
+    alignment: str = "bottom-right",
+    rerotate_cached: bool = False,
+    out_proj: bool = True,
+) -> torch.Tensor:
+    """A cached decoding step with each knob a learner might get wrong; the defaults are right."""
+    t_past, t_new = cache.length(layer), x.shape[-2]
+    start = {"absolute": t_past, "zero": 0, "after-append": t_past + t_new}[positions]
+    pos = torch.arange(start, start + t_new)  # (t_new,)
+    base = attn.base if base is None else base
+    q, k, v = attn.project(x)  # each (b, h, t_new, d_k)
+    q = reference.apply_rope(q, pos, base) if "q" in rotate else q  # (b, h, t_new, d_k)
+    k = reference.apply_rope(k, pos, base) if "k" in rotate else k  # (b, h, t_new, d_k)
+    keys, values = cache.append(layer, k, v)  # each (b, h, t_past + t_new, d_k)
+    if attend_to == "new":
+        keys, values = k, v  # (b, h, t_new, d_k): the cache ignored
+    if attend_to == "keys-as-values":
+        values = keys
+    if rerotate_cached:
+        keys = reference.apply_rope(keys, None, base)  # (b, h, t, d_k): rotated a second time
+    t_k = keys.shape[-2]
+    allowed = {
+        "bottom-right": reference.causal_mask(t_new, t_k),
+        "top-left": torch.ones(t_new, t_k, dtype=torch.bool).tril(),
+        "none": torch.ones(t_new, t_k, dtype=torch.bool),
+    }[alignment]  # (t_new, t_k)
+    out, _ = reference.attention(q, keys, values, mask=allowed)  # (b, h, t_new, d_k)
+    merged = merge_heads(out)  # (b, t_new, d_model)
+    return attn.out(merged) if out_proj else merged  # (b, t_new, d_model)
+
+
+_CACHED_MISTAKES: list[tuple[str, dict[str, Any]]] = [
+    (
+        "rotates the new tokens as if they started at position 0: they sit at the absolute positions "
+        "t_past … t_past + t_new - 1, with t_past = cache.length(layer) read before appending. Pass "
+        "positions=torch.arange(t_past, t_past + t_new) to apply_rope for q and k.",
+        {"positions": "zero"},
+    ),
+    (
+        "rotates the new tokens t_new positions too far: read t_past = cache.length(layer) before "
+        "cache.append, which already counts the new tokens.",
+        {"positions": "after-append"},
+    ),
+    (
+        "aligns the causal mask top-left: new query i may see every cached position and the new keys "
+        "up to its own, keys j ≤ i + t_past (bottom-right alignment). Use the course's "
+        "attention(q, keys, values, is_causal=True), or causal_mask(t_new, t_k); note that "
+        "F.scaled_dot_product_attention(is_causal=True) aligns top-left when t_new ≠ t_k.",
+        {"alignment": "top-left"},
+    ),
+    (
+        "has no causal mask: within a chunk of several new tokens, each may see only itself and the "
+        "tokens before it. Pass is_causal=True to attention (bottom-right aligned).",
+        {"alignment": "none"},
+    ),
+    (
+        "attends only to the new tokens: attend to everything cached, the keys and values that "
+        "cache.append(layer, k, v) returns.",
+        {"attend_to": "new"},
+    ),
+    (
+        "uses the cached keys as values: cache.append returns (keys, values); attend with both.",
+        {"attend_to": "keys-as-values"},
+    ),
+    (
+        "does not rotate q and k: apply apply_rope to the new queries and keys at their positions "
+        "(with base=attn.base) before appending the keys and attending.",
+        {"rotate": ""},
+    ),
+    (
+        "rotates only q: rotate the new keys too, at the same positions, before appending them.",
+        {"rotate": "q"},
+    ),
+    (
+        "rotates only k: rotate the new queries too, at the same positions.",
+        {"rotate": "k"},
+    ),
+    (
+        "rotates the cached keys a second time: the keys are appended already rotated at their "
+        "positions; attend with them as they come back from cache.append.",
+        {"rerotate_cached": True},
+    ),
+    (
+        "ignores attn.base: pass base=attn.base to apply_rope (this layer was built with base=50).",
+        {"base": 10000.0},
+    ),
+    (
+        "forgets the output projection: after merging the heads, apply attn.out.",
+        {"out_proj": False},
+    ),
+]
+
+_CHUNKS = [4, 1, 3, 1, 1]
+"""New positions per call: a prefill, single tokens, and a chunk of 3 after 5 cached positions."""
+_STARTS = [sum(_CHUNKS[:i]) for i in range(len(_CHUNKS))]
+
+_SIGNATURE = (
+    "The signature is cached_attention(attn, x, cache, layer); x (b, t_new, d_model) are the new "
+    "positions. The new queries (b, h, t_new, d_k) attend to all the keys and values that "
+    "cache.append(layer, k, v) returns, (b, h, t_past + t_new, d_k): attention(q, keys, values, "
+    "is_causal=True)."
+)
+
+
+def _replay(attn: nn.Module, xs: list[torch.Tensor], upto: int, knobs: dict[str, Any]) -> torch.Tensor:
+    """What a learner making this mistake returns on call `upto` (its cache filled its own way)."""
+    cache = reference.KVCache()
+    out = torch.empty(0)
+    for x in xs[: upto + 1]:
+        out = _cached_attention(attn, x, cache, 0, **knobs)  # (b, t_new, d_model)
+    return out
 
 
 @check("cached_attention")
-def check_cached_attention(candidate: Any) -> str:
-    """Check a learner's `cached_attention`."""
-    raise CheckFailed("this check is being written")
+def check_cached_attention(candidate: Callable[..., Any]) -> str:
+    """Two layers fed chunks [4, 1, 3, 1, 1] through one KVCache, against each on the whole sequence."""
+    d_model, n_heads, t = 12, 3, sum(_CHUNKS)
+    layers = [reference.RotaryMultiHeadAttention(d_model, n_heads, base=50.0).double() for _ in range(2)]
+    sequences = [randn(2, t, d_model) for _ in layers]  # each (b, t, d_model)
+    expected = [attn(x, is_causal=True) for attn, x in zip(layers, sequences, strict=True)]  # (b, t, d_model)
+    cache = reference.KVCache()
+    start = 0
+    with torch.no_grad():
+        for index, t_new in enumerate(_CHUNKS):
+            for layer, (attn, x, full) in enumerate(zip(layers, sequences, expected, strict=True)):
+                chunk = x[:, start : start + t_new]  # (b, t_new, d_model)
+                shown = (
+                    f"cached_attention(attn, x, cache, layer={layer}) for {t_new} new position"
+                    f"{'s' if t_new > 1 else ''} ({start} … {start + t_new - 1}) after {start} cached"
+                )
+                got = call("cached_attention", candidate, attn, chunk, cache, layer, hint=_SIGNATURE)
+                _expect_cache_lengths(cache, layer, start, t_new, shown)
+                out = expect_tensor(got, (2, t_new, d_model), f"The output of {shown}")
+                want = full[:, start : start + t_new]  # (b, t_new, d_model)
+                if is_close(out, want):
+                    continue
+                chunks = [x[:, a : a + n] for a, n in zip(_STARTS, _CHUNKS, strict=True)]
+                for message, knobs in _CACHED_MISTAKES:
+                    wrong = _replay(attn, chunks, index, knobs)
+                    if not is_close(wrong, want) and is_close(out, wrong):
+                        raise CheckFailed(f"Your {shown} {message}")
+                raise CheckFailed(
+                    f"The output of {shown} differs from the layer run on the whole sequence, "
+                    f"attn(x, is_causal=True): {difference(out, want)}"
+                )
+            start += t_new
+    _expect_cached_attention_on_cuda(candidate)
+    return "2 layers in chunks of 4, 1, 3, 1, 1 (RoPE base 50) match the layers on the whole sequence"
+
+
+def _expect_cache_lengths(cache: Any, layer: int, start: int, t_new: int, shown: str) -> None:
+    """After the call, `layer` holds start + t_new positions and the other layer is untouched."""
+    other = 1 - layer
+    other_expected = start + t_new if other < layer else start
+    got, other_got = cache.length(layer), cache.length(other)
+    if got == start + 2 * t_new:
+        raise CheckFailed(
+            f"After {shown}, the cache holds {got} positions for that layer, {start + t_new} expected: "
+            "the new keys and values were appended twice. Call cache.append(layer, k, v) once, and "
+            "attend with the keys and values it returns."
+        )
+    if got == start and other_got == other_expected:
+        raise CheckFailed(
+            f"After {shown}, the cache still holds {got} positions for that layer: append the new keys "
+            "and values with cache.append(layer, k, v), and attend with what it returns."
+        )
+    if got != start + t_new or other_got != other_expected:
+        raise CheckFailed(
+            f"After {shown}, the cache holds {got} positions for layer {layer} ({start + t_new} expected) "
+            f"and {other_got} for layer {other} ({other_expected} expected): pass `layer` on to "
+            "cache.length(layer) and cache.append(layer, k, v)."
+        )
+
+
+def _expect_cached_attention_on_cuda(candidate: Callable[..., Any]) -> None:
+    """Where there is a GPU: positions and masks are created on x's device."""
+    device = cuda_device()
+    if device is None:
+        return
+    attn = reference.RotaryMultiHeadAttention(12, 3).to(device)
+    x = randn(2, 6, 12, dtype=torch.float32).to(device)  # (b, t, d_model)
+    cache = reference.KVCache()
+    hint = "Create new tensors (positions) on x.device: torch.arange(start, stop, device=x.device)."
+    with torch.no_grad():
+        call("cached_attention", candidate, attn, x[:, :5], cache, 0, hint=hint)
+        got = call("cached_attention", candidate, attn, x[:, 5:], cache, 0, hint=hint)
+        what = f"The output of cached_attention on {device.type}"
+        out = expect_tensor(got, (2, 1, 12), what, device=device)
+        want = attn(x, is_causal=True)[:, 5:]  # (b, 1, d_model)
+    if not is_close(out, want):
+        raise CheckFailed(f"{what} is wrong: {difference(out, want)}")

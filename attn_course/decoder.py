@@ -1,0 +1,202 @@
+"""A tiny decoder-only transformer built from the course's parts, and greedy generation with a KV cache.
+
+Read top to bottom like the architecture: the config, the MLP, a Block (pre-norm causal
+multi-head attention with RoPE, then an MLP, each around a residual), the TinyDecoder (token
+embedding, blocks, final norm, output head; RoPE gives the positions, so there is no position
+embedding), then generation with and without the cache and its measurement.
+
+Introduced in 07_kv_cache.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from attn_course.kv_cache import KVCache, cached_attention
+from attn_course.rope import RotaryMultiHeadAttention, apply_rope
+
+CachedAttention = Callable[[RotaryMultiHeadAttention, torch.Tensor, KVCache, int], torch.Tensor]
+"""cached_attention(attn, x, cache, layer) -> (b, t_new, d_model): one layer's attention with a cache."""
+
+
+@dataclass
+class DecoderConfig:
+    """The sizes of a TinyDecoder."""
+
+    vocab_size: int = 32
+    """Number of distinct tokens."""
+    n_layers: int = 2
+    """Number of blocks."""
+    n_heads: int = 4
+    """Attention heads per block."""
+    d_model: int = 64
+    """Width of the residual stream."""
+    d_mlp: int = 256
+    """Hidden width of each block's MLP."""
+    rope_base: float = 10000.0
+    """RoPE's base, for every attention layer."""
+
+
+class MLP(nn.Module):
+    """Position-wise feed-forward network: Linear, GELU, Linear."""
+
+    def __init__(self, config: DecoderConfig) -> None:
+        super().__init__()
+        self.fc = nn.Linear(config.d_model, config.d_mlp)
+        self.proj = nn.Linear(config.d_mlp, config.d_model)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """(b, t, d_model) -> (b, t, d_model)."""
+        return self.proj(F.gelu(self.fc(x)))  # (b, t, d_model)
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block: x + attn(norm(x)), then x + mlp(norm(x))."""
+
+    def __init__(self, config: DecoderConfig) -> None:
+        super().__init__()
+        self.ln1 = nn.LayerNorm(config.d_model)
+        self.attn = RotaryMultiHeadAttention(config.d_model, config.n_heads, base=config.rope_base)
+        self.ln2 = nn.LayerNorm(config.d_model)
+        self.mlp = MLP(config)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The whole sequence at once, causally: (b, t, d_model) -> (b, t, d_model)."""
+        x = x + self.attn(self.ln1(x), is_causal=True)  # (b, t, d_model)
+        return x + self.mlp(self.ln2(x))  # (b, t, d_model)
+
+    def step(self, x: torch.Tensor, cache: KVCache, layer: int, attend: CachedAttention) -> torch.Tensor:
+        """New positions only, attending to the cache: (b, t_new, d_model) -> (b, t_new, d_model)."""
+        x = x + attend(self.attn, self.ln1(x), cache, layer)  # (b, t_new, d_model)
+        return x + self.mlp(self.ln2(x))  # (b, t_new, d_model)
+
+
+class TinyDecoder(nn.Module):
+    """Decoder-only transformer: token embedding, blocks, final LayerNorm, output head.
+
+    >>> model = TinyDecoder(DecoderConfig(vocab_size=10, n_layers=2, n_heads=2, d_model=16, d_mlp=32))
+    >>> model(torch.zeros(3, 7, dtype=torch.long)).shape
+    torch.Size([3, 7, 10])
+
+    Introduced in 07_kv_cache.
+    """
+
+    def __init__(self, config: DecoderConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.embed = nn.Embedding(config.vocab_size, config.d_model)
+        self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layers))
+        self.ln_f = nn.LayerNorm(config.d_model)
+        self.head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        """Logits of the next token at every position: idx (b, t) -> (b, t, vocab_size)."""
+        x = self.embed(idx)  # (b, t, d_model)
+        for block in self.blocks:
+            x = block(x)  # (b, t, d_model)
+        return self.head(self.ln_f(x))  # (b, t, vocab_size)
+
+    def step(
+        self, idx: torch.Tensor, cache: KVCache, attend: CachedAttention = cached_attention
+    ) -> torch.Tensor:
+        """Logits for new tokens idx (b, t_new) that follow the cached ones -> (b, t_new, vocab_size)."""
+        x = self.embed(idx)  # (b, t_new, d_model)
+        for layer, block in enumerate(self.blocks):
+            x = block.step(x, cache, layer, attend)  # (b, t_new, d_model)
+        return self.head(self.ln_f(x))  # (b, t_new, vocab_size)
+
+    @torch.no_grad()
+    def attention_maps(self, idx: torch.Tensor) -> torch.Tensor:
+        """Every head's causal attention weights on idx (b, t): (n_layers, b, n_heads, t, t)."""
+        x = self.embed(idx)  # (b, t, d_model)
+        maps = []
+        for block in self.blocks:
+            q, k, v = block.attn.project(block.ln1(x))  # each (b, h, t, d_k)
+            q, k = apply_rope(q, base=block.attn.base), apply_rope(k, base=block.attn.base)  # (b, h, t, d_k)
+            out, weights = block.attn.attend(q, k, v, is_causal=True)  # (b, t, d_model), (b, h, t, t)
+            maps.append(weights)
+            x = x + out  # (b, t, d_model)
+            x = x + block.mlp(block.ln2(x))  # (b, t, d_model)
+        return torch.stack(maps)  # (n_layers, b, h, t, t)
+
+
+def parameter_count(model: nn.Module) -> int:
+    """Number of trainable numbers in the model.
+
+    >>> parameter_count(TinyDecoder(DecoderConfig(vocab_size=10, n_layers=1, n_heads=2, d_model=8, d_mlp=16)))
+    776
+
+    Introduced in 07_kv_cache.
+    """
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+# ---------------------------------------------------------------------------------------------
+# Greedy generation, with and without the cache
+
+
+@torch.no_grad()
+def generate(
+    model: TinyDecoder,
+    prompt: torch.Tensor,
+    n_new: int,
+    *,
+    use_cache: bool = True,
+    attend: CachedAttention = cached_attention,
+    make_cache: Callable[[], KVCache] = KVCache,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Greedily extend prompt (b, t) by n_new tokens; return the tokens (b, t + n_new) and the logits
+    (b, n_new, vocab_size) each new token was chosen from.
+
+    Without the cache every step runs the model over the whole sequence so far (O(T²) attention per
+    token); with it, the prompt fills the cache in one prefill step and every later step feeds the
+    newest token only, through `attend` (default: the package's cached_attention).
+
+    >>> model = TinyDecoder(DecoderConfig(vocab_size=10, n_layers=2, n_heads=2, d_model=16, d_mlp=32))
+    >>> tokens, logits = generate(model, torch.zeros(2, 3, dtype=torch.long), n_new=5)
+    >>> tokens.shape, logits.shape
+    (torch.Size([2, 8]), torch.Size([2, 5, 10]))
+
+    Introduced in 07_kv_cache.
+    """
+    tokens, all_logits = prompt, []
+    if n_new == 0:
+        return prompt, prompt.new_zeros(prompt.shape[0], 0, model.config.vocab_size, dtype=torch.float32)
+    if use_cache:
+        cache = make_cache()
+        logits = model.step(prompt, cache, attend)[:, -1]  # (b, vocab_size): prefill the whole prompt
+    else:
+        logits = model(prompt)[:, -1]  # (b, vocab_size)
+    for i in range(n_new):
+        next_token = logits.argmax(dim=-1, keepdim=True)  # (b, 1)
+        tokens = torch.cat([tokens, next_token], dim=1)  # (b, t + i + 1)
+        all_logits.append(logits)
+        if i == n_new - 1:
+            break
+        if use_cache:
+            logits = model.step(next_token, cache, attend)[:, -1]  # (b, vocab_size): the new token only
+        else:
+            logits = model(tokens)[:, -1]  # (b, vocab_size): the whole sequence again
+    return tokens, torch.stack(all_logits, dim=1)  # (b, t + n_new), (b, n_new, vocab_size)
+
+
+def tokens_per_second(
+    model: TinyDecoder, prompt: torch.Tensor, n_new: int, *, use_cache: bool, repeats: int = 3
+) -> float:
+    """Generated tokens per second (all sequences of the batch), the best of `repeats` runs.
+
+    Introduced in 07_kv_cache.
+    """
+    generate(model, prompt, min(n_new, 4), use_cache=use_cache)  # warm-up
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        generate(model, prompt, n_new, use_cache=use_cache)
+        best = min(best, time.perf_counter() - start)
+    return prompt.shape[0] * n_new / best

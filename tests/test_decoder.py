@@ -1,0 +1,100 @@
+"""The tiny decoder: cached and uncached generation agree; the induction task and its training loop."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attn_course.decoder import DecoderConfig, TinyDecoder, generate, parameter_count, tokens_per_second
+from attn_course.induction import induction_accuracy, induction_batch, train_induction
+from attn_course.kv_cache import KVCache, cached_attention
+
+SMALL = DecoderConfig(vocab_size=16, n_layers=2, n_heads=2, d_model=16, d_mlp=32)
+
+
+@pytest.mark.parametrize(("batch", "prompt_len", "n_new"), [(1, 1, 20), (3, 7, 30)])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_cached_and_uncached_greedy_generation_agree(batch, prompt_len, n_new, seed):
+    torch.manual_seed(seed)
+    model = TinyDecoder(SMALL).double().eval()
+    prompt = torch.randint(0, SMALL.vocab_size, (batch, prompt_len))
+    tokens, logits = generate(model, prompt, n_new, use_cache=False)
+    cached_tokens, cached_logits = generate(model, prompt, n_new, use_cache=True)
+    assert torch.equal(tokens, cached_tokens)
+    assert torch.equal(tokens[:, :prompt_len], prompt)
+    torch.testing.assert_close(cached_logits, logits, atol=1e-10, rtol=1e-10)
+
+
+def test_generating_no_tokens_returns_the_prompt():
+    model = TinyDecoder(SMALL).eval()
+    prompt = torch.zeros(2, 3, dtype=torch.long)
+    for use_cache in (True, False):
+        tokens, logits = generate(model, prompt, 0, use_cache=use_cache)
+        assert torch.equal(tokens, prompt) and logits.shape == (2, 0, SMALL.vocab_size)
+
+
+def test_generation_takes_the_attention_function_and_cache_it_is_given():
+    torch.manual_seed(0)
+    model = TinyDecoder(SMALL).eval()
+    calls = []
+
+    def counting(attn, x, cache, layer):
+        calls.append((layer, x.shape[1]))
+        return cached_attention(attn, x, cache, layer)
+
+    made = []
+
+    def make_cache():
+        made.append(KVCache())
+        return made[-1]
+
+    generate(model, torch.zeros(1, 4, dtype=torch.long), 3, attend=counting, make_cache=make_cache)
+    assert calls == [(0, 4), (1, 4), (0, 1), (1, 1), (0, 1), (1, 1)]
+    assert len(made) == 1 and made[0].length(0) == made[0].length(1) == 6
+
+
+def test_step_over_chunks_matches_forward():
+    torch.manual_seed(0)
+    model = TinyDecoder(SMALL).double().eval()
+    idx = torch.randint(0, SMALL.vocab_size, (2, 9))
+    cache = KVCache()
+    with torch.no_grad():
+        stepped = torch.cat([model.step(idx[:, a:b], cache) for a, b in [(0, 5), (5, 6), (6, 9)]], dim=1)
+        torch.testing.assert_close(stepped, model(idx), atol=1e-10, rtol=1e-10)
+
+
+def test_parameter_count_and_attention_maps():
+    model = TinyDecoder(SMALL)
+    d, m, v, n = SMALL.d_model, SMALL.d_mlp, SMALL.vocab_size, SMALL.n_layers
+    per_block = 4 * d * d + 4 * d + 2 * d * m + m + d + 4 * d  # attention, MLP, two LayerNorms
+    assert parameter_count(model) == v * d + n * per_block + 2 * d + d * v
+    maps = model.attention_maps(torch.zeros(3, 6, dtype=torch.long))
+    assert maps.shape == (n, 3, SMALL.n_heads, 6, 6)
+    torch.testing.assert_close(maps.sum(-1), torch.ones(n, 3, SMALL.n_heads, 6))
+    assert torch.all(maps.triu(diagonal=1) == 0)
+
+
+def test_tokens_per_second_is_positive():
+    model = TinyDecoder(SMALL).eval()
+    assert tokens_per_second(model, torch.zeros(2, 3, dtype=torch.long), 5, use_cache=True, repeats=1) > 0
+
+
+def test_induction_batch_repeats_distinct_segments():
+    data = induction_batch(64, 20, vocab_size=16, periods=(3, 9), generator=torch.Generator().manual_seed(0))
+    for tokens, targets, predictable, period in zip(
+        data.tokens, data.targets, data.predictable, data.periods, strict=True
+    ):
+        p = int(period)
+        assert 3 <= p <= 9 and len(set(tokens[:p].tolist())) == p
+        assert torch.equal(tokens[p:], tokens[:-p]) and torch.equal(targets[:-1], tokens[1:])
+        assert predictable.tolist() == [t >= p for t in range(20)]
+
+
+def test_a_short_training_run_learns_something():
+    torch.manual_seed(0)
+    model = TinyDecoder(DecoderConfig(vocab_size=16, n_layers=2, n_heads=2, d_model=32, d_mlp=64))
+    test = induction_batch(256, 16, 16, periods=(3, 6), generator=torch.Generator().manual_seed(1))
+    before = induction_accuracy(model, test)
+    run = train_induction(model, 60, batch=32, seq_len=16, periods=(3, 6), progress=False)
+    assert len(run.losses) == 60 and run.losses[-1] < run.losses[0]
+    assert induction_accuracy(model, test) > before
