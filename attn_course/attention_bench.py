@@ -33,7 +33,7 @@ from torch.utils._pytree import tree_flatten
 
 from attn_course.attention import attention
 from attn_course.cost import AllocationTracker, fit_power_law
-from attn_course.device import _BACKENDS
+from attn_course.device import SDPA_BACKEND_MEMBERS, cpu_name
 from attn_course.flash import flash_attention
 
 PEAK_TFLOPS: dict[str, dict[str, float]] = {
@@ -199,17 +199,18 @@ def make_provider(name: str, block_size: int = 256) -> Callable[..., torch.Tenso
         return lambda q, k, v, is_causal: attention(q, k, v, is_causal=is_causal)[0]
     if name == "tiled":
         return lambda q, k, v, is_causal: flash_attention(q, k, v, is_causal=is_causal, block_size=block_size)
-    if name.startswith("sdpa-") and name[5:] in _BACKENDS:
+    if name.startswith("sdpa-") and name[5:] in SDPA_BACKEND_MEMBERS:
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
-        backend = getattr(SDPBackend, _BACKENDS[name[5:]])
+        backend = getattr(SDPBackend, SDPA_BACKEND_MEMBERS[name[5:]])
 
         def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool) -> torch.Tensor:
             with sdpa_kernel(backend):
                 return F.scaled_dot_product_attention(q, k, v, is_causal=is_causal)
 
         return sdpa
-    raise ValueError(f"unknown provider {name!r}: naive, tiled, sdpa or sdpa-<{'|'.join(_BACKENDS)}>")
+    backends = "|".join(SDPA_BACKEND_MEMBERS)
+    raise ValueError(f"unknown provider {name!r}: naive, tiled, sdpa or sdpa-<{backends}>")
 
 
 def _sync(device: torch.device) -> None:
@@ -271,7 +272,7 @@ def run_bench(config: BenchConfig, progress: Callable[[BenchRow], None] | None =
     Introduced in 06_flash_attention.
     """
     device = torch.device(config.device)
-    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else _cpu_name()
+    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
     previous_threads = torch.get_num_threads()
     if config.threads is not None:
         torch.set_num_threads(config.threads)
@@ -343,12 +344,6 @@ def _measure_row(
     peak_device = peak_tflops(device_name, dtype) if q.device.type == "cuda" else None
     percent = 100 * tflops / peak_device if peak_device else None
     return BenchRow(**base, seconds=seconds, tflops=tflops, percent_of_peak=percent, peak_bytes=peak)
-
-
-def _cpu_name() -> str:
-    from attn_course.device import _cpu_name as name
-
-    return name()
 
 
 def format_table(rows: Sequence[BenchRow]) -> str:

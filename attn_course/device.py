@@ -27,7 +27,7 @@ import torch.nn.functional as F
 
 Size = TypeVar("Size")
 
-_BACKENDS = {  # our short name -> torch.nn.attention.SDPBackend member
+SDPA_BACKEND_MEMBERS = {  # our short name -> torch.nn.attention.SDPBackend member (the name of)
     "flash": "FLASH_ATTENTION",
     "efficient": "EFFICIENT_ATTENTION",
     "cudnn": "CUDNN_ATTENTION",
@@ -116,7 +116,7 @@ def sdpa_backends(device: torch.device | str, dtype: torch.dtype | None = None) 
     except ImportError:  # torch < 2.3
         return ()
     found = []
-    for name, member in _BACKENDS.items():
+    for name, member in SDPA_BACKEND_MEMBERS.items():
         backend = getattr(SDPBackend, member, None)
         if backend is None:
             continue
@@ -134,7 +134,8 @@ def sdpa_backends(device: torch.device | str, dtype: torch.dtype | None = None) 
     return tuple(found)
 
 
-def _cpu_name() -> str:
+def cpu_name() -> str:
+    """The CPU's model name where the system tells it (Linux: /proc/cpuinfo), else the platform's."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as info:
             for line in info:
@@ -154,7 +155,7 @@ def _ram_bytes() -> int | None:
 
 @functools.cache
 def _summary(kind: str, index: int | None) -> DeviceSummary:
-    name, capability, memory = _cpu_name(), None, _ram_bytes()
+    name, capability, memory = cpu_name(), None, _ram_bytes()
     if kind == "cuda":
         properties = torch.cuda.get_device_properties(index)
         name, memory = properties.name, properties.total_memory
