@@ -42,9 +42,15 @@ def test_peak_memory_tracker_follows_frees_and_views():
 def test_naive_memory_grows_quadratically_and_tiled_linearly():
     config = bench.BenchConfig(lengths=(128, 256, 512), head_dims=(32,), causal=(True,), heads=1,
                                providers=("naive", "tiled"), block_size=32, repeats=1)  # fmt: skip
-    slopes = bench.memory_slopes(bench.run_bench(config))
+    rows = bench.run_bench(config)
+    slopes = bench.memory_slopes(rows)
     assert slopes[("naive", "float32", 32, True)] == pytest.approx(2.0, abs=0.15)
-    assert slopes[("tiled", "float32", 32, True)] == pytest.approx(1.0, abs=0.35)
+    # The tiled peak is a constant (its tiles) plus, per query, one output row and one log-sum-exp:
+    # exactly affine in T, so its log-log slope only tends to 1 as T grows.
+    tiled = [row.peak_bytes for row in rows if row.provider == "tiled"]
+    per_token = [(later - earlier) / (t_later - t_earlier) for earlier, later, t_earlier, t_later
+                 in zip(tiled, tiled[1:], config.lengths, config.lengths[1:], strict=False)]  # fmt: skip
+    assert per_token == [(32 + 1) * 4] * 2, per_token
 
 
 def test_a_refused_backend_is_skipped_with_its_reason():
