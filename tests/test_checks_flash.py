@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from check_assertions import assert_accepted, assert_rejected
+from check_assertions import assert_accepted, assert_rejected, cpu_standing_in_for_cuda
 from einops import einsum
 
 from attn_course import flash
@@ -308,3 +308,15 @@ def test_keys_outer_loop_missing_rescale_is_named_too(capsys):
         return acc / denom
 
     assert_rejected(check_flash_attention, keys_outer_no_acc_rescale, "output accumulator", capsys)
+
+
+# ---------------------------------------------------------------------------------------------
+# The GPU case, run here with the CPU standing in for CUDA (no GPU on the test machine)
+
+
+def test_the_gpu_case_runs_flash_attention_on_the_device(monkeypatch, capsys):
+    import attn_course.checks.flash as flash_checks
+
+    calls = cpu_standing_in_for_cuda(monkeypatch, flash_checks)
+    assert_accepted(check_flash_attention, flash.flash_attention, capsys)
+    assert calls  # the GPU case ran

@@ -8,7 +8,7 @@ from functools import partial
 import pytest
 import torch
 import torch.nn.functional as F
-from check_assertions import assert_accepted, assert_rejected
+from check_assertions import assert_accepted, assert_rejected, cpu_standing_in_for_cuda
 from einops import rearrange
 from torch import nn
 
@@ -499,14 +499,7 @@ def test_each_multi_head_mistake_message_is_tested():
 def cpu_stands_in_for_cuda(monkeypatch):
     import attn_course.checks.heads as heads_checks
 
-    calls = []
-
-    def stand_in():
-        calls.append(True)
-        return torch.device("cpu")
-
-    monkeypatch.setattr(heads_checks, "cuda_device", stand_in)
-    return calls
+    return cpu_standing_in_for_cuda(monkeypatch, heads_checks)
 
 
 def test_the_gpu_case_runs_the_layer_moved_to_the_device(cpu_stands_in_for_cuda, capsys):

@@ -7,7 +7,7 @@ from functools import partial
 import pytest
 import torch
 import torch.nn.functional as F
-from check_assertions import assert_accepted, assert_rejected
+from check_assertions import assert_accepted, assert_rejected, cpu_standing_in_for_cuda
 from einops import rearrange
 
 from attn_course import reference
@@ -421,12 +421,6 @@ def test_sdpa_is_causal_really_aligns_top_left():
 def test_the_gpu_case_runs_cached_attention_on_the_device(monkeypatch, capsys):
     import attn_course.checks.kv_cache as kv_checks
 
-    calls = []
-
-    def stand_in():
-        calls.append(True)
-        return torch.device("cpu")
-
-    monkeypatch.setattr(kv_checks, "cuda_device", stand_in)
+    calls = cpu_standing_in_for_cuda(monkeypatch, kv_checks)
     assert_accepted(check_cached_attention, reference.cached_attention, capsys)
     assert calls  # the GPU case ran

@@ -7,7 +7,7 @@ import math
 
 import pytest
 import torch
-from check_assertions import assert_accepted, assert_rejected
+from check_assertions import assert_accepted, assert_rejected, cpu_standing_in_for_cuda
 from einops import rearrange
 from rotary_embedding_torch import RotaryEmbedding, apply_rotary_emb
 from torch import nn
@@ -558,12 +558,6 @@ def test_every_apply_rope_mistake_differs_from_the_reference_on_some_case():
 def test_the_gpu_case_runs_the_rotary_layer_moved_to_the_device(monkeypatch, capsys):
     import attn_course.checks.rope as rope_checks
 
-    calls = []
-
-    def stand_in():
-        calls.append(True)
-        return torch.device("cpu")
-
-    monkeypatch.setattr(rope_checks, "cuda_device", stand_in)
+    calls = cpu_standing_in_for_cuda(monkeypatch, rope_checks)
     assert_accepted(check_RotaryMultiHeadAttention, reference.RotaryMultiHeadAttention, capsys)
     assert calls  # the GPU case ran
