@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
+from matplotlib.ticker import FuncFormatter, LogFormatter
 
 
 def loss_plot(losses: Sequence[float], *, ax: Axes | None = None, title: str | None = None) -> Axes:
@@ -21,12 +22,17 @@ def loss_plot(losses: Sequence[float], *, ax: Axes | None = None, title: str | N
     window = max(1, len(losses) // 50)
     smooth = [sum(losses[max(0, i - window + 1) : i + 1]) / len(losses[max(0, i - window + 1) : i + 1])
               for i in range(len(losses))]  # fmt: skip
-    ax.plot(losses, color="tab:blue", alpha=0.3, label="each step")
-    ax.plot(smooth, color="tab:blue", label=f"mean of {window} steps")
+    if window > 1:
+        ax.plot(losses, color="tab:blue", alpha=0.3, label="each step")
+        ax.plot(smooth, color="tab:blue", label=f"mean of {window} steps")
+        ax.legend()
+    else:
+        ax.plot(losses, color="tab:blue")
     ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))  # 0.01, 0.1, 1 (not 1e-02)
+    ax.yaxis.set_minor_formatter(LogFormatter())  # over a short range: 2.8, 3, 3.2, ...
     ax.set_xlabel("step")
     ax.set_ylabel("cross-entropy (nats)")
-    ax.legend()
     if title:
         ax.set_title(title)
     return ax

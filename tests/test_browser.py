@@ -1,7 +1,8 @@
 """The explorers in a real browser: JupyterLab started by the README's `make lab`, driven by Playwright.
 
-The server opens a temporary copy of notebooks/ (with the solution of notebook 02 beside it, in
-solutions/: the version in which every cell must run clean), so nothing here writes into the
+The server opens a temporary copy of notebooks/ (with the solutions of notebooks 02 and 07 beside
+it, in solutions/: the versions in which every cell must run clean; 07 at its quick-run budget, which
+the test suite sets), so nothing here writes into the
 repository except the screenshots, which go to test-output/browser/ (git-ignored; set
 ATTN_COURSE_TEST_OUTPUT to put them elsewhere). The browser is Debian's chromium, never a
 download. Without it the tests skip, unless ATTN_COURSE_REQUIRE_BROWSER=1 (as in CI) makes
@@ -114,7 +115,8 @@ def lab(tmp_path_factory) -> Iterator[Lab]:
     root = base / "root"
     shutil.copytree(ROOT / "notebooks", root)
     (root / "solutions").mkdir()
-    shutil.copy(ROOT / "solutions" / "02_scaling.ipynb", root / "solutions")
+    for name in ("02_scaling.ipynb", "07_kv_cache.ipynb"):
+        shutil.copy(ROOT / "solutions" / name, root / "solutions")
     for name, values in SETTINGS.items():
         (base / "settings" / name).parent.mkdir(parents=True, exist_ok=True)
         (base / "settings" / name).write_text(json.dumps(values))
@@ -291,6 +293,21 @@ def test_notebook_02_runs_clean_and_the_scaling_explorer_responds(lab, page):
     page.screenshot(path=OUTPUT / "02_scaling_explorer_page.png")
     explorer.screenshot(path=OUTPUT / "02_scaling_explorer.png")
     print(f"notebook 02 in the browser: {time.monotonic() - started:.1f} s; screenshots in {OUTPUT}")
+
+
+def test_notebook_07_runs_clean_and_its_training_progress_bar_is_a_widget(lab, page):
+    path = "solutions/07_kv_cache.ipynb"
+    open_and_run_all(page, lab, path)
+    saved = save_and_read(page, lab, path)
+    assert_no_errors_and_every_plot_shown(page, saved)  # also: no text progress bar on stderr
+
+    # tqdm.auto draws the training progress as ipywidgets: a label, a bar and the counts.
+    bar = page.locator(".widget-hbox", has=page.locator(".widget-hprogress"))
+    assert bar.count() == 1
+    assert "training" in bar.inner_text() and "100%" in bar.inner_text()
+    OUTPUT.mkdir(parents=True, exist_ok=True)
+    bar.scroll_into_view_if_needed()
+    page.screenshot(path=OUTPUT / "07_kv_cache_training.png")
 
 
 def open_scratch_notebook(page, lab: Lab, name: str, source: str) -> None:
