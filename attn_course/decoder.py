@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from attn_course.kv_cache import KVCache, cached_attention
-from attn_course.rope import RotaryMultiHeadAttention, apply_rope
+from attn_course.rope import RotaryMultiHeadAttention
 
 CachedAttention = Callable[[RotaryMultiHeadAttention, torch.Tensor, KVCache, int], torch.Tensor]
 """cached_attention(attn, x, cache, layer) -> (b, t_new, d_model): one layer's attention with a cache."""
@@ -117,12 +117,8 @@ class TinyDecoder(nn.Module):
         x = self.embed(idx)  # (b, t, d_model)
         maps = []
         for block in self.blocks:
-            q, k, v = block.attn.project(block.ln1(x))  # each (b, h, t, d_k)
-            q, k = apply_rope(q, base=block.attn.base), apply_rope(k, base=block.attn.base)  # (b, h, t, d_k)
-            out, weights = block.attn.attend(q, k, v, is_causal=True)  # (b, t, d_model), (b, h, t, t)
-            maps.append(weights)
-            x = x + out  # (b, t, d_model)
-            x = x + block.mlp(block.ln2(x))  # (b, t, d_model)
+            maps.append(block.attn.head_weights(block.ln1(x), is_causal=True))  # (b, h, t, t)
+            x = block(x)  # (b, t, d_model)
         return torch.stack(maps)  # (n_layers, b, h, t, t)
 
 
@@ -189,14 +185,14 @@ def generate(
 def tokens_per_second(
     model: TinyDecoder, prompt: torch.Tensor, n_new: int, *, use_cache: bool, repeats: int = 3
 ) -> float:
-    """Generated tokens per second (all sequences of the batch), the best of `repeats` runs.
+    """Generated tokens per second (all sequences of the batch), from the median of `repeats` runs.
 
     Introduced in 07_kv_cache.
     """
     generate(model, prompt, min(n_new, 4), use_cache=use_cache)  # warm-up
-    best = float("inf")
+    seconds = []
     for _ in range(repeats):
         start = time.perf_counter()
         generate(model, prompt, n_new, use_cache=use_cache)
-        best = min(best, time.perf_counter() - start)
-    return prompt.shape[0] * n_new / best
+        seconds.append(time.perf_counter() - start)
+    return prompt.shape[0] * n_new / sorted(seconds)[len(seconds) // 2]

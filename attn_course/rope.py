@@ -71,9 +71,24 @@ class RotaryMultiHeadAttention(MultiHeadAttention):
         positions: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Self-attention of x (b, t, d_model) with rotary positions -> (b, t, d_model)."""
+        return self._rotary_attend(x, mask, is_causal, positions)[0]
+
+    def head_weights(
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        is_causal: bool = False,
+        positions: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """The attention weights of every head, with RoPE, (b, h, t, t), for drawing."""
+        return self._rotary_attend(x, mask, is_causal, positions)[1]
+
+    def _rotary_attend(
+        self, x: torch.Tensor, mask: torch.Tensor | None, is_causal: bool, positions: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         q, k, v = self.project(x)  # each (b, h, t, d_k)
         q, k = apply_rope(q, positions, self.base), apply_rope(k, positions, self.base)  # (b, h, t, d_k)
-        return self.attend(q, k, v, mask=mask, is_causal=is_causal)[0]
+        return self.attend(q, k, v, mask=mask, is_causal=is_causal)  # (b, t, d_model), (b, h, t, t)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -14,8 +14,9 @@ import torch
 from rotary_embedding_torch import RotaryEmbedding, apply_rotary_emb
 
 from attn_course import reference
-from attn_course.heads import merge_heads
+from attn_course.heads import MultiHeadAttention, merge_heads
 from attn_course.rope import (
+    RotaryMultiHeadAttention,
     apply_rope,
     apply_rope_rotate_half,
     half_split_permutation,
@@ -277,3 +278,16 @@ def test_rotary_layer_without_rotation_is_the_plain_layer_at_position_zero() -> 
 def test_rotary_layer_rejects_an_odd_head_size() -> None:
     with pytest.raises(ValueError, match="even head size"):
         reference.RotaryMultiHeadAttention(d_model=9, n_heads=3)
+
+
+def test_rotary_head_weights_are_the_weights_its_forward_uses():
+    torch.manual_seed(0)
+    layer = RotaryMultiHeadAttention(d_model=12, n_heads=3).double()
+    x = torch.randn(2, 6, 12, dtype=torch.float64)  # (b, t, d_model)
+    positions = torch.arange(10, 16)  # (t,)
+    weights = layer.head_weights(x, is_causal=True, positions=positions)  # (b, h, t, t)
+    _, _, v = layer.project(x)  # (b, h, t, d_k)
+    rebuilt = layer.out(merge_heads(weights @ v))  # (b, t, d_model)
+    torch.testing.assert_close(rebuilt, layer(x, is_causal=True, positions=positions))
+    unrotated = MultiHeadAttention.head_weights(layer, x, is_causal=True)  # (b, h, t, t), without RoPE
+    assert not torch.allclose(weights, unrotated)
