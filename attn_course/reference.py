@@ -17,6 +17,7 @@ from attn_course.heads import MultiHeadAttention, merge_heads, split_heads
 from attn_course.kv_cache import KVCache, cached_attention
 from attn_course.masking import causal_mask, padding_mask
 from attn_course.rope import RotaryMultiHeadAttention, apply_rope, rope_frequencies
+from attn_course.triton_ops import triton_add, triton_flash_attention, triton_softmax
 
 EXERCISES: dict[str, tuple[str, ...]] = {
     "01_dot_product_attention": ("dot_product_scores", "softmax", "dot_product_attention"),
@@ -26,6 +27,7 @@ EXERCISES: dict[str, tuple[str, ...]] = {
     "05_rope": ("rope_frequencies", "apply_rope", "RotaryMultiHeadAttention"),
     "06_flash_attention": ("online_softmax", "flash_attention"),
     "07_kv_cache": ("KVCache", "cached_attention"),
+    "08_triton_flash_attention": ("triton_add", "triton_softmax", "triton_flash_attention"),
 }
 """The exercises of each notebook, in the order they appear."""
 
@@ -49,4 +51,7 @@ __all__ = [
     "score_variance",
     "softmax",
     "split_heads",
+    "triton_add",
+    "triton_flash_attention",
+    "triton_softmax",
 ]

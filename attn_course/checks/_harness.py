@@ -8,6 +8,7 @@ Everything that goes wrong becomes a `CheckFailed` with a message in the learner
 from __future__ import annotations
 
 import functools
+import importlib.util
 import linecache
 import traceback
 import warnings
@@ -101,12 +102,25 @@ _PACKAGE_DIR = str(Path(__file__).resolve().parents[1])
 _TORCH_DIR = str(Path(torch.__file__).resolve().parent)
 
 
+def _library_dirs() -> tuple[str, ...]:
+    """Folders whose frames are never the learner's: this package, torch, Triton and numpy."""
+    dirs = [_PACKAGE_DIR, _TORCH_DIR]
+    for name in ("triton", "numpy"):
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.submodule_search_locations:
+            dirs.extend(str(Path(p).resolve()) for p in spec.submodule_search_locations)
+    return tuple(dirs)
+
+
+_LIBRARY_DIRS = _library_dirs()
+
+
 def _learner_location(error: BaseException) -> str:
     """The last line of the learner's own code in a traceback, as ' at line N of your code: `code`'."""
     frames = [
         frame
         for frame in traceback.extract_tb(error.__traceback__)
-        if not str(Path(frame.filename).resolve()).startswith((_PACKAGE_DIR, _TORCH_DIR))
+        if not str(Path(frame.filename).resolve()).startswith(_LIBRARY_DIRS)
     ]
     if not frames:
         return ""
@@ -129,7 +143,8 @@ def call(name: str, candidate: Callable[..., Any], *args: Any, hint: str = "", *
             f"`{name}` is not implemented yet: replace `raise NotImplementedError` "
             "with your code, run that cell, then run this check again."
         ) from None
-    except Exception as error:
+    except Exception as raised:
+        error = _unwrap_interpreter_error(raised)
         raise CheckFailed(
             f"`{name}` raised {type(error).__name__}: {error}{_learner_location(error)}\n"
             f"It was called as {name}({describe_args(args, kwargs)})." + (f"\n{hint}" if hint else "")
@@ -141,6 +156,13 @@ def call(name: str, candidate: Callable[..., Any], *args: Any, hint: str = "", *
                 "`x.sub_(...)`): compute new tensors instead and leave the inputs as they were."
             )
     return result
+
+
+def _unwrap_interpreter_error(error: Exception) -> BaseException:
+    """The error inside a Triton kernel, for one that Triton's interpreter wrapped in InterpreterError."""
+    if type(error).__name__ == "InterpreterError" and error.__cause__ is not None:
+        return error.__cause__
+    return error
 
 
 def describe_args(args: Sequence[Any], kwargs: dict[str, Any]) -> str:

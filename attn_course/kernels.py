@@ -1,0 +1,153 @@
+"""The course's Triton kernels: a warm-up add, a streaming row softmax, and the FlashAttention forward.
+
+This module needs Triton, and imports it after `setup_triton()`; `attn_course.triton_ops` wraps each kernel
+in a function that allocates the output, picks the grid and launches it, and says how to get
+Triton where it is missing. Every kernel takes raw pointers and strides, so it works on views.
+
+Introduced in 08_triton_flash_attention.
+"""
+
+from attn_course.triton_support import setup_triton
+
+setup_triton()  # before triton is imported: interpret kernels where no GPU can run them
+
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+
+@triton.jit
+def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    """out[i] = x[i] + y[i] for i < n; program p handles the elements p·BLOCK to p·BLOCK + BLOCK - 1."""
+    pid = tl.program_id(axis=0)
+    offsets = pid * BLOCK + tl.arange(0, BLOCK)  # (BLOCK,)
+    inside = offsets < n  # (BLOCK,): the last program's block runs past the end
+    x = tl.load(x_ptr + offsets, mask=inside)  # (BLOCK,)
+    y = tl.load(y_ptr + offsets, mask=inside)  # (BLOCK,)
+    tl.store(out_ptr + offsets, x + y, mask=inside)
+
+
+@triton.jit
+def softmax_kernel(x_ptr, out_ptr, n_cols, x_row_stride, out_row_stride, BLOCK: tl.constexpr):
+    """Softmax of one row per program, streaming the row in blocks with a running max and sum."""
+    row = tl.program_id(axis=0)
+    x_row = x_ptr + row * x_row_stride
+    out_row = out_ptr + row * out_row_stride
+    m = tl.full([BLOCK], float("-inf"), tl.float32)  # (BLOCK,): running max of each lane
+    total = tl.zeros([BLOCK], tl.float32)  # (BLOCK,): running sum of exp(x - m) of each lane
+    for start in range(0, n_cols, BLOCK):
+        cols = start + tl.arange(0, BLOCK)  # (BLOCK,)
+        x = tl.load(x_row + cols, mask=cols < n_cols, other=float("-inf")).to(tl.float32)  # (BLOCK,)
+        m_new = tl.maximum(m, x)  # (BLOCK,)
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # no -inf - -inf = NaN in empty lanes
+        total = total * tl.exp(m - m_safe) + tl.exp(x - m_safe)
+        m = m_new
+    row_max = tl.max(m, axis=0)  # the lanes' maxima brought to one
+    row_sum = tl.sum(total * tl.exp(m - row_max), axis=0)
+    for start in range(0, n_cols, BLOCK):
+        cols = start + tl.arange(0, BLOCK)  # (BLOCK,)
+        x = tl.load(x_row + cols, mask=cols < n_cols, other=float("-inf")).to(tl.float32)  # (BLOCK,)
+        y = tl.exp(x - row_max) / row_sum  # (BLOCK,)
+        tl.store(out_row + cols, y.to(out_ptr.dtype.element_ty), mask=cols < n_cols)
+
+
+@triton.jit
+def _attend_key_blocks(
+    acc, m, total, q, k_ptrs, v_ptrs, stride_kn, stride_vn, offs_m, offs_n, start, stop, t_k, offset,
+    qk_scale, MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+):  # fmt: skip
+    """Fold key blocks [start, stop) into the running (acc, m, total) of one query block.
+
+    Unmasked blocks must lie wholly below the diagonal and inside t_k, with an unpadded head dim.
+    """
+    d_inside = tl.arange(0, BLOCK_D)[None, :] < HEAD_DIM  # (1, BLOCK_D)
+    for start_n in range(start, stop, BLOCK_N):
+        start_n = tl.multiple_of(start_n, BLOCK_N)
+        cols = start_n + offs_n  # (BLOCK_N,): key positions
+        if MASKED:
+            inside = (cols[:, None] < t_k) & d_inside  # (BLOCK_N, BLOCK_D)
+            k = tl.load(k_ptrs + start_n * stride_kn, mask=inside, other=0.0)  # (BLOCK_N, BLOCK_D)
+        else:
+            k = tl.load(k_ptrs + start_n * stride_kn)  # (BLOCK_N, D)
+        s = tl.dot(q, tl.trans(k)) * qk_scale  # (BLOCK_M, BLOCK_N): scores in base-2 units
+        if MASKED:
+            allowed = cols[None, :] < t_k  # (1, BLOCK_N): the ragged tail
+            if IS_CAUSAL:
+                allowed = allowed & (cols[None, :] <= offs_m[:, None] + offset)  # (BLOCK_M, BLOCK_N)
+            s = tl.where(allowed, s, float("-inf"))
+        m_new = tl.maximum(m, tl.max(s, axis=1))  # (BLOCK_M,)
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows with no key yet
+        alpha = tl.exp2(m - m_safe)  # (BLOCK_M,): how much the old terms shrink
+        p = tl.exp2(s - m_safe[:, None])  # (BLOCK_M, BLOCK_N)
+        total = total * alpha + tl.sum(p, axis=1)
+        if MASKED:
+            v = tl.load(v_ptrs + start_n * stride_vn, mask=inside, other=0.0)  # (BLOCK_N, BLOCK_D)
+        else:
+            v = tl.load(v_ptrs + start_n * stride_vn)  # (BLOCK_N, D)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)  # (BLOCK_M, D)
+        m = m_new
+    return acc, m, total
+
+
+@triton.jit
+def flash_attention_kernel(
+    q_ptr, k_ptr, v_ptr, out_ptr, lse_ptr,
+    stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
+    stride_vb, stride_vh, stride_vn, stride_ob, stride_oh, stride_om,
+    heads, t_q, t_k, sm_scale,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+):  # fmt: skip
+    """One program per (query block, batch·head): out = softmax(QKᵀ/√d) V for BLOCK_M queries, and the lse.
+
+    Queries sit at positions i + t_k - t_q (the bottom-right causal alignment). Key blocks that
+    every query of the block may see are folded in without masks; the blocks that cross the
+    diagonal or the ragged end are masked; blocks above the diagonal are never read.
+    """
+    pid_m = tl.num_programs(0) - 1 - tl.program_id(0)  # the longest causal rows first
+    pid_bh = tl.program_id(1)
+    b = pid_bh // heads
+    h = pid_bh % heads
+    offset = t_k - t_q
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # (BLOCK_M,): query rows
+    offs_n = tl.arange(0, BLOCK_N)  # (BLOCK_N,)
+    offs_d = tl.arange(0, BLOCK_D)  # (BLOCK_D,): head dim padded to a power of two
+    d_inside = offs_d[None, :] < HEAD_DIM  # (1, BLOCK_D)
+    q_ptrs = q_ptr + b * stride_qb + h * stride_qh + offs_m[:, None] * stride_qm + offs_d[None, :]
+    q = tl.load(q_ptrs, mask=(offs_m[:, None] < t_q) & d_inside, other=0.0)  # (BLOCK_M, BLOCK_D)
+    k_ptrs = k_ptr + b * stride_kb + h * stride_kh + offs_n[:, None] * stride_kn + offs_d[None, :]
+    v_ptrs = v_ptr + b * stride_vb + h * stride_vh + offs_n[:, None] * stride_vn + offs_d[None, :]
+
+    m = tl.full([BLOCK_M], float("-inf"), tl.float32)  # (BLOCK_M,): running max, base-2 units
+    total = tl.zeros([BLOCK_M], tl.float32)  # (BLOCK_M,): running sum of exp2(s - m)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)  # (BLOCK_M, BLOCK_D): unnormalised output
+    qk_scale = sm_scale * 1.4426950408889634  # 1/√d and the change to base 2 in one factor
+
+    if IS_CAUSAL:
+        stop = tl.minimum(t_k, (pid_m + 1) * BLOCK_M + offset)  # one past the block's last visible key
+        first_row_sees = pid_m * BLOCK_M + offset + 1  # keys every row of the block may attend
+    else:
+        stop = t_k
+        first_row_sees = t_k
+    stop = tl.maximum(stop, 0)
+    full_stop = tl.maximum(tl.minimum(first_row_sees, t_k), 0) // BLOCK_N * BLOCK_N
+    if HEAD_DIM == BLOCK_D:
+        acc, m, total = _attend_key_blocks(
+            acc, m, total, q, k_ptrs, v_ptrs, stride_kn, stride_vn, offs_m, offs_n, 0, full_stop, t_k,
+            offset, qk_scale, MASKED=False, IS_CAUSAL=IS_CAUSAL, BLOCK_N=BLOCK_N, HEAD_DIM=HEAD_DIM,
+            BLOCK_D=BLOCK_D,
+        )  # fmt: skip
+        masked_start = full_stop
+    else:  # a padded head dim needs masked loads everywhere
+        masked_start = 0
+    acc, m, total = _attend_key_blocks(
+        acc, m, total, q, k_ptrs, v_ptrs, stride_kn, stride_vn, offs_m, offs_n, masked_start, stop, t_k,
+        offset, qk_scale, MASKED=True, IS_CAUSAL=IS_CAUSAL, BLOCK_N=BLOCK_N, HEAD_DIM=HEAD_DIM,
+        BLOCK_D=BLOCK_D,
+    )  # fmt: skip
+
+    out = acc / total[:, None]  # (BLOCK_M, BLOCK_D); 0/0 = NaN for rows that see no key, like softmax
+    out_ptrs = out_ptr + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_om + offs_d[None, :]
+    tl.store(out_ptrs, out.to(out_ptr.dtype.element_ty), mask=(offs_m[:, None] < t_q) & d_inside)
+    lse = (m + tl.log2(total)) / 1.4426950408889634  # (BLOCK_M,): natural log-sum-exp of the scores
+    tl.store(lse_ptr + pid_bh * t_q + offs_m, lse, mask=offs_m < t_q)

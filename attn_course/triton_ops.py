@@ -1,0 +1,160 @@
+"""Python functions that launch the course's Triton kernels: allocate the output, pick the grid, launch.
+
+Each function takes tensors on a CUDA GPU (the kernel is compiled) or on the CPU (the kernel runs
+through Triton's interpreter, see `attn_course.triton_support`). Where Triton is not installed
+they raise a RuntimeError that says how to get it.
+
+Introduced in 08_triton_flash_attention.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from attn_course.triton_support import require_device, require_triton
+
+
+def triton_add(x: torch.Tensor, y: torch.Tensor, block: int = 1024) -> torch.Tensor:
+    """x + y of two tensors of one shape, by `add_kernel` with one program per `block` elements.
+
+    Introduced in 08_triton_flash_attention.
+    """
+    require_triton()
+    from attn_course.kernels import add_kernel, triton
+
+    require_device(x)
+    x, y = x.contiguous(), y.contiguous()
+    out = torch.empty_like(x)
+    n = x.numel()
+    grid = (triton.cdiv(n, block),)
+    add_kernel[grid](x, y, out, n, BLOCK=block)
+    return out
+
+
+def triton_softmax(x: torch.Tensor, block_size: int = 64) -> torch.Tensor:
+    """softmax(x) over the last axis, one program per row streaming it in blocks of `block_size`.
+
+    `block_size` must be a power of two (Triton's blocks are). Accumulates in float32 and returns
+    x's dtype.
+
+    Introduced in 08_triton_flash_attention.
+    """
+    require_triton()
+    from attn_course.kernels import softmax_kernel
+
+    if block_size < 1 or block_size & (block_size - 1):
+        raise ValueError(f"block_size must be a power of two, got {block_size}")
+    require_device(x)
+    rows = x.reshape(-1, x.shape[-1])  # (R, N): a view when it can be
+    if rows.shape[-1] > 0 and rows.stride(-1) != 1:
+        rows = rows.contiguous()
+    out = torch.empty_like(rows)  # (R, N)
+    if rows.numel():
+        softmax_kernel[(rows.shape[0],)](
+            rows, out, rows.shape[1], rows.stride(0), out.stride(0), BLOCK=block_size
+        )
+    return out.reshape(x.shape)
+
+
+@dataclass(frozen=True)
+class KernelConfig:
+    """Block sizes and launch settings of one FlashAttention launch."""
+
+    block_m: int
+    """Queries per program."""
+    block_n: int
+    """Keys per step of a program's loop."""
+    num_warps: int = 4
+    """Warps (32 threads each) per program, on a GPU."""
+    num_stages: int = 2
+    """Software-pipelining depth of the key loop, on a GPU."""
+
+
+def default_config(head_dim: int, device: torch.device | str) -> KernelConfig:
+    """Block sizes that work well enough without autotuning: large blocks on a GPU, 32 on the CPU.
+
+    The interpreter's cost is per operation, not per element, so on the CPU fewer and larger
+    blocks run faster; 32 keeps the causal diagonal visible at the notebook's small sizes.
+
+    >>> default_config(64, "cpu")
+    KernelConfig(block_m=32, block_n=32, num_warps=4, num_stages=2)
+    """
+    if torch.device(device).type == "cpu":
+        return KernelConfig(32, 32)
+    stages = 3 if torch.cuda.get_device_capability(device) >= (8, 0) else 2
+    if head_dim <= 64:
+        return KernelConfig(128, 64, num_warps=4, num_stages=stages)
+    return KernelConfig(128, 32, num_warps=8, num_stages=stages)
+
+
+def triton_flash_attention_forward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    is_causal: bool = False,
+    config: KernelConfig | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """FlashAttention forward by `flash_attention_kernel`: (out (B, H, T_q, d), lse (B, H, T_q) in float32).
+
+    q (B, H, T_q, d), k and v (B, H, T_k, d); any strides with the head dim contiguous. With
+    `is_causal` the mask is bottom-right aligned, as in `attn_course.attention.attention`.
+
+    Introduced in 08_triton_flash_attention.
+    """
+    require_triton()
+    from attn_course.kernels import flash_attention_kernel, triton
+
+    _require_same_layout(q, k, v)
+    require_device(q)
+    q, k, v = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, k, v))
+    b, h, t_q, d = q.shape
+    t_k = k.shape[2]
+    config = config or default_config(d, q.device)
+    out = torch.empty_like(q)  # (B, H, T_q, d)
+    lse = torch.empty(b, h, t_q, device=q.device, dtype=torch.float32)  # (B, H, T_q)
+    grid = (triton.cdiv(t_q, config.block_m), b * h)
+    extra = {"num_warps": config.num_warps, "num_stages": config.num_stages}
+    flash_attention_kernel[grid](
+        q, k, v, out, lse,
+        q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
+        v.stride(0), v.stride(1), v.stride(2), out.stride(0), out.stride(1), out.stride(2),
+        h, t_q, t_k, 1.0 / math.sqrt(d),
+        HEAD_DIM=d, BLOCK_D=max(16, triton.next_power_of_2(d)), BLOCK_M=config.block_m,
+        BLOCK_N=config.block_n, IS_CAUSAL=is_causal, **extra,
+    )  # fmt: skip
+    return out, lse
+
+
+def triton_flash_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool = False
+) -> torch.Tensor:
+    """softmax(QKᵀ/√d) V by the FlashAttention Triton kernel, (B, H, T_q, d); bottom-right causal mask.
+
+    Introduced in 08_triton_flash_attention.
+    """
+    return triton_flash_attention_forward(q, k, v, is_causal=is_causal)[0]
+
+
+def _require_same_layout(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        raise ValueError("q, k and v must be 4-D: (batch, heads, length, head dim)")
+    if k.shape != v.shape or q.shape[:2] != k.shape[:2] or q.shape[3] != k.shape[3]:
+        raise ValueError(
+            f"shapes do not fit: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} "
+            "(q (B, H, T_q, d), k and v (B, H, T_k, d))"
+        )
+    if len({q.device, k.device, v.device}) != 1 or len({q.dtype, k.dtype, v.dtype}) != 1:
+        raise ValueError("q, k and v must share one device and one dtype")
+
+
+__all__ = [
+    "KernelConfig",
+    "default_config",
+    "triton_add",
+    "triton_flash_attention",
+    "triton_flash_attention_forward",
+    "triton_softmax",
+]

@@ -1,0 +1,169 @@
+"""Where Triton kernels run here: compiled on a CUDA GPU, or through Triton's interpreter on the CPU.
+
+Triton compiles `@triton.jit` kernels for NVIDIA (and AMD) GPUs. With `TRITON_INTERPRET=1` set
+before a kernel is defined, `@triton.jit` instead makes a kernel that Triton runs in Python with
+numpy, one program after another, on CPU tensors: slowly, but with the same results. Notebook 08
+calls `setup_triton()` first, which turns the interpreter on when there is no GPU Triton can use,
+so that every kernel the learner writes can be run and checked on any machine.
+
+>>> status = triton_status()
+>>> status.installed in (True, False), status.device in ("cpu", "cuda")
+(True, True)
+
+Introduced in 08_triton_flash_attention.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import importlib.util
+import os
+import platform
+import sys
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+INTERPRET_VARIABLE = "TRITON_INTERPRET"
+"""Environment variable that, set to 1 before kernels are defined, makes `@triton.jit` interpret them."""
+
+MIN_COMPUTE_CAPABILITY = (7, 5)
+"""The oldest NVIDIA architecture the course's kernels are compiled for (Turing: Colab's T4)."""
+
+
+@dataclass(frozen=True)
+class TritonStatus:
+    """Whether Triton is installed, and whether kernels are compiled for a GPU or interpreted on the CPU."""
+
+    installed: bool
+    """Whether `import triton` works here."""
+    version: str | None
+    """triton.__version__, when installed."""
+    interpreted: bool
+    """Whether `@triton.jit` kernels defined from now on run through the interpreter."""
+    device: str
+    """Where kernel inputs must live: "cuda" for compiled kernels, "cpu" for interpreted ones."""
+    reason: str
+    """One sentence for the learner: why kernels run where they do."""
+
+    def __str__(self) -> str:
+        if not self.installed:
+            return f"Triton is not installed: {self.reason}"
+        how = "interpreted on the CPU (TRITON_INTERPRET=1)" if self.interpreted else "compiled for the GPU"
+        return f"Triton {self.version}: kernels are {how}. {self.reason}"
+
+
+@functools.cache
+def _triton_version() -> str | None:
+    if importlib.util.find_spec("triton") is None:
+        return None
+    try:  # not `import triton`: that would fix compiled-or-interpreted before setup_triton()
+        return importlib.metadata.version("triton")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def gpu_problem() -> str | None:
+    """Why Triton cannot compile kernels for this machine's GPU (None when it can)."""
+    try:
+        if not torch.cuda.is_available():
+            return "there is no CUDA GPU here"
+        if torch.version.hip is None and torch.cuda.get_device_capability() < MIN_COMPUTE_CAPABILITY:
+            capability = ".".join(map(str, torch.cuda.get_device_capability()))
+            return (
+                f"{torch.cuda.get_device_name()} (compute capability {capability}) is older than "
+                "the Turing architecture (7.5) that Triton compiles for"
+            )
+    except Exception as error:  # a broken driver is reported, not raised
+        return f"CUDA is not usable ({type(error).__name__}: {error})"
+    return None
+
+
+def triton_status() -> TritonStatus:
+    """Describe how Triton kernels defined from now on will run here, without changing anything."""
+    version = _triton_version()
+    if version is None:
+        system = platform.system()
+        why = (
+            "Triton's wheels exist for Linux only. On Colab it comes with PyTorch; elsewhere run "
+            "`pip install triton` on Linux, or work through this notebook on Colab."
+            if system != "Linux"
+            else "install it with `pip install triton` (it comes with PyTorch's CUDA builds)."
+        )
+        return TritonStatus(False, None, False, "cpu", why)
+    interpreted = os.environ.get(INTERPRET_VARIABLE, "").strip() == "1"
+    problem = gpu_problem()
+    if interpreted:
+        reason = (
+            f"{INTERPRET_VARIABLE}=1 is set"
+            + (f" because {problem}" if problem else " (by you: unset it and restart to compile for the GPU)")
+            + "; kernels take CPU tensors and run program by program in numpy, exactly but slowly."
+        )
+        return TritonStatus(True, version, True, "cpu", reason)
+    if problem is not None:
+        reason = f"but {problem}: call setup_triton() before defining kernels to use the interpreter."
+        return TritonStatus(True, version, False, "cuda", reason)
+    return TritonStatus(
+        True, version, False, "cuda", f"Kernels take tensors on {torch.cuda.get_device_name()}."
+    )
+
+
+def setup_triton() -> TritonStatus:
+    """Turn Triton's interpreter on when no GPU can run compiled kernels; call before importing triton.
+
+    Whether a kernel is compiled or interpreted is fixed when `@triton.jit` runs, for Triton's
+    own library functions when triton is imported, so this must come first. A GPU machine is
+    left as it is, and so is a `TRITON_INTERPRET` the learner set. Too late, it warns.
+    """
+    wants_interpreter = INTERPRET_VARIABLE not in os.environ and gpu_problem() is not None
+    if _triton_version() is not None and wants_interpreter:
+        if "triton" in sys.modules:
+            warnings.warn(
+                "triton was imported before setup_triton(), so its kernels are compiled for a GPU "
+                "this machine cannot use. Restart the kernel and run setup_triton() first.",
+                stacklevel=2,
+            )
+        os.environ[INTERPRET_VARIABLE] = "1"
+    return triton_status()
+
+
+def require_triton() -> None:
+    """Raise a RuntimeError saying how to get Triton when it is not installed."""
+    status = triton_status()
+    if not status.installed:
+        raise RuntimeError(str(status))
+
+
+def is_interpreted(kernel: Any) -> bool:
+    """Whether a Triton kernel (possibly autotuned or heuristics-wrapped) runs through the interpreter."""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    while not isinstance(kernel, InterpretedFunction) and hasattr(kernel, "fn"):
+        kernel = kernel.fn
+    return isinstance(kernel, InterpretedFunction)
+
+
+def require_device(tensor: torch.Tensor) -> None:
+    """Raise a ValueError when `tensor` is on the CPU but Triton compiles kernels for the GPU."""
+    if tensor.device.type == "cpu" and not triton_status().interpreted:
+        raise ValueError(
+            "Triton kernels are compiled for the GPU here, so their tensors must be on it: "
+            "move them with .to('cuda'), or set TRITON_INTERPRET=1 before importing triton "
+            "to run kernels on the CPU."
+        )
+
+
+__all__ = [
+    "INTERPRET_VARIABLE",
+    "MIN_COMPUTE_CAPABILITY",
+    "TritonStatus",
+    "gpu_problem",
+    "is_interpreted",
+    "require_device",
+    "require_triton",
+    "setup_triton",
+    "triton_status",
+]

@@ -1,0 +1,383 @@
+"""The checks of notebook 08 reject known mistakes with the right message and accept right kernels.
+
+Every variant is a real Triton kernel run through the interpreter (tests/conftest.py sets
+TRITON_INTERPRET=1 before triton is imported), with one line of a learner-like solution changed.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from check_assertions import assert_accepted, assert_rejected
+from triton_variants import ADD, FLASH, SOFTMAX, variant
+
+from attn_course import reference
+from attn_course.checks import check_triton_add, check_triton_flash_attention, check_triton_softmax
+
+pytest.importorskip("triton")
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    return tmp_path_factory.mktemp("triton_variants")
+
+
+# ---------------------------------------------------------------------------------------------
+# triton_add
+
+ADD_ACCEPTED = {
+    "template, blocks of 64": [],
+    "blocks of 1024": [("BLOCK = 64", "BLOCK = 1024")],
+    "blocks of 1": [("BLOCK = 64", "BLOCK = 1")],
+    "mask inlined": [
+        ("    mask = offsets < n\n", ""),
+        ("mask=mask)\n    y", "mask=offsets < n)\n    y"),
+        ("y_ptr + offsets, mask=mask)", "y_ptr + offsets, mask=offsets < n)"),
+        ("x + y, mask=mask)", "x + y, mask=offsets < n)"),
+    ],
+    "grid as a lambda": [
+        ("grid = (triton.cdiv(n, BLOCK),)", "grid = lambda meta: (triton.cdiv(n, meta['BLOCK']),)"),
+    ],
+}
+
+ADD_REJECTED = {
+    "no mask": (
+        [("mask = offsets < n", "mask = None")],
+        "read from memory outside its tensors",
+    ),
+    "store unmasked": (
+        [("x + y, mask=mask)", "x + y)")],
+        "wrote to memory outside its tensors",
+    ),
+    "grid rounds down": (
+        [("grid = (triton.cdiv(n, BLOCK),)", "grid = (max(1, n // BLOCK),)")],
+        "triton.cdiv(n, BLOCK), which rounds up",
+    ),
+    "offsets without the program id": (
+        [("offsets = pid * BLOCK + tl.arange(0, BLOCK)", "offsets = tl.arange(0, BLOCK)")],
+        "offsets of program pid start at pid * BLOCK",
+    ),
+    "subtracts": ([("x + y, mask=mask)", "x - y, mask=mask)")], "computes x - y"),
+    "multiplies": ([("x + y, mask=mask)", "x * y, mask=mask)")], "computes x * y"),
+    "loads x twice": ([("y = tl.load(y_ptr", "y = tl.load(x_ptr")], "computes 2·x"),
+    "no return": ([("    return out\n", "")], "returned None"),
+    "no kernel": (
+        [("    add_kernel[grid](x, y, out, n, BLOCK=BLOCK)\n    return out", "    return x + y")],
+        "launched no Triton kernel",
+    ),  # fmt: skip
+    "writes into x": ([("out = torch.empty_like(x)", "out = x")], "changed one of its input tensors"),
+    "not implemented": (
+        [("    out = torch.empty_like(x)\n", "    raise NotImplementedError\n")],
+        "not implemented",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", ADD_ACCEPTED)
+def test_check_triton_add_accepts(name, folder, capsys):
+    assert_accepted(check_triton_add, variant(ADD, folder, "triton_add", *ADD_ACCEPTED[name]), capsys)
+
+
+@pytest.mark.parametrize("name", ADD_REJECTED)
+def test_check_triton_add_rejects(name, folder, capsys):
+    pairs, phrase = ADD_REJECTED[name]
+    assert_rejected(check_triton_add, variant(ADD, folder, "triton_add", *pairs), phrase, capsys)
+
+
+def test_check_triton_add_accepts_the_reference(capsys):
+    assert_accepted(check_triton_add, reference.triton_add, capsys)
+
+
+def test_a_kernel_error_is_shown_at_the_learners_line_without_a_traceback(folder, capsys):
+    wrong = variant(ADD, folder, "triton_add", ("x + y, mask=mask)", "x + undefined_name, mask=mask)"))
+    with pytest.raises(Exception) as failure:
+        check_triton_add(wrong)
+    message = str(failure.value)
+    assert "NameError" in message and "undefined_name" in message
+    assert "tl.store(out_ptr + offsets, x + undefined_name, mask=mask)" in message
+    assert "InterpreterError" not in message
+
+
+def test_a_kernel_compiled_for_a_missing_gpu_is_explained(capsys):
+    import triton.language as tl
+    from triton.runtime.jit import JITFunction
+
+    def kernel(x_ptr, BLOCK: tl.constexpr):
+        pass
+
+    compiled = JITFunction(kernel)
+
+    def triton_add(x, y):
+        compiled[(1,)](x, BLOCK=4)
+        return x + y
+
+    triton_add.__globals__["compiled"] = compiled  # the wrapper names it as a global, like a notebook
+    try:
+        assert_rejected(check_triton_add, triton_add, "compiled for a GPU", capsys)
+    finally:
+        del triton_add.__globals__["compiled"]
+
+
+# ---------------------------------------------------------------------------------------------
+# triton_softmax
+
+SOFTMAX_ACCEPTED = {
+    "scalar running max": [],
+    "contiguous copy instead of the stride": [
+        ("    out = torch.empty_like(x)\n", "    x = x.contiguous()\n    out = torch.empty_like(x)\n")
+    ],
+    "exp2 with log2(e)": [
+        ("scale = tl.exp(m - m_safe)", "scale = tl.exp2((m - m_safe) * 1.4426950408889634)"),
+        ("tl.sum(tl.exp(x - m_safe), 0)", "tl.sum(tl.exp2((x - m_safe) * 1.4426950408889634), 0)"),
+    ],
+}
+
+SOFTMAX_REJECTED = {
+    "sum not rescaled": (
+        [("total = total * scale + ", "total = total + ")],
+        "does not rescale the running sum",
+    ),
+    "sum rescaled the wrong way": (
+        [("scale = tl.exp(m - m_safe)", "scale = tl.where(m == float('-inf'), 0.0, tl.exp(m_safe - m))")],
+        "the wrong way round",
+    ),
+    "masked lanes load as 0": (
+        [('other=float("-inf"))  # load 1', "other=0.0)")],
+        "counts the masked lanes of the last block as 0",
+    ),
+    "tail dropped": (
+        [("range(0, n_cols, BLOCK):  # pass 1", "range(0, n_cols - BLOCK + 1, BLOCK):")],
+        "drops the ragged last block",
+    ),
+    "no max": (
+        [
+            ("m_new = tl.maximum(m, tl.max(x, 0))", "m_new = tl.maximum(m, 0.0 * tl.max(x, 0))"),
+            ('m = float("-inf")', "m = 0.0"),
+        ],
+        "gives inf or NaN for large scores",
+    ),  # fmt: skip
+    "no -inf guard": (
+        [('m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)', "m_safe = m_new")],
+        "exp(-inf - (-inf))",
+    ),
+    "whole row at once": (
+        [("BLOCK=block_size)", "BLOCK=triton.next_power_of_2(n_cols))")],
+        "entries of x at once with block_size=16",
+    ),
+    "row stride ignored": (
+        [("n_cols, x.stride(0), out.stride(0)", "n_cols, n_cols, n_cols")],
+        "x.stride(0)",
+    ),
+    "one program for all rows": (
+        [
+            (
+                "    grid = (n_rows,)\n    softmax_kernel[grid](x, out,",
+                "    for r in range(n_rows):\n        softmax_kernel[(1,)](x[r:], out[r:],",
+            )
+        ],
+        "one program per row",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", SOFTMAX_ACCEPTED)
+def test_check_triton_softmax_accepts(name, folder, capsys):
+    candidate = variant(SOFTMAX, folder, "triton_softmax", *SOFTMAX_ACCEPTED[name])
+    assert_accepted(check_triton_softmax, candidate, capsys)
+
+
+@pytest.mark.parametrize("name", SOFTMAX_REJECTED)
+def test_check_triton_softmax_rejects(name, folder, capsys):
+    pairs, phrase = SOFTMAX_REJECTED[name]
+    assert_rejected(check_triton_softmax, variant(SOFTMAX, folder, "triton_softmax", *pairs), phrase, capsys)
+
+
+def test_check_triton_softmax_accepts_the_reference(capsys):
+    assert_accepted(check_triton_softmax, reference.triton_softmax, capsys)
+
+
+# ---------------------------------------------------------------------------------------------
+# triton_flash_attention
+
+FLASH_ACCEPTED = {
+    "blocks of 32×32": [],
+    "blocks of 16×16": [("BLOCK_M, BLOCK_N = 32, 32", "BLOCK_M, BLOCK_N = 16, 16")],
+    "blocks of 16×64": [("BLOCK_M, BLOCK_N = 32, 32", "BLOCK_M, BLOCK_N = 16, 64")],
+    "blocks of 64×16": [("BLOCK_M, BLOCK_N = 32, 32", "BLOCK_M, BLOCK_N = 64, 16")],
+    "blocks of 128×128": [("BLOCK_M, BLOCK_N = 32, 32", "BLOCK_M, BLOCK_N = 128, 128")],
+    "exp2 with the scale in base 2": [
+        ("alpha = tl.exp(m - m_safe)", "alpha = tl.exp2(m - m_safe)"),
+        ("p = tl.exp(s - m_safe[:, None])", "p = tl.exp2(s - m_safe[:, None])"),
+        ("H, T_q, T_k, 1 / math.sqrt(D),", "H, T_q, T_k, 1.4426950408889634 / math.sqrt(D),"),
+    ],
+    "contiguous copies instead of strides": [
+        (
+            "    B, H, T_q, D = q.shape\n",
+            "    q, k, v = (x.contiguous() for x in (q, k, v))\n    B, H, T_q, D = q.shape\n",
+        ),
+    ],
+}
+
+FLASH_REJECTED = {
+    "accumulator not rescaled": (
+        [("acc = acc * alpha[:, None] + ", "acc = acc + ")],
+        "does not rescale the accumulator",
+    ),
+    "sum not rescaled": ([("l = l * alpha + ", "l = l + ")], "does not rescale the running sum"),
+    "neither rescaled": (
+        [("acc = acc * alpha[:, None] + ", "acc = acc + "), ("l = l * alpha + ", "l = l + ")],
+        "rescales neither",
+    ),
+    "causal bound one block short": (
+        [("(pid_m + 1) * BLOCK_M + offset)", "pid_m * BLOCK_M + offset)")],
+        "stops the causal loop one block early",
+    ),  # fmt: skip
+    "causal bound one block long": (
+        [("(pid_m + 1) * BLOCK_M + offset)", "(pid_m + 2) * BLOCK_M + offset)")],
+        "still loads key blocks that lie wholly above the diagonal",
+    ),  # fmt: skip
+    "causal masks without cutting the loop": (
+        [("hi = tl.minimum(T_k, (pid_m + 1) * BLOCK_M + offset)", "hi = T_k")],
+        "still loads key blocks that lie wholly above the diagonal",
+    ),
+    "ragged key loads unmasked": (
+        [("k = tl.load(k_ptrs, mask=cols[:, None] < T_k, other=0.0)", "k = tl.load(k_ptrs)")],
+        "read from memory outside its tensors",
+    ),
+    "ragged scores unmasked": (
+        [('        s = tl.where(cols[None, :] < T_k, s, float("-inf"))\n', "")],
+        "a score of 0, so they count in the softmax",
+    ),
+    "output stored unmasked": (
+        [
+            (
+                "tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=offs_m[:, None] < T_q)",
+                "tl.store(o_ptrs, out.to(O.dtype.element_ty))",
+            )
+        ],
+        "wrote to memory outside its tensors",
+    ),  # fmt: skip
+    "no scale": ([("H, T_q, T_k, 1 / math.sqrt(D),", "H, T_q, T_k, 1.0,")], "does not scale the scores"),
+    "scale 1/d": ([("H, T_q, T_k, 1 / math.sqrt(D),", "H, T_q, T_k, 1 / D,")], "scales the scores by 1/d"),
+    "exp2 without log2(e)": (
+        [
+            ("alpha = tl.exp(m - m_safe)", "alpha = tl.exp2(m - m_safe)"),
+            ("p = tl.exp(s - m_safe[:, None])", "p = tl.exp2(s - m_safe[:, None])"),
+        ],
+        "uses tl.exp2 without converting",
+    ),  # fmt: skip
+    "is_causal ignored": (
+        [("IS_CAUSAL=is_causal,", "IS_CAUSAL=False,")],
+        "ignores is_causal",
+    ),  # fmt: skip
+    "strict causal mask": (
+        [("cols[None, :] <= offs_m[:, None] + offset", "cols[None, :] < offs_m[:, None] + offset")],
+        "masks with < instead of <=",
+    ),
+    "top-left alignment": (
+        [("offset = T_k - T_q", "offset = 0")],
+        "aligns the causal mask top-left",
+    ),
+    "ragged key block left out": (
+        [("    hi = T_k\n", "    hi = T_k // BLOCK_N * BLOCK_N\n")],
+        "the last, ragged key block",
+    ),
+    "grid rounds down": (
+        [("grid = (triton.cdiv(T_q, BLOCK_M), B * H)", "grid = (max(1, T_q // BLOCK_M), B * H)")],
+        "The grid needs (triton.cdiv(T_q, BLOCK_M), B * H) programs",
+    ),
+    "strides ignored": (
+        [
+            (
+                "q, k, v, o, q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),\n"
+                "        v.stride(0), v.stride(1), v.stride(2), o.stride(0), o.stride(1), o.stride(2),",
+                "q, k, v, o, H * T_q * D, T_q * D, D, H * T_k * D, T_k * D, D,\n"
+                "        H * T_k * D, T_k * D, D, o.stride(0), o.stride(1), o.stride(2),",
+            )
+        ],
+        "is wrong for inputs that are views",
+    ),  # fmt: skip
+    "returns a tuple": ([("    return o\n", "    return o, None\n")], "return the attention output only"),
+    "float32 output for float16 input": (
+        [("o = torch.empty_like(q)", "o = torch.empty_like(q, dtype=torch.float64)")],
+        "has dtype torch.float64 but the inputs are torch.float32",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", FLASH_ACCEPTED)
+def test_check_triton_flash_attention_accepts(name, folder, capsys):
+    candidate = variant(FLASH, folder, "triton_flash_attention", *FLASH_ACCEPTED[name])
+    assert_accepted(check_triton_flash_attention, candidate, capsys)
+
+
+@pytest.mark.parametrize("name", FLASH_REJECTED)
+def test_check_triton_flash_attention_rejects(name, folder, capsys):
+    pairs, phrase = FLASH_REJECTED[name]
+    candidate = variant(FLASH, folder, "triton_flash_attention", *pairs)
+    assert_rejected(check_triton_flash_attention, candidate, phrase, capsys)
+
+
+def test_check_triton_flash_attention_accepts_the_reference(capsys):
+    assert_accepted(check_triton_flash_attention, reference.triton_flash_attention, capsys)
+
+
+def test_the_trace_puts_the_interpreter_back_after_a_failing_kernel(folder):
+    from triton.runtime import interpreter
+
+    unmasked = ("k = tl.load(k_ptrs, mask=cols[:, None] < T_k, other=0.0)", "k = tl.load(k_ptrs)")
+    wrong = variant(FLASH, folder, "triton_flash_attention", unmasked)
+    before = interpreter.GridExecutor._init_args_hst
+    with pytest.raises(AssertionError):
+        check_triton_flash_attention(wrong)
+    assert interpreter.GridExecutor._init_args_hst is before
+    assert "create_masked_load" not in vars(interpreter.interpreter_builder)
+    q = torch.randn(1, 1, 8, 16)
+    assert torch.isfinite(reference.triton_flash_attention(q, q, q)).all()
+
+
+# ---------------------------------------------------------------------------------------------
+# Without the trace: how the checks judge kernels compiled for a GPU, from the numbers alone
+
+
+@pytest.fixture
+def untraced(monkeypatch):
+    """Judge as on a GPU (float16 inputs, GPU tolerances, no trace), with the interpreter standing in."""
+    from attn_course.checks import triton as checks_triton
+
+    class StandIn(checks_triton._Mode):
+        @property
+        def gpu(self) -> bool:
+            return True
+
+    monkeypatch.setattr(checks_triton, "_mode", lambda name, candidate: StandIn(torch.device("cpu"), False))
+
+
+UNTRACED_REJECTED = {
+    "accumulator not rescaled, blocks of 64×16 found by search": (
+        [("BLOCK_M, BLOCK_N = 32, 32", "BLOCK_M, BLOCK_N = 64, 16"), ("acc * alpha[:, None] + ", "acc + ")],
+        "does not rescale the accumulator",
+    ),
+    "causal bound one block short": (
+        [("(pid_m + 1) * BLOCK_M + offset)", "pid_m * BLOCK_M + offset)")],
+        "stops the causal loop one block early",
+    ),  # fmt: skip
+    "ragged value loads unmasked read the NaN after the inputs": (
+        [("v = tl.load(v_ptrs, mask=cols[:, None] < T_k, other=0.0)", "v = tl.load(v_ptrs)")],
+        "a load past the end of a tensor without a mask",
+    ),
+    "no scale": ([("H, T_q, T_k, 1 / math.sqrt(D),", "H, T_q, T_k, 1.0,")], "does not scale the scores"),
+}
+
+
+def test_untraced_check_accepts_a_right_kernel_in_float16(untraced, folder, capsys):
+    candidate = variant(FLASH, folder, "triton_flash_attention")
+    assert_accepted(check_triton_flash_attention, candidate, capsys)
+    assert_accepted(check_triton_add, variant(ADD, folder, "triton_add"), capsys)
+
+
+@pytest.mark.parametrize("name", UNTRACED_REJECTED)
+def test_untraced_check_names_mistakes_from_the_numbers(name, untraced, folder, capsys):
+    pairs, phrase = UNTRACED_REJECTED[name]
+    candidate = variant(FLASH, folder, "triton_flash_attention", *pairs)
+    assert_rejected(check_triton_flash_attention, candidate, phrase, capsys)
