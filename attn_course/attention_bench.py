@@ -1,7 +1,8 @@
 """The attention benchmark of notebook 06 and of `attn-course bench`: time, TFLOP/s and peak memory.
 
 Providers, all on (B, H, T, d) inputs: "naive" (the course's `attention`, which writes the T×T
-scores and probabilities), "tiled" (the course's `flash_attention`) and "sdpa-<backend>", torch's
+scores and probabilities), "tiled" (the course's `flash_attention`), "triton" (notebook 08's Triton
+kernel, timed only where it is compiled for a GPU) and "sdpa-<backend>", torch's
 `F.scaled_dot_product_attention` forced to one backend with `torch.nn.attention.sdpa_kernel`
 (CPU: flash and math; CUDA: flash, efficient, cudnn and math). A provider that cannot run (a
 backend this GPU or dtype lacks, out of memory) gives a row with the reason instead of a time.
@@ -131,7 +132,7 @@ class BenchRow:
     """One provider at one size: its median time, throughput and peak memory, or why it was skipped."""
 
     provider: str
-    """"naive", "tiled" or "sdpa-<backend>"."""
+    """"naive", "tiled", "triton" or "sdpa-<backend>"."""
     device: str
     """The device's name (GPU model or CPU)."""
     dtype: str
@@ -209,8 +210,31 @@ def make_provider(name: str, block_size: int = 256) -> Callable[..., torch.Tenso
                 return F.scaled_dot_product_attention(q, k, v, is_causal=is_causal)
 
         return sdpa
+    if name == "triton":
+        return _triton_attention
     backends = "|".join(SDPA_BACKEND_MEMBERS)
-    raise ValueError(f"unknown provider {name!r}: naive, tiled, sdpa or sdpa-<{backends}>")
+    raise ValueError(f"unknown provider {name!r}: naive, tiled, triton, sdpa or sdpa-<{backends}>")
+
+
+def _triton_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool) -> torch.Tensor:
+    """The "triton" provider: notebook 08's kernel where it is compiled; else a reason to skip the row."""
+    from attn_course.triton_support import triton_status
+
+    status = triton_status()
+    if not status.installed:
+        raise RuntimeError(str(status))
+    if q.device.type == "cpu":
+        raise NotImplementedError("Triton runs interpreted on the CPU: not timed")
+    if status.interpreted:
+        raise NotImplementedError("Triton runs interpreted here (TRITON_INTERPRET=1): not timed")
+    from attn_course.triton_ops import triton_flash_attention
+
+    try:
+        return triton_flash_attention(q, k, v, is_causal=is_causal)
+    except Exception as error:
+        if type(error).__module__.startswith("triton"):  # e.g. OutOfResources: too little shared memory
+            raise RuntimeError(f"{type(error).__name__}: {error}") from error
+        raise
 
 
 def _sync(device: torch.device) -> None:
@@ -414,7 +438,8 @@ def target_summary(rows: Sequence[BenchRow], t: int | None = None, d: int | None
 
     CPU: tiled within 2× the time of SDPA (its flash backend, else the fastest), and at least 16×
     less peak memory than naive. GPU: SDPA's flash backend at least 5× faster than naive, and its
-    share of the device's peak.
+    share of the device's peak; where the Triton kernel of notebook 08 was timed, at least 0.8× the
+    throughput of that SDPA backend.
 
     Introduced in 06_flash_attention.
     """
@@ -432,7 +457,7 @@ def target_summary(rows: Sequence[BenchRow], t: int | None = None, d: int | None
         sdpa = at.get("sdpa-flash") or min(
             (r for n, r in at.items() if n.startswith("sdpa-")), key=lambda r: r.seconds, default=None
         )
-        naive, tiled = at.get("naive"), at.get("tiled")
+        naive, tiled, kernel = at.get("naive"), at.get("tiled"), at.get("triton")
         parts = []
         if tiled and sdpa:
             ratio = tiled.seconds / sdpa.seconds
@@ -444,6 +469,9 @@ def target_summary(rows: Sequence[BenchRow], t: int | None = None, d: int | None
             parts.append(
                 f"naive / {sdpa.provider} time = {naive.seconds / sdpa.seconds:.1f}× (GPU target ≥ 5×)"
             )
+        if kernel and sdpa:
+            ratio = sdpa.seconds / kernel.seconds
+            parts.append(f"triton / {sdpa.provider} throughput = {ratio:.2f}× (GPU target ≥ 0.8×)")
         if sdpa and sdpa.percent_of_peak is not None:
             parts.append(f"{sdpa.provider} at {sdpa.percent_of_peak:.1f}% of the device's peak")
         lines.append(head + ("\n  " + "\n  ".join(parts) if parts else " nothing to compare"))
@@ -452,6 +480,8 @@ def target_summary(rows: Sequence[BenchRow], t: int | None = None, d: int | None
 
 def default_config(device: torch.device | str, quick: bool = False) -> BenchConfig:
     """The comparison of notebook 06 on `device`: to T=4096 on a CPU, 16384 on a GPU; tiny when quick.
+
+    On a GPU it also times notebook 08's Triton kernel ("triton"); the interpreter is never timed.
 
     >>> default_config("cpu", quick=True).lengths
     (256, 512)
@@ -462,7 +492,8 @@ def default_config(device: torch.device | str, quick: bool = False) -> BenchConf
     if kind == "cuda":
         bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
         config = BenchConfig(device=str(device), dtypes=("float16", "bfloat16") if bf16 else ("float16",),
-                             lengths=(256, 512, 1024, 2048, 4096, 8192, 16384), block_size=1024)  # fmt: skip
+                             lengths=(256, 512, 1024, 2048, 4096, 8192, 16384), block_size=1024,
+                             providers=("naive", "tiled", "triton", "sdpa"))  # fmt: skip
     else:
         config = BenchConfig(device=str(device))
     if quick:

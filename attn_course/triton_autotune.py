@@ -1,0 +1,89 @@
+"""The FlashAttention kernel under `triton.autotune`: Triton times block sizes on the GPU, keeps the best.
+
+`triton.autotune` runs every config of `AUTOTUNE_CONFIGS` once per new key (lengths, head dim,
+causal, dtypes), times it on the GPU and launches the fastest from then on. The interpreter has
+no GPU to time, so on the CPU `autotuned_flash_attention` refuses with a RuntimeError.
+
+Introduced in 08_triton_flash_attention.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from attn_course.kernels import flash_attention_kernel, triton  # imports triton after setup_triton()
+from attn_course.triton_ops import _require_same_layout
+from attn_course.triton_support import is_interpreted, require_device
+
+AUTOTUNE_CONFIGS = [
+    triton.Config({"BLOCK_M": block_m, "BLOCK_N": block_n}, num_warps=warps, num_stages=stages)
+    for block_m in (64, 128)
+    for block_n in (32, 64)
+    for warps in (4, 8)
+    for stages in (2, 3)
+]
+"""The 16 launch settings the autotuner times: BLOCK_M × BLOCK_N × num_warps × num_stages."""
+
+AUTOTUNE_KEY = ["t_q", "t_k", "HEAD_DIM", "IS_CAUSAL"]
+"""Arguments whose values start a new tuning run (the tensors' dtypes are added by Triton)."""
+
+autotuned_flash_attention_kernel = triton.autotune(configs=AUTOTUNE_CONFIGS, key=AUTOTUNE_KEY)(
+    triton.jit(flash_attention_kernel.fn)  # the package's kernel, jitted anew with BLOCK_M/N left free
+)
+"""`attn_course.kernels.flash_attention_kernel`, launched with the best of `AUTOTUNE_CONFIGS`."""
+
+
+def describe_config(config: triton.Config) -> str:
+    """One line for a triton.Config.
+
+    >>> describe_config(triton.Config({"BLOCK_M": 128, "BLOCK_N": 64}, num_warps=4, num_stages=3))
+    'BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=3'
+    """
+    blocks = ", ".join(f"{name}={value}" for name, value in config.kwargs.items())
+    return f"{blocks}, num_warps={config.num_warps}, num_stages={config.num_stages}"
+
+
+def autotuned_flash_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool = False
+) -> tuple[torch.Tensor, str]:
+    """(out (B, H, T_q, d), the best config) of the autotuned FlashAttention kernel; GPU only.
+
+    The first call for a new key times every config (seconds); later calls launch the best at once.
+
+    Introduced in 08_triton_flash_attention.
+    """
+    if is_interpreted(autotuned_flash_attention_kernel):
+        raise RuntimeError(
+            "autotuning times each config on the GPU, and Triton runs interpreted here "
+            "(TRITON_INTERPRET=1): use triton_flash_attention with a KernelConfig instead"
+        )
+    _require_same_layout(q, k, v)
+    require_device(q)
+    q, k, v = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, k, v))
+    b, h, t_q, d = q.shape
+    t_k = k.shape[2]
+    out = torch.empty_like(q)  # (B, H, T_q, d)
+    lse = torch.empty(b, h, t_q, device=q.device, dtype=torch.float32)  # (B, H, T_q)
+
+    def grid(meta: dict) -> tuple[int, int]:
+        return (triton.cdiv(t_q, meta["BLOCK_M"]), b * h)
+
+    autotuned_flash_attention_kernel[grid](
+        q, k, v, out, lse,
+        q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
+        v.stride(0), v.stride(1), v.stride(2), out.stride(0), out.stride(1), out.stride(2),
+        h, t_q, t_k, 1.0 / math.sqrt(d),
+        HEAD_DIM=d, BLOCK_D=max(16, triton.next_power_of_2(d)), IS_CAUSAL=is_causal,
+    )  # fmt: skip
+    return out, describe_config(autotuned_flash_attention_kernel.best_config)
+
+
+__all__ = [
+    "AUTOTUNE_CONFIGS",
+    "AUTOTUNE_KEY",
+    "autotuned_flash_attention",
+    "autotuned_flash_attention_kernel",
+    "describe_config",
+]
