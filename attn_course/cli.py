@@ -72,6 +72,7 @@ def _bench(args: argparse.Namespace) -> int:
         "block_size": args.block_size,
         "repeats": args.repeats,
         "threads": args.threads,
+        "providers": args.providers,
     }
     config = dataclasses.replace(config, **{k: tuple(v) if isinstance(v, list) else v
                                             for k, v in chosen.items() if v is not None})  # fmt: skip
@@ -125,6 +126,9 @@ def build_parser() -> argparse.ArgumentParser:
     ben.add_argument("--block-size", type=_positive(int), help="block size of the tiled version")
     ben.add_argument("--repeats", type=_positive(int), help="timed calls after warm-up (default 5)")
     ben.add_argument("--threads", type=_positive(int), help="CPU threads (default: torch's setting)")
+    ben.add_argument("--providers", nargs="+", metavar="NAME",
+                     help="naive, tiled, sdpa (every backend), sdpa-<flash|efficient|cudnn|math>, triton "
+                     "(default: naive tiled sdpa, and triton on cuda)")  # fmt: skip
     ben.add_argument("--quick", action="store_true", help="a tiny run: T 256 and 512, d 64, one repeat")
     ben.add_argument("--out", type=Path, default=Path("bench-results"), metavar="DIR",
                      help="folder for the JSON, CSV and plots (default: bench-results)")  # fmt: skip

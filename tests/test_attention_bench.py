@@ -86,6 +86,14 @@ def test_bench_command_writes_table_json_csv_and_plots(tmp_path, capsys):
         assert (tmp_path / name).read_bytes().startswith(b"\x89PNG")
 
 
+def test_bench_command_measures_the_providers_asked_for(tmp_path, capsys):
+    args = "bench --device cpu --lengths 64 --head-dims 16 --causal no --heads 1 --repeats 1"
+    assert main([*args.split(), "--providers", "tiled", "sdpa-math", "--out", str(tmp_path)]) == 0
+    assert [row.provider for row in bench.read_json(tmp_path / "bench.json")] == ["tiled", "sdpa-math"]
+    assert main([*args.split(), "--providers", "fast", "--out", str(tmp_path)]) == 2
+    assert "unknown provider 'fast'" in capsys.readouterr().err
+
+
 def test_target_summary_reads_the_ratios():
     def row(provider, seconds, peak):
         return bench.BenchRow(provider, "cpu", "float32", 1, 8, 4096, 64, True, seconds, 1.0, None, peak)

@@ -381,3 +381,11 @@ def test_untraced_check_names_mistakes_from_the_numbers(name, untraced, folder, 
     pairs, phrase = UNTRACED_REJECTED[name]
     candidate = variant(FLASH, folder, "triton_flash_attention", *pairs)
     assert_rejected(check_triton_flash_attention, candidate, phrase, capsys)
+
+
+def test_without_triton_every_check_says_how_to_get_it(monkeypatch, capsys):
+    from attn_course import triton_support
+
+    monkeypatch.setattr(triton_support, "_triton_version", lambda: None)
+    for check in (check_triton_add, check_triton_softmax, check_triton_flash_attention):
+        assert_rejected(check, lambda *args, **kwargs: None, "Triton is not installed", capsys)

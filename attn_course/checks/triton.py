@@ -452,7 +452,7 @@ def _blockwise(
     top_left: bool = False,
 ) -> torch.Tensor:
     """What a FlashAttention kernel with blocks (block_m, block_n) and the given mistakes computes."""
-    q, k, v = q.double(), k.double(), v.double()
+    q, k, v = (x.detach().to("cpu", torch.float64) for x in (q, k, v))
     t_q, d = q.shape[-2:]
     t_k = k.shape[-2]
     scale = 1 / math.sqrt(d) if scale is None else scale

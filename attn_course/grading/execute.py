@@ -202,6 +202,8 @@ def kernel_env(limits: Limits, private: Path | None = None) -> dict[str, str]:
         # Grade on the CPU: the same scores on every machine, CPU-sized notebooks (DEVICE.pick), and
         # no GPU driver reserving more address space than the memory limit allows.
         CUDA_VISIBLE_DEVICES="",
+        # ... where Triton kernels run through its interpreter (set before triton is imported).
+        TRITON_INTERPRET="1",
     )
     # Grading needs every check called, not a model trained to its best or a full benchmark:
     # notebooks that train or measure use their reduced budgets (see attn_course.budget).
