@@ -343,14 +343,18 @@ def test_the_trace_puts_the_interpreter_back_after_a_failing_kernel(folder):
 @pytest.fixture
 def untraced(monkeypatch):
     """Judge as on a GPU (float16 inputs, GPU tolerances, no trace), with the interpreter standing in."""
-    from attn_course.checks import triton as checks_triton
+    from attn_course.checks import _triton_harness, triton, triton_flash
 
-    class StandIn(checks_triton._Mode):
+    class StandIn(_triton_harness.Mode):
         @property
         def gpu(self) -> bool:
             return True
 
-    monkeypatch.setattr(checks_triton, "_mode", lambda name, candidate: StandIn(torch.device("cpu"), False))
+    def stand_in(name, candidate):
+        return StandIn(torch.device("cpu"), False)
+
+    for module in (triton, triton_flash):
+        monkeypatch.setattr(module, "kernel_mode", stand_in)
 
 
 UNTRACED_REJECTED = {

@@ -19,7 +19,8 @@ from attn_course.checks.heads import check_merge_heads, check_MultiHeadAttention
 from attn_course.checks.kv_cache import check_cached_attention, check_KVCache
 from attn_course.checks.masking import check_attention, check_causal_mask, check_padding_mask
 from attn_course.checks.rope import check_apply_rope, check_rope_frequencies, check_RotaryMultiHeadAttention
-from attn_course.checks.triton import check_triton_add, check_triton_flash_attention, check_triton_softmax
+from attn_course.checks.triton import check_triton_add, check_triton_softmax
+from attn_course.checks.triton_flash import check_triton_flash_attention
 
 __all__ = [
     "CheckFailed",

@@ -1,0 +1,386 @@
+"""The check of notebook 08's FlashAttention kernel: `triton_flash_attention` against attention.
+
+It compares with the float64 reference on ragged, causal, T_q < T_k and strided inputs, and names
+mistakes by simulating them block by block (`_blockwise`) with the learner's block sizes, read off
+the trace where the kernel is interpreted, else searched. From the trace it also names keys a
+program never reads (a causal loop that stops early, a ragged block left out) and key blocks a
+causal program loads though they lie wholly above its diagonal.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from attn_course.checks._harness import CheckFailed, check
+from attn_course.checks._triton_harness import (
+    Mode,
+    compare,
+    expect_all_written,
+    expect_in_bounds,
+    expect_launched,
+    expect_result,
+    guarded,
+    kernel_mode,
+    traced_call,
+)
+from attn_course.checks._triton_trace import KernelTrace
+
+# ---------------------------------------------------------------------------------------------
+# triton_flash_attention
+
+_BLOCK_SIZES = (16, 32, 64, 128)
+
+
+def _blockwise(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: bool,
+    block_m: int,
+    block_n: int,
+    scale: float | None = None,
+    rescale_acc: bool = True,
+    rescale_sum: bool = True,
+    padded_score_zero: bool = False,
+    bound_short: bool = False,
+    strict: bool = False,
+    top_left: bool = False,
+) -> torch.Tensor:
+    """What a FlashAttention kernel with blocks (block_m, block_n) and the given mistakes computes."""
+    q, k, v = (x.detach().to("cpu", torch.float64) for x in (q, k, v))
+    t_q, d = q.shape[-2:]
+    t_k = k.shape[-2]
+    scale = 1 / math.sqrt(d) if scale is None else scale
+    offset = 0 if top_left else t_k - t_q
+    out = torch.empty_like(q)  # (B, H, T_q, d)
+    for r0 in range(0, t_q, block_m):
+        rows = torch.arange(r0, min(r0 + block_m, t_q))  # (Bm,)
+        q_blk = q[..., rows, :]  # (B, H, Bm, d)
+        m = torch.full((*q_blk.shape[:-1], 1), -math.inf, dtype=torch.float64)  # (B, H, Bm, 1)
+        total = torch.zeros_like(m)  # (B, H, Bm, 1)
+        acc = torch.zeros_like(q_blk)  # (B, H, Bm, d)
+        stop = t_k
+        if causal:
+            stop = min(t_k, r0 + offset + (0 if bound_short else block_m))
+        for c0 in range(0, max(stop, 0), block_n):
+            width = block_n if padded_score_zero else min(block_n, t_k - c0)
+            keys = torch.arange(c0, c0 + width)  # (Bn,)
+            inside = keys < t_k  # (Bn,)
+            k_blk = torch.zeros(*k.shape[:-2], width, d, dtype=torch.float64)  # (B, H, Bn, d)
+            v_blk = torch.zeros_like(k_blk)  # (B, H, Bn, d)
+            k_blk[..., inside, :] = k[..., keys[inside], :]
+            v_blk[..., inside, :] = v[..., keys[inside], :]
+            s = q_blk @ k_blk.transpose(-1, -2) * scale  # (B, H, Bm, Bn)
+            if not padded_score_zero:
+                s = s.masked_fill(~inside, -math.inf)
+            if causal:
+                limit = rows[:, None] + offset  # (Bm, 1)
+                allowed = keys[None, :] < limit if strict else keys[None, :] <= limit  # (Bm, Bn)
+                s = s.masked_fill(~allowed, -math.inf)
+            m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))  # (B, H, Bm, 1)
+            m_safe = torch.where(m_new == -math.inf, 0.0, m_new)  # (B, H, Bm, 1)
+            alpha = torch.exp(m - m_safe)  # (B, H, Bm, 1)
+            p = torch.exp(s - m_safe)  # (B, H, Bm, Bn)
+            total = (total * alpha if rescale_sum else total) + p.sum(dim=-1, keepdim=True)
+            acc = (acc * alpha if rescale_acc else acc) + p @ v_blk  # (B, H, Bm, d)
+            m = m_new
+        out[..., rows, :] = acc / total
+    return out
+
+
+def _sdpa_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> torch.Tensor:
+    """softmax(QKᵀ/√d)V in float64 with the bottom-right causal mask; NaN for rows that see no key."""
+    from attn_course.attention import attention
+    from attn_course.masking import causal_mask
+
+    q, k, v = (x.detach().to("cpu", torch.float64) for x in (q, k, v))
+    mask = causal_mask(q.shape[-2], k.shape[-2]) if causal else None
+    return attention(q, k, v, mask=mask)[0]
+
+
+def _flash_mistakes(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, blocks: Sequence[tuple[int, int]]
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """(message, what the kernel with that mistake returns), block-size-free mistakes first."""
+    d = q.shape[-1]
+    plain = dict(causal=causal, block_m=q.shape[-2], block_n=k.shape[-2])
+    scales = (
+        (1.0, "does not scale the scores: multiply q·k by 1/√d (sm_scale = 1 / math.sqrt(d))."),
+        (1 / d, "scales the scores by 1/d: the scale is 1/√d (math.sqrt(d), not d)."),
+        (math.sqrt(d), "multiplies the scores by √d: the scale is 1/√d."),
+        (
+            math.log(2) / math.sqrt(d),
+            "uses tl.exp2 without converting the scores to base 2: exp(x) = exp2(x · log2(e)), so "
+            "multiply the scale by log2(e) = 1.4427 (or use tl.exp).",
+        ),
+        (
+            math.log2(math.e) / math.sqrt(d),
+            "folds log2(e) into the scale but then uses tl.exp: with the base-2 scale use tl.exp2, "
+            "or drop the log2(e) factor.",
+        ),
+    )
+    for scale, message in scales:
+        yield message, _blockwise(q, k, v, scale=scale, **plain)
+    if causal:
+        yield (
+            "ignores is_causal: with IS_CAUSAL, set the scores of keys j > i + T_k - T_q to -inf.",
+            _blockwise(q, k, v, causal=False, block_m=q.shape[-2], block_n=k.shape[-2]),
+        )
+        yield (
+            "masks with < instead of <=: a query may attend to its own position, key j = i + T_k - T_q.",
+            _blockwise(q, k, v, strict=True, **plain),
+        )
+        yield (
+            "aligns the causal mask top-left: with T_q ≠ T_k (here T_q < T_k, queries that come after "
+            "cached keys) query i sits at position i + T_k - T_q, so it may see keys j <= i + T_k - T_q, "
+            "and the loop bound moves by T_k - T_q too.",
+            _blockwise(q, k, v, top_left=True, **plain),
+        )
+    for block_m, block_n in blocks:
+        blocked = dict(causal=causal, block_m=block_m, block_n=block_n)
+        yield (
+            "does not rescale the accumulator when the running maximum grows: before adding this "
+            "block's p @ v, multiply acc by alpha = exp(m_old - m_new), as you do the running sum.",
+            _blockwise(q, k, v, rescale_acc=False, **blocked),
+        )
+        yield (
+            "does not rescale the running sum when the running maximum grows: l = l * alpha + "
+            "tl.sum(p, 1), with alpha = exp(m_old - m_new), as for the accumulator.",
+            _blockwise(q, k, v, rescale_sum=False, **blocked),
+        )
+        yield (
+            "rescales neither the accumulator nor the running sum when the running maximum grows: "
+            "multiply both by alpha = exp(m_old - m_new) before adding the new block.",
+            _blockwise(q, k, v, rescale_acc=False, rescale_sum=False, **blocked),
+        )
+        if not causal:
+            yield (
+                "gives the keys past T_k in the last, ragged key block a score of 0, so they count in "
+                "the softmax: masking their loads is not enough, also set their scores to -inf "
+                "(tl.where(offs_n[None, :] < T_k, s, float('-inf'))).",
+                _blockwise(q, k, v, padded_score_zero=True, **blocked),
+            )
+        if causal:
+            yield (
+                "stops the causal loop one block early: the key block that holds the diagonal is "
+                "never visited. Query block pid_m ends at row (pid_m + 1) * BLOCK_M - 1, so the loop "
+                "must run to hi = min(T_k, (pid_m + 1) * BLOCK_M + T_k - T_q).",
+                _blockwise(q, k, v, bound_short=True, **blocked),
+            )
+
+
+@dataclass(frozen=True)
+class _FlashCase:
+    """One input shape of the FlashAttention check."""
+
+    b: int
+    h: int
+    t_q: int
+    t_k: int
+    d: int
+    causal: bool
+    strided: bool = False
+    """q, k and v as transposes of (B, T, H, d) tensors: not contiguous."""
+
+    def describe(self) -> str:
+        """The shape in words, for messages."""
+        layout = ", (B, T, H, d).transpose(1, 2) views" if self.strided else ""
+        sizes = f"B={self.b}, H={self.h}, T_q={self.t_q}, T_k={self.t_k}, d={self.d}"
+        return f"{sizes}, is_causal={self.causal}{layout}"
+
+
+_FLASH_CASES = (
+    _FlashCase(1, 2, 64, 64, 32, False),
+    _FlashCase(1, 2, 50, 50, 32, False),
+    _FlashCase(2, 1, 64, 64, 16, True),
+    _FlashCase(1, 2, 50, 50, 32, True),
+    _FlashCase(1, 1, 20, 50, 32, True),
+    _FlashCase(1, 1, 300, 300, 32, False),
+    _FlashCase(1, 1, 260, 260, 16, True),
+    _FlashCase(2, 2, 40, 40, 32, True, strided=True),
+)
+
+
+def _flash_inputs(case: _FlashCase, mode: Mode) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    dtype = torch.float16 if mode.gpu else torch.float32
+
+    def make(t: int) -> torch.Tensor:
+        if case.strided:
+            return guarded(case.b, t, case.h, case.d, device=mode.device, dtype=dtype).transpose(1, 2)
+        return guarded(case.b, case.h, t, case.d, device=mode.device, dtype=dtype)
+
+    return make(case.t_q), make(case.t_k), make(case.t_k)
+
+
+@check("triton_flash_attention")
+def check_triton_flash_attention(candidate: Callable[..., Any]) -> str:
+    """The learner's FlashAttention kernel against SDPA: ragged, causal, T_q ≠ T_k and strided inputs."""
+    mode = kernel_mode("triton_flash_attention", candidate)
+    blocks_seen: set[tuple[int, int]] = set()
+    for case in _FLASH_CASES:
+        q, k, v = _flash_inputs(case, mode)
+        kwargs = {"is_causal": case.causal}
+        result, trace = traced_call("triton_flash_attention", candidate, mode, q, k, v, **kwargs)
+        expect_launched("triton_flash_attention", trace)
+        expect_in_bounds(
+            "triton_flash_attention",
+            trace,
+            "When T is not a multiple of the block size the last query or key block runs past the "
+            "end: load with mask=offs[:, None] < T (other=0.0) and store with the query mask.",
+        )
+        out = expect_result("triton_flash_attention", result, q, "the attention output")
+        expect_all_written(
+            trace,
+            out,
+            "The grid needs (triton.cdiv(T_q, BLOCK_M), B * H) programs, and each stores its whole "
+            "(BLOCK_M, d) block of the output (masked for the ragged last block).",
+        )
+        blocks = _flash_blocks(trace, q, k) if not case.strided else None
+        if blocks:
+            blocks_seen.add(blocks)
+        expected = _sdpa_reference(q, k, v, case.causal)
+        tried = [blocks] if blocks else list(itertools.product(_BLOCK_SIZES, repeat=2))
+        mistakes = _flash_mistakes(q, k, v, case.causal, tried)
+        if case.strided:
+            mistakes = itertools.chain(mistakes, [(_STRIDE_MESSAGE, _as_if_contiguous(q, k, v, case))])
+        called_as = f"triton_flash_attention(q, k, v, is_causal={case.causal}) with {case.describe()}"
+        compare(
+            "`triton_flash_attention`", out, expected, mode, mistakes, called_as,
+            explain=functools.partial(_expect_keys_visited, trace, q, k, case, blocks),
+        )  # fmt: skip
+        _expect_no_blocks_above_diagonal(trace, q, k, case)
+    detail = (
+        f" in blocks of {' and '.join(f'{m}×{n}' for m, n in sorted(blocks_seen))}" if blocks_seen else ""
+    )
+    where = (
+        "interpreted on the CPU, every load traced" if mode.traced else f"on {mode.device.type} in float16"
+    )
+    return (
+        f"matches attention on {len(_FLASH_CASES)} shapes (ragged, causal, T_q < T_k, strided){detail}; "
+        f"{where}."
+    )
+
+
+_STRIDE_MESSAGE = (
+    "is wrong for inputs that are views: q.transpose(1, 2) of a (B, T, H, d) tensor keeps its data in "
+    "(B, T, H, d) order, so row t of head h is not at (b·H + h)·T·d + t·d. Pass q.stride(0), "
+    "q.stride(1), q.stride(2) (and k's, v's, out's) to the kernel, or call .contiguous() first."
+)
+
+
+def _as_if_contiguous(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, case: _FlashCase) -> torch.Tensor:
+    """What a kernel that assumes contiguous (B, H, T, d) inputs reads from these views."""
+
+    def misread(x: torch.Tensor) -> torch.Tensor:
+        return torch.as_strided(x, x.shape, torch.empty(x.shape).stride())
+
+    return _sdpa_reference(misread(q), misread(k), misread(v), case.causal)
+
+
+def _rows_by_program(
+    trace: KernelTrace, x: torch.Tensor
+) -> dict[tuple[int, int, int], dict[int, np.ndarray]]:
+    """For each program, the rows of x (B, H, T, d) it loaded, per batch·head index."""
+    t, d = x.shape[-2:]
+    found: dict[tuple[int, int, int], dict[int, list[np.ndarray]]] = {}
+    for access in trace.accesses_to(x, store=False):
+        flat = access.elements // d  # (n,): row index over all (batch, head)
+        per_head = found.setdefault(access.program, {})
+        for bh in np.unique(flat // t):
+            per_head.setdefault(int(bh), []).append(flat[flat // t == bh] % t)
+    return {p: {bh: np.unique(np.concatenate(r)) for bh, r in heads.items()} for p, heads in found.items()}
+
+
+def _flash_blocks(trace: KernelTrace | None, q: torch.Tensor, k: torch.Tensor) -> tuple[int, int] | None:
+    """(BLOCK_M, BLOCK_N) read off the shapes of the first query and key loads."""
+    if trace is None:
+        return None
+    d = q.shape[-1]
+
+    def rows(x: torch.Tensor) -> int | None:
+        for access in trace.accesses_to(x, store=False):
+            shape = [s for s in access.block_shape if s != 1]
+            if len(shape) == 2:
+                return shape[0] if shape[1] >= d else shape[1]
+        return None
+
+    block_m, block_n = rows(q), rows(k)
+    return (block_m, block_n) if block_m and block_n else None
+
+
+def _expect_keys_visited(
+    trace: KernelTrace | None, q: torch.Tensor, k: torch.Tensor, case: _FlashCase, blocks: Any
+) -> None:
+    """Every program reads every key its queries may see."""
+    if trace is None or case.strided:
+        return
+    offset = case.t_k - case.t_q
+    query_rows = _rows_by_program(trace, q)
+    key_rows = _rows_by_program(trace, k)
+    for program, heads in query_rows.items():
+        for bh, rows in heads.items():
+            last_visible = min(case.t_k - 1, int(rows.max()) + offset) if case.causal else case.t_k - 1
+            loaded = key_rows.get(program, {}).get(bh, np.zeros(0, dtype=np.int64))
+            missing = np.setdiff1d(np.arange(last_visible + 1), loaded)
+            if missing.size:
+                raise CheckFailed(_missing_keys_message(program, rows, missing, last_visible, case, blocks))
+
+
+def _expect_no_blocks_above_diagonal(
+    trace: KernelTrace | None, q: torch.Tensor, k: torch.Tensor, case: _FlashCase
+) -> None:
+    """For causal attention, no program loads a key block none of whose keys its queries may see."""
+    if trace is None or case.strided or not case.causal:
+        return
+    offset = case.t_k - case.t_q
+    query_rows = _rows_by_program(trace, q)
+    for access in trace.accesses_to(k, store=False):
+        heads = query_rows.get(access.program, {})
+        if not access.elements.size or not heads:
+            continue
+        first_key = int((access.elements // k.shape[-1] % case.t_k).min())
+        last_visible = max(int(rows.max()) for rows in heads.values()) + offset
+        if first_key > last_visible:
+            rows = next(iter(heads.values()))
+            raise CheckFailed(
+                "your causal kernel still loads key blocks that lie wholly above the diagonal: the "
+                f"program for queries {rows.min()}–{rows.max()} loaded keys from {first_key} on, and none "
+                f"of its queries may see a key after {last_visible}. The result is right, but half of "
+                "the work is wasted: stop the key loop at hi = min(T_k, (pid_m + 1) * BLOCK_M + T_k - T_q)."
+                f"\n(Called with {case.describe()}.)"
+            )
+
+
+def _missing_keys_message(
+    program: tuple[int, int, int], rows: np.ndarray, missing: np.ndarray, last_visible: int, case: _FlashCase,
+    blocks: Any,
+) -> str:  # fmt: skip
+    who = f"the program for queries {rows.min()}–{rows.max()}"
+    called = f"\n(Called with {case.describe()}.)"
+    block_n = blocks[1] if blocks else None
+    if block_n and missing.min() >= case.t_k // block_n * block_n:
+        return (
+            f"{who} never reads keys {missing.min()}–{missing.max()}, the last, ragged key block: "
+            "loop over range(0, T_k, BLOCK_N) (or to the causal bound) and mask the block's keys "
+            f"past T_k instead of leaving the block out.{called}"
+        )
+    if case.causal:
+        return (
+            f"{who} never reads keys {missing.min()}–{missing.max()}, though its last query may see keys "
+            f"up to {last_visible}: the causal loop stops too early. Query block pid_m ends at row "
+            "(pid_m + 1) * BLOCK_M - 1, which sees keys up to (pid_m + 1) * BLOCK_M - 1 + T_k - T_q, so "
+            f"loop to hi = min(T_k, (pid_m + 1) * BLOCK_M + T_k - T_q).{called}"
+        )
+    return (
+        f"{who} never reads keys {missing.min()}–{missing.max()}: every query must see all T_k keys, so "
+        f"the key loop runs over range(0, T_k, BLOCK_N).{called}"
+    )
