@@ -73,21 +73,31 @@ class KernelConfig:
     """Software-pipelining depth of the key loop, on a GPU."""
 
 
-def default_config(head_dim: int, device: torch.device | str) -> KernelConfig:
-    """Block sizes that work well enough without autotuning: large blocks on a GPU, 32 on the CPU.
+def default_config(
+    head_dim: int, device: torch.device | str, capability: tuple[int, int] | None = None
+) -> KernelConfig:
+    """Block sizes that work well enough without autotuning: by GPU generation, 32 on the CPU.
 
     The interpreter's cost is per operation, not per element, so on the CPU fewer and larger
-    blocks run faster; 32 keeps the causal diagonal visible at the notebook's small sizes.
+    blocks run faster; 32 keeps the causal diagonal visible at the notebook's small sizes. Before
+    Ampere (compute capability 8.0; Colab's T4 is 7.5) a program may use 64 KiB of shared memory
+    and loads are not pipelined, so the blocks are smaller there: compiled for sm_75, 128×64 blocks
+    of d = 128 need 96 KiB (tests/test_triton_compile.py compiles each choice without a GPU).
+    `capability` defaults to the device's.
 
     >>> default_config(64, "cpu")
     KernelConfig(block_m=32, block_n=32, num_warps=4, num_stages=2)
+    >>> default_config(128, "cuda", capability=(7, 5))
+    KernelConfig(block_m=64, block_n=32, num_warps=4, num_stages=2)
     """
     if torch.device(device).type == "cpu":
         return KernelConfig(32, 32)
-    stages = 3 if torch.cuda.get_device_capability(device) >= (8, 0) else 2
+    capability = capability or torch.cuda.get_device_capability(device)
+    if capability < (8, 0):
+        return KernelConfig(64, 64 if head_dim <= 64 else 32, num_warps=4, num_stages=2)
     if head_dim <= 64:
-        return KernelConfig(128, 64, num_warps=4, num_stages=stages)
-    return KernelConfig(128, 32, num_warps=8, num_stages=stages)
+        return KernelConfig(128, 64, num_warps=4, num_stages=3)
+    return KernelConfig(128, 32, num_warps=8, num_stages=3)
 
 
 def triton_flash_attention_forward(

@@ -1,0 +1,54 @@
+"""Notebook 08's kernels compile for a T4, an A100 and an H100, and fit their shared memory, without a GPU.
+
+The rest of the test suite runs the kernels through Triton's interpreter, which accepts code the
+compiler refuses (and knows no shared-memory limit). This test compiles the package's kernels at
+the block sizes `default_config` picks, and the solution notebook's kernels at its wrapper's, to
+cubins with the ptxas that Triton's wheel ships (tests/triton_offline_compile.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("triton")
+
+SCRIPT = Path(__file__).with_name("triton_offline_compile.py")
+SHARED_MEMORY_PER_PROGRAM = {75: 64 * 1024, 80: 163 * 1024, 90: 227 * 1024}
+"""The most shared memory one thread block may use: Turing, Ampere (A100), Hopper (H100)."""
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    env = dict(os.environ, TRITON_INTERPRET="0")  # compile, though setup_triton() finds no GPU here
+    env.update(TRITON_CACHE_DIR=str(tmp_path_factory.mktemp("triton-cache")), TRITON_DEFAULT_FP_FUSION="1")
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT)], env=env, capture_output=True, text=True, timeout=600, check=False
+    )
+    rows = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    assert rows, result.stderr[-3000:]
+    return rows
+
+
+def test_every_kernel_compiles_for_every_architecture(compiled):
+    failures = [f"{r['source']} {r['kernel']} sm_{r['arch']}: {r['error']}" for r in compiled if "error" in r]
+    assert not failures, "\n".join(failures)
+    assert {r["arch"] for r in compiled} == {75, 80, 90}
+    assert {(r["source"], r["kernel"]) for r in compiled} == {
+        (source, kernel)
+        for source in ("package", "notebook")
+        for kernel in ("add_kernel", "softmax_kernel", "flash_attention_kernel")
+    }
+    assert all(r.get("cubin_bytes", 0) > 0 for r in compiled)
+
+
+def test_each_compiled_kernel_fits_the_shared_memory_of_its_gpu(compiled):
+    for row in compiled:
+        if "error" not in row:
+            limit = SHARED_MEMORY_PER_PROGRAM[row["arch"]]
+            assert row["shared"] <= limit, row
