@@ -1,9 +1,10 @@
 """Compile notebook 08's kernels for NVIDIA GPUs without a GPU, and print what each one needs.
 
 Run as a script with TRITON_INTERPRET=0 (tests/test_triton_compile.py does that; unset, importing
-the package would turn the interpreter on, as there is no GPU). Triton lowers a kernel to PTX and assembles it with the ptxas its wheel ships, so a kernel
-that would not compile on Colab's T4 (sm_75), an A100 (sm_80) or an H100 (sm_90), or that needs
-more shared memory than a program may have there, fails here too. Compiled: the package's kernels
+the package would turn the interpreter on, as there is no GPU). Triton lowers a kernel to PTX and
+assembles it with the ptxas its wheel ships, so a kernel that would not compile on Colab's T4
+(sm_75), an A100 (sm_80) or an H100 (sm_90), or that needs more shared memory than a program may
+have there, fails here too. Compiled: the package's kernels
 at the block sizes `triton_ops.default_config` picks, and the solution notebook's own kernels at the
 block sizes its wrapper picks on a GPU. Prints one JSON object per compiled kernel.
 """
@@ -86,7 +87,8 @@ def jobs() -> list[dict]:
                      num_warps=config.num_warps, num_stages=config.num_stages)  # fmt: skip
             )
         for head_dim in (64, 128) if arch in (75, 90) else ():  # the notebook's wrapper: 64×32 on a GPU
-            blocks = {"HEAD_DIM": head_dim, "BLOCK_D": head_dim, "BLOCK_M": 64, "BLOCK_N": 32, "IS_CAUSAL": True}
+            blocks = {"HEAD_DIM": head_dim, "BLOCK_D": head_dim, "IS_CAUSAL": True}
+            blocks.update(BLOCK_M=64, BLOCK_N=32)
             found.append(
                 dict(source="notebook", kernel="flash_attention_kernel", arch=arch, dtype="fp16",
                      constexprs=blocks, num_warps=4, num_stages=2)  # fmt: skip
@@ -105,7 +107,7 @@ def main() -> int:
     failed = 0
     with ProcessPoolExecutor(max_workers=2) as pool:
         todo = jobs()
-        for job, result in zip(todo, pool.map(_safe_compile, todo), strict=True):
+        for result in pool.map(_safe_compile, todo):
             failed += "error" in result
             print(json.dumps(result), flush=True)
     return 1 if failed else 0
