@@ -478,10 +478,11 @@ def target_summary(rows: Sequence[BenchRow], t: int | None = None, d: int | None
     return "\n".join(lines)
 
 
-def default_config(device: torch.device | str, quick: bool = False) -> BenchConfig:
+def default_config(device: torch.device | str, quick: bool = False, with_triton: bool = False) -> BenchConfig:
     """The comparison of notebook 06 on `device`: to T=4096 on a CPU, 16384 on a GPU; tiny when quick.
 
-    On a GPU it also times notebook 08's Triton kernel ("triton"); the interpreter is never timed.
+    With `with_triton`, on a GPU it also times notebook 08's Triton kernel ("triton"), as
+    `attn-course bench` does; the interpreter is never timed.
 
     >>> default_config("cpu", quick=True).lengths
     (256, 512)
@@ -493,7 +494,8 @@ def default_config(device: torch.device | str, quick: bool = False) -> BenchConf
         bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
         config = BenchConfig(device=str(device), dtypes=("float16", "bfloat16") if bf16 else ("float16",),
                              lengths=(256, 512, 1024, 2048, 4096, 8192, 16384), block_size=1024,
-                             providers=("naive", "tiled", "triton", "sdpa"))  # fmt: skip
+                             providers=("naive", "tiled", "triton", "sdpa") if with_triton else
+                             ("naive", "tiled", "sdpa"))  # fmt: skip
     else:
         config = BenchConfig(device=str(device))
     if quick:

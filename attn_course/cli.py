@@ -61,7 +61,7 @@ def _bench(args: argparse.Namespace) -> int:
     from attn_course.attention_bench import default_config, run_and_save
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    config = default_config(device, quick=args.quick)
+    config = default_config(device, quick=args.quick, with_triton=True)
     chosen = {
         "dtypes": args.dtype,
         "lengths": args.lengths,

@@ -38,13 +38,23 @@ def test_triton_is_not_timed_through_the_interpreter_on_gpu_tensors():
         fn(q, q, q, False)
 
 
-def test_the_gpu_default_config_times_triton_and_the_cpu_one_does_not():
-    cuda = bench.default_config("cuda")  # built without running anything: no GPU needed
-    assert "triton" in cuda.providers
-    assert "triton" in bench.providers_for(cuda)
-    assert "triton" in bench.default_config("cuda", quick=True).providers
-    assert "triton" not in bench.default_config("cpu").providers
+def test_attn_course_bench_times_triton_on_a_gpu_and_notebook_06_does_not():
+    cuda = bench.default_config("cuda", with_triton=True)  # built without running anything: no GPU needed
+    assert "triton" in cuda.providers and "triton" in bench.providers_for(cuda)
+    assert "triton" in bench.default_config("cuda", quick=True, with_triton=True).providers
+    assert "triton" not in bench.default_config("cuda").providers  # notebook 06 comes before Triton
+    assert "triton" not in bench.default_config("cpu", with_triton=True).providers
     assert "triton" not in bench.providers_for(bench.default_config("cpu", quick=True))
+
+
+def test_the_bench_command_asks_for_triton_on_cuda(monkeypatch):
+    from attn_course.cli import main
+
+    seen = []
+    monkeypatch.setattr(bench, "run_and_save", lambda config, out: seen.append(config))
+    assert main(["bench", "--device", "cuda", "--quick"]) == 0
+    assert main(["bench", "--device", "cuda", "--providers", "naive", "sdpa-flash"]) == 0
+    assert "triton" in seen[0].providers and seen[1].providers == ("naive", "sdpa-flash")
 
 
 def test_an_unknown_provider_lists_triton():
