@@ -9,6 +9,7 @@ Introduced in 08_triton_flash_attention.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -29,10 +30,15 @@ AUTOTUNE_CONFIGS = [
 AUTOTUNE_KEY = ["t_q", "t_k", "HEAD_DIM", "IS_CAUSAL"]
 """Arguments whose values start a new tuning run (the tensors' dtypes are added by Triton)."""
 
-autotuned_flash_attention_kernel = triton.autotune(configs=AUTOTUNE_CONFIGS, key=AUTOTUNE_KEY)(
-    triton.jit(flash_attention_kernel.fn)  # the package's kernel, jitted anew with BLOCK_M/N left free
-)
-"""`attn_course.kernels.flash_attention_kernel`, launched with the best of `AUTOTUNE_CONFIGS`."""
+@functools.cache
+def autotuned_kernel() -> triton.runtime.Autotuner:
+    """`attn_course.kernels.flash_attention_kernel` under triton.autotune, built on first use.
+
+    Built lazily because Triton before 3.4 asks the GPU driver for a benchmarker when the
+    decorator runs, which fails on a machine without a GPU.
+    """
+    jitted = triton.jit(flash_attention_kernel.fn)  # the package's kernel, with BLOCK_M/N left free
+    return triton.autotune(configs=AUTOTUNE_CONFIGS, key=AUTOTUNE_KEY)(jitted)
 
 
 def describe_config(config: triton.Config) -> str:
@@ -54,7 +60,7 @@ def autotuned_flash_attention(
 
     Introduced in 08_triton_flash_attention.
     """
-    if is_interpreted(autotuned_flash_attention_kernel):
+    if is_interpreted(flash_attention_kernel):
         raise RuntimeError(
             "autotuning times each config on the GPU, and Triton runs interpreted here "
             "(TRITON_INTERPRET=1): use triton_flash_attention with a KernelConfig instead"
@@ -70,20 +76,21 @@ def autotuned_flash_attention(
     def grid(meta: dict) -> tuple[int, int]:
         return (triton.cdiv(t_q, meta["BLOCK_M"]), b * h)
 
-    autotuned_flash_attention_kernel[grid](
+    kernel = autotuned_kernel()
+    kernel[grid](
         q, k, v, out, lse,
         q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
         v.stride(0), v.stride(1), v.stride(2), out.stride(0), out.stride(1), out.stride(2),
         h, t_q, t_k, 1.0 / math.sqrt(d),
         HEAD_DIM=d, BLOCK_D=max(16, triton.next_power_of_2(d)), IS_CAUSAL=is_causal,
     )  # fmt: skip
-    return out, describe_config(autotuned_flash_attention_kernel.best_config)
+    return out, describe_config(kernel.best_config)
 
 
 __all__ = [
     "AUTOTUNE_CONFIGS",
     "AUTOTUNE_KEY",
     "autotuned_flash_attention",
-    "autotuned_flash_attention_kernel",
+    "autotuned_kernel",
     "describe_config",
 ]

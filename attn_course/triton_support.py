@@ -20,6 +20,7 @@ import importlib.metadata
 import importlib.util
 import os
 import platform
+import re
 import sys
 import warnings
 from dataclasses import dataclass
@@ -48,12 +49,15 @@ class TritonStatus:
     """Where kernel inputs must live: "cuda" for compiled kernels, "cpu" for interpreted ones."""
     reason: str
     """One sentence for the learner: why kernels run where they do."""
+    problem: str | None = None
+    """Why kernels cannot run here as things stand, and what to install (None when they can)."""
 
     def __str__(self) -> str:
         if not self.installed:
             return f"Triton is not installed: {self.reason}"
         how = "interpreted on the CPU (TRITON_INTERPRET=1)" if self.interpreted else "compiled for the GPU"
-        return f"Triton {self.version}: kernels are {how}. {self.reason}"
+        problem = f"\n⚠️ {self.problem}" if self.problem else ""
+        return f"Triton {self.version}: kernels are {how}. {self.reason}{problem}"
 
 
 @functools.cache
@@ -64,6 +68,35 @@ def _triton_version() -> str | None:
         return importlib.metadata.version("triton")
     except importlib.metadata.PackageNotFoundError:
         return "unknown"
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """(major, minor) of a version string such as "3.9.0" or "2.4.0rc1"."""
+    return tuple(int(part) for part in re.findall(r"\d+", version)[:2])
+
+
+def interpreter_problem(triton_version: str | None = None, numpy_version: str | None = None) -> str | None:
+    """Why Triton's interpreter cannot run here (None when it can): Triton before 3.7 with numpy 2.4.
+
+    Before 3.7 the interpreter hands scalar arguments to kernels as one-element numpy arrays, and
+    `range(0, n, BLOCK)` turns them into integers, which numpy 2.4 no longer does.
+
+    >>> interpreter_problem("3.5.1", "2.4.0") is not None, interpreter_problem("3.5.1", "2.3.5")
+    (True, None)
+    """
+    import numpy
+
+    triton_version = triton_version or _triton_version()
+    numpy_version = numpy_version or numpy.__version__
+    if triton_version in (None, "unknown"):
+        return None
+    if _release(triton_version) < (3, 7) and _release(numpy_version) >= (2, 4):
+        return (
+            f"Triton {triton_version}'s interpreter cannot run with numpy {numpy_version}: it passes "
+            "scalars to kernels as one-element arrays, which numpy 2.4 no longer turns into integers. "
+            "Install numpy<2.4 (pip install 'numpy<2.4') or Triton 3.7 or newer, then restart."
+        )
+    return None
 
 
 def gpu_problem() -> str | None:
@@ -102,7 +135,7 @@ def triton_status() -> TritonStatus:
             + (f" because {problem}" if problem else " (by you: unset it and restart to compile for the GPU)")
             + "; kernels take CPU tensors and run program by program in numpy, exactly but slowly."
         )
-        return TritonStatus(True, version, True, "cpu", reason)
+        return TritonStatus(True, version, True, "cpu", reason, interpreter_problem())
     if problem is not None:
         reason = f"but {problem}: call setup_triton() before defining kernels to use the interpreter."
         return TritonStatus(True, version, False, "cuda", reason)
@@ -131,10 +164,12 @@ def setup_triton() -> TritonStatus:
 
 
 def require_triton() -> None:
-    """Raise a RuntimeError saying how to get Triton when it is not installed."""
+    """Raise a RuntimeError saying what to install when Triton is missing or cannot run kernels here."""
     status = triton_status()
     if not status.installed:
         raise RuntimeError(str(status))
+    if status.problem:
+        raise RuntimeError(status.problem)
 
 
 def is_interpreted(kernel: Any) -> bool:
@@ -161,6 +196,7 @@ __all__ = [
     "MIN_COMPUTE_CAPABILITY",
     "TritonStatus",
     "gpu_problem",
+    "interpreter_problem",
     "is_interpreted",
     "require_device",
     "require_triton",

@@ -188,7 +188,7 @@ def test_the_autotuned_kernel_is_the_package_kernel_with_free_block_sizes():
 
     q, k, v = torch.randn(1, 2, 40, 16), torch.randn(1, 2, 50, 16), torch.randn(1, 2, 50, 16)
     out, lse = torch.empty_like(q), torch.empty(1, 2, 40)
-    kernel = triton_autotune.autotuned_flash_attention_kernel.fn  # the jitted kernel under the autotuner
+    kernel = triton_autotune.autotuned_kernel().fn  # the jitted kernel under the autotuner
     kernel[(triton.cdiv(40, 16), 2)](
         q, k, v, out, lse, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
         2, 40, 50, 0.25, HEAD_DIM=16, BLOCK_D=16, BLOCK_M=16, BLOCK_N=16, IS_CAUSAL=True,
@@ -196,3 +196,19 @@ def test_the_autotuned_kernel_is_the_package_kernel_with_free_block_sizes():
     expected, expected_lse = _reference(q, k, v, True)
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-4)
     torch.testing.assert_close(lse, expected_lse, atol=1e-5, rtol=1e-4)
+
+
+def test_an_old_triton_with_a_new_numpy_is_explained_before_any_kernel_runs(monkeypatch):
+    from attn_course import triton_support
+    from attn_course.checks import CheckFailed, check_triton_add
+
+    monkeypatch.setattr(triton_support, "_triton_version", lambda: "3.5.1")
+    monkeypatch.setattr("numpy.__version__", "2.4.0")
+    status = triton_support.triton_status()
+    assert status.problem and "pip install 'numpy<2.4'" in status.problem and "⚠️" in str(status)
+    with pytest.raises(RuntimeError, match="Triton 3.7 or newer"):
+        triton_softmax(torch.randn(2, 8), 4)
+    with pytest.raises(CheckFailed, match="numpy 2.4 no longer turns them into integers|numpy<2.4"):
+        check_triton_add(lambda x, y: x + y)
+    monkeypatch.setattr("numpy.__version__", "2.3.5")
+    assert triton_support.triton_status().problem is None

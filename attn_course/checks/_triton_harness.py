@@ -19,7 +19,7 @@ import torch
 
 from attn_course.checks._harness import CheckFailed, call, difference
 from attn_course.checks._triton_trace import KernelTrace, trace_available
-from attn_course.triton_support import gpu_problem, is_interpreted, triton_status
+from attn_course.triton_support import gpu_problem, interpreter_problem, is_interpreted, triton_status
 
 GUARD = 4096
 """Elements of NaN placed after each input, so that unmasked reads past the end show."""
@@ -66,6 +66,9 @@ def kernel_mode(name: str, candidate: Callable[..., Any]) -> Mode:
     kernels = kernels_used(candidate)
     compiled = [kernel for kernel in kernels if not is_interpreted(kernel)]
     if not compiled and (kernels or status.interpreted):
+        problem = interpreter_problem()
+        if problem is not None:
+            raise CheckFailed(problem)
         return Mode(torch.device("cpu"), trace_available())
     problem = gpu_problem()
     if problem is not None:
