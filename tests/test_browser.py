@@ -115,7 +115,7 @@ def lab(tmp_path_factory) -> Iterator[Lab]:
     root = base / "root"
     shutil.copytree(ROOT / "notebooks", root)
     (root / "solutions").mkdir()
-    for name in ("02_scaling.ipynb", "07_kv_cache.ipynb"):
+    for name in ("02_scaling.ipynb", "07_kv_cache.ipynb", "08_triton_flash_attention.ipynb"):
         shutil.copy(ROOT / "solutions" / name, root / "solutions")
     for name, values in SETTINGS.items():
         (base / "settings" / name).parent.mkdir(parents=True, exist_ok=True)
@@ -129,6 +129,7 @@ def lab(tmp_path_factory) -> Iterator[Lab]:
         "JUPYTERLAB_WORKSPACES_DIR": str(base / "workspaces"),
         "IPYTHONDIR": str(base / "ipython"),
     }
+    env.pop("TRITON_INTERPRET", None)  # as on a learner's machine: notebook 08's setup_triton() sets it
     port = PORT if _free(PORT) else _free_port()
     venv = sys.prefix  # the environment running the tests, which `make` would have created
     extra = f"--no-browser --ServerApp.ip=127.0.0.1 --IdentityProvider.token={TOKEN}"
@@ -308,6 +309,19 @@ def test_notebook_07_runs_clean_and_its_training_progress_bar_is_a_widget(lab, p
     OUTPUT.mkdir(parents=True, exist_ok=True)
     bar.scroll_into_view_if_needed()
     page.screenshot(path=OUTPUT / "07_kv_cache_training.png")
+
+
+def test_notebook_08_runs_its_triton_kernels_through_the_interpreter_in_jupyterlab(lab, page):
+    path = "solutions/08_triton_flash_attention.ipynb"
+    open_and_run_all(page, lab, path)
+    saved = save_and_read(page, lab, path)
+    assert_no_errors_and_every_plot_shown(page, saved)
+    assert page.get_by_text("kernels are interpreted on the CPU (TRITON_INTERPRET=1)").count() == 1
+    for name in ("triton_add", "triton_softmax", "triton_flash_attention"):
+        assert page.get_by_text(f"✅ {name} passed").count() == 1
+    OUTPUT.mkdir(parents=True, exist_ok=True)
+    page.get_by_text("✅ triton_flash_attention passed").scroll_into_view_if_needed()
+    page.screenshot(path=OUTPUT / "08_triton_flash_attention.png")
 
 
 def open_scratch_notebook(page, lab: Lab, name: str, source: str) -> None:
