@@ -52,3 +52,10 @@ def test_each_compiled_kernel_fits_the_shared_memory_of_its_gpu(compiled):
         if "error" not in row:
             limit = SHARED_MEMORY_PER_PROGRAM[row["arch"]]
             assert row["shared"] <= limit, row
+
+
+def test_the_package_kernel_pipelines_its_key_and_value_loads_on_ampere_and_hopper(compiled):
+    # With num_stages = 3 the loads of the next key and value blocks are issued while this one is
+    # computed (cp.async); a kernel written so that Triton cannot pipeline them is much slower.
+    flash = [r for r in compiled if r["source"] == "package" and r["kernel"] == "flash_attention_kernel"]
+    assert all(r["async_copies"] > 0 for r in flash if r["arch"] >= 80 and "error" not in r), flash
