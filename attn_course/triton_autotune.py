@@ -10,13 +10,12 @@ Introduced in 08_triton_flash_attention.
 from __future__ import annotations
 
 import functools
-import math
 
 import torch
 
 from attn_course.kernels import flash_attention_kernel, triton  # imports triton after setup_triton()
-from attn_course.triton_ops import _require_same_layout
-from attn_course.triton_support import is_interpreted, require_device
+from attn_course.triton_ops import flash_attention_launch
+from attn_course.triton_support import is_interpreted
 
 AUTOTUNE_CONFIGS = [
     triton.Config({"BLOCK_M": block_m, "BLOCK_N": block_n}, num_warps=warps, num_stages=stages)
@@ -65,25 +64,14 @@ def autotuned_flash_attention(
             "autotuning times each config on the GPU, and Triton runs interpreted here "
             "(TRITON_INTERPRET=1): use triton_flash_attention with a KernelConfig instead"
         )
-    _require_same_layout(q, k, v)
-    require_device(q)
-    q, k, v = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, k, v))
-    b, h, t_q, d = q.shape
-    t_k = k.shape[2]
-    out = torch.empty_like(q)  # (B, H, T_q, d)
-    lse = torch.empty(b, h, t_q, device=q.device, dtype=torch.float32)  # (B, H, T_q)
+    args, constants, (out, lse) = flash_attention_launch(q, k, v, is_causal)
+    b, h, t_q, _ = out.shape
 
     def grid(meta: dict) -> tuple[int, int]:
         return (triton.cdiv(t_q, meta["BLOCK_M"]), b * h)
 
     kernel = autotuned_kernel()
-    kernel[grid](
-        q, k, v, out, lse,
-        q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
-        v.stride(0), v.stride(1), v.stride(2), out.stride(0), out.stride(1), out.stride(2),
-        h, t_q, t_k, 1.0 / math.sqrt(d),
-        HEAD_DIM=d, BLOCK_D=max(16, triton.next_power_of_2(d)), IS_CAUSAL=is_causal,
-    )  # fmt: skip
+    kernel[grid](*args, **constants)
     return out, describe_config(kernel.best_config)
 
 

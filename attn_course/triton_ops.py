@@ -117,25 +117,41 @@ def triton_flash_attention_forward(
     require_triton()
     from attn_course.kernels import flash_attention_kernel, triton
 
+    args, constants, (out, lse) = flash_attention_launch(q, k, v, is_causal)
+    b, h, t_q, d = out.shape
+    config = config or default_config(d, q.device)
+    grid = (triton.cdiv(t_q, config.block_m), b * h)
+    flash_attention_kernel[grid](
+        *args, **constants, BLOCK_M=config.block_m, BLOCK_N=config.block_n,
+        num_warps=config.num_warps, num_stages=config.num_stages,
+    )  # fmt: skip
+    return out, lse
+
+
+def flash_attention_launch(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool
+) -> tuple[tuple, dict, tuple[torch.Tensor, torch.Tensor]]:
+    """(arguments, constexprs but the block sizes, (out, lse)) of one flash_attention_kernel launch.
+
+    Checks the shapes and device, makes the head dim contiguous where it is not, and allocates
+    out (B, H, T_q, d) and lse (B, H, T_q) in float32. Shared by the plain and autotuned launches.
+    """
+    from attn_course.kernels import triton
+
     _require_same_layout(q, k, v)
     require_device(q)
     q, k, v = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, k, v))
     b, h, t_q, d = q.shape
-    t_k = k.shape[2]
-    config = config or default_config(d, q.device)
     out = torch.empty_like(q)  # (B, H, T_q, d)
     lse = torch.empty(b, h, t_q, device=q.device, dtype=torch.float32)  # (B, H, T_q)
-    grid = (triton.cdiv(t_q, config.block_m), b * h)
-    extra = {"num_warps": config.num_warps, "num_stages": config.num_stages}
-    flash_attention_kernel[grid](
+    args = (
         q, k, v, out, lse,
         q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
         v.stride(0), v.stride(1), v.stride(2), out.stride(0), out.stride(1), out.stride(2),
-        h, t_q, t_k, 1.0 / math.sqrt(d),
-        HEAD_DIM=d, BLOCK_D=max(16, triton.next_power_of_2(d)), BLOCK_M=config.block_m,
-        BLOCK_N=config.block_n, IS_CAUSAL=is_causal, **extra,
+        h, t_q, k.shape[2], 1.0 / math.sqrt(d),
     )  # fmt: skip
-    return out, lse
+    constants = {"HEAD_DIM": d, "BLOCK_D": max(16, triton.next_power_of_2(d)), "IS_CAUSAL": is_causal}
+    return args, constants, (out, lse)
 
 
 def triton_flash_attention(
@@ -163,6 +179,7 @@ def _require_same_layout(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> N
 __all__ = [
     "KernelConfig",
     "default_config",
+    "flash_attention_launch",
     "triton_add",
     "triton_flash_attention",
     "triton_flash_attention_forward",

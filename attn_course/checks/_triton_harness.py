@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from attn_course.checks._harness import CheckFailed, call, difference
+from attn_course.checks._harness import CheckFailed, call, difference, expect_tensor
 from attn_course.checks._triton_trace import KernelTrace, trace_available
 from attn_course.triton_support import gpu_problem, interpreter_problem, is_interpreted, triton_status
 
@@ -141,12 +141,7 @@ def expect_result(name: str, result: Any, like: torch.Tensor, what: str = "the r
         )
     if result is None:
         raise CheckFailed(f"`{name}` returned None: end it with `return out` (the tensor the kernel wrote).")
-    if not isinstance(result, torch.Tensor):
-        raise CheckFailed(f"`{name}` should return a torch.Tensor, but returned {type(result).__name__}.")
-    if tuple(result.shape) != tuple(like.shape):
-        raise CheckFailed(f"{what} should have shape {tuple(like.shape)}, but has {tuple(result.shape)}.")
-    if result.device.type != like.device.type:
-        raise CheckFailed(f"{what} is on {result.device.type} but the inputs are on {like.device.type}.")
+    expect_tensor(result, like.shape, what, device=like.device, finite=False)
     if result.dtype != like.dtype:
         raise CheckFailed(
             f"{what} has dtype {result.dtype} but the inputs are {like.dtype}: allocate it with "
