@@ -9,10 +9,17 @@ marked `{"attn_course": {"managed": "header"}}` in their metadata: an "Open in C
 the notebook's own path and a setup cell that, on Colab only, installs the course package at the
 notebook's revision, then reports the device. Both are written from `attn_course.course`; an old
 header is replaced, wherever it stands.
+
+The release never destroys what it did not write. Each student notebook records a fingerprint of
+every cell it wrote (`released_cells` in its metadata); a cell of a student notebook on disk that
+is neither what this release writes nor what an earlier one wrote is someone's work, and the
+release refuses (`WorkInTheWay`), writing nothing, unless forced. A student notebook without a
+solution is left alone (removed only when forced, and only if a release wrote it).
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,8 +30,9 @@ from attn_course.course import INSTALL_SPEC_VARIABLE, PACKAGE, REVISION, colab_u
 
 BEGIN = "### BEGIN SOLUTION"
 END = "### END SOLUTION"
+STUB_MARK = "# YOUR CODE HERE"
 CODE_STUB = (
-    "{indent}# YOUR CODE HERE\n"
+    "{indent}" + STUB_MARK + "\n"
     '{indent}raise NotImplementedError("Exercise: replace this line with your code.")'
 )
 MARKDOWN_STUB = "*Your answer here.*"
@@ -34,6 +42,19 @@ _MARKER = re.compile(r"^(?P<indent>\s*)(?P<marker>### (BEGIN|END) SOLUTION)\s*$"
 
 class ReleaseError(ValueError):
     """A solution notebook the release cannot turn into a student notebook; the message names it."""
+
+
+class WorkInTheWay(ReleaseError):
+    """Student notebooks hold work the release did not write; nothing was written."""
+
+    def __init__(self, notebooks: dict[Path, list[str]]) -> None:
+        self.notebooks = notebooks
+        """Each notebook holding work, with a description of each cell that holds it."""
+        lines = [f"{path}: {', '.join(cells)}" for path, cells in notebooks.items()]
+        super().__init__(
+            "these notebooks hold work the release did not write, so nothing was written:\n  "
+            + "\n  ".join(lines)
+        )
 
 
 class MarkerError(ReleaseError):
@@ -54,6 +75,9 @@ class ReleasedNotebook:
     """Whether the student notebook on disk differed from the release."""
     source_changed: bool = False
     """Whether the solution notebook on disk differed from its released form (header, outputs)."""
+    orphan: str = ""
+    """For a student notebook without a solution: "generated" (a release wrote it, its solution
+    is gone) or "own" (someone's own notebook); empty otherwise."""
 
 
 def strip_solutions(source: str, cell_type: str, where: str) -> tuple[str, int]:
@@ -90,7 +114,21 @@ def strip_solutions(source: str, cell_type: str, where: str) -> tuple[str, int]:
 
 HEADER_METADATA = {"managed": "header"}
 """What a header cell holds under its metadata's "attn_course" key."""
-BADGE_ID, SETUP_ID = "attn-course-badge", "attn-course-setup"
+BADGE_ID, SETUP_ID, HOW_TO_ID = "attn-course-badge", "attn-course-setup", "attn-course-how-to"
+HOW_TO_SOURCE = """\
+**How this notebook works.** Each exercise is a function whose body is
+`raise NotImplementedError(...)`: replace that line with your code and run the cell, then run the
+check cell after it (`check_NAME(NAME)`). A right answer prints one line that ends in *passed*; a
+wrong one stops with a red **CheckFailed** that says what is wrong and how to fix it.
+
+**Run All stops at the first check that has not passed yet.** If the notebook seems to stop early,
+scroll up to the red *CheckFailed*: that is the exercise to do next. The cells after an exercise use
+your function once its check has passed, and the course's own version until then; each says which
+in one line.
+
+Work in your own copy: `make lab` opens `my-work/`, which nothing the course runs overwrites
+(`attn-course workspace --fresh NN` gives you a fresh copy of notebook NN and keeps yours beside it);
+on Colab, *File → Save a copy in Drive*."""
 BADGE_IMAGE = "https://colab.research.google.com/assets/colab-badge.svg"
 SETUP_SOURCE = """\
 # @title Setup: on Colab, install the course package; everywhere, report the device
@@ -133,8 +171,9 @@ def is_header(cell: nbformat.NotebookNode) -> bool:
     return cell.get("metadata", {}).get("attn_course") == HEADER_METADATA
 
 
-def header_cells(folder: str, name: str) -> list[nbformat.NotebookNode]:
-    """The managed header of the notebook `folder/name`: its Colab badge and its setup cell."""
+def header_cells(folder: str, name: str, student: bool = False) -> list[nbformat.NotebookNode]:
+    """The managed header of the notebook `folder/name`: its Colab badge and its setup cell, and in a
+    student notebook, how the notebook works."""
     badge = nbformat.v4.new_markdown_cell(
         f"[![Open In Colab]({BADGE_IMAGE})]({colab_url(folder, name)})",
         id=BADGE_ID,
@@ -155,16 +194,21 @@ def header_cells(folder: str, name: str) -> list[nbformat.NotebookNode]:
             "cellView": "form",
         },
     )
-    return [badge, setup]
+    how_to = nbformat.v4.new_markdown_cell(
+        HOW_TO_SOURCE, id=HOW_TO_ID, metadata={"attn_course": dict(HEADER_METADATA)}
+    )
+    return [badge, setup, how_to] if student else [badge, setup]
 
 
-def with_header(notebook: nbformat.NotebookNode, folder: str, name: str) -> nbformat.NotebookNode:
+def with_header(
+    notebook: nbformat.NotebookNode, folder: str, name: str, student: bool = False
+) -> nbformat.NotebookNode:
     """`notebook` with its header cells (if any) replaced by the current header, at the top."""
     body = [cell for cell in notebook.cells if not is_header(cell)]
-    taken = {cell.get("id") for cell in body} & {BADGE_ID, SETUP_ID}
+    taken = {cell.get("id") for cell in body} & {BADGE_ID, SETUP_ID, HOW_TO_ID}
     if taken:
         raise ReleaseError(f"{name}: cell id {sorted(taken)[0]!r} is reserved for the release's header")
-    notebook.cells = header_cells(folder, name) + body
+    notebook.cells = header_cells(folder, name, student) + body
     return notebook
 
 
@@ -191,30 +235,87 @@ def student_version(
         where = f"{name}, cell {index} ({cell.cell_type})"
         cell.source, found = strip_solutions(cell.source, cell.cell_type, where)
         regions += found
-    with_header(student, folder, name)
+    with_header(student, folder, name, student=True)
     student.metadata["attn_course"] = {
         "generated_from": f"solutions/{name}",
         "note": "Generated by `attn-course release`: edit the solution notebook, not this one.",
+        "released_cells": {cell.id: fingerprint(cell.source) for cell in student.cells},
     }
     return student, regions
+
+
+def fingerprint(source: str) -> str:
+    """A short, stable fingerprint of one cell's source."""
+    return hashlib.sha256(source.encode("utf-8")).hexdigest()[:16]
+
+
+def released_fingerprints(notebook: nbformat.NotebookNode) -> set[str]:
+    """Fingerprints of the cells a release wrote into this student notebook (empty if none)."""
+    record = notebook.metadata.get("attn_course", {}).get("released_cells", {})
+    return set(record.values()) if isinstance(record, dict) else set()
+
+
+_DEFINES = re.compile(r"^\s*(?:def|class)\s+(\w+)", re.M)
+
+
+def work_in(existing: nbformat.NotebookNode, student: nbformat.NotebookNode) -> list[str]:
+    """Cells of the student notebook on disk that no release wrote, described for a person.
+
+    A cell counts as written by a release when its source is what `student` (this release) has
+    under the same id, or what an earlier release recorded having written.
+    """
+    released = released_fingerprints(existing)
+    new = {cell.get("id"): cell for cell in student.cells}
+    found = []
+    for index, cell in enumerate(existing.cells):
+        ours = new.get(cell.get("id"))
+        if (ours is not None and ours.source == cell.source) or fingerprint(cell.source) in released:
+            continue
+        if ours is None:
+            what = "not written by the release"
+        elif MARKDOWN_STUB in ours.source:
+            what = "a written answer"
+        elif STUB_MARK in ours.source:
+            names = _DEFINES.findall(ours.source)
+            what = f"exercise `{names[0]}`" if names else "an exercise"
+        else:
+            first = next((line.strip() for line in cell.source.splitlines() if line.strip()), "")
+            what = f"edited: {first[:40]!r}" if first else "edited"
+        found.append(f"cell {index} ({what})")
+    return found
 
 
 def _text(notebook: nbformat.NotebookNode) -> str:
     return nbformat.writes(notebook) + "\n"
 
 
-def release(solutions: Path, notebooks: Path, *, check: bool = False) -> list[ReleasedNotebook]:
+def is_generated(notebook: nbformat.NotebookNode) -> bool:
+    """Whether a release wrote this student notebook (it says so in its metadata)."""
+    return "generated_from" in notebook.metadata.get("attn_course", {})
+
+
+def _read(path: Path) -> nbformat.NotebookNode | None:
+    try:
+        return nbformat.read(path, as_version=4)
+    except Exception:  # not a notebook nbformat can read: treat it as someone's file
+        return None
+
+
+def release(
+    solutions: Path, notebooks: Path, *, check: bool = False, force: bool = False
+) -> list[ReleasedNotebook]:
     """Write (or with `check`, only compare) the student version of every solution notebook.
 
     Also writes the header and clears the outputs of the solution notebooks in place unless
-    `check`. Student notebooks without a solution counterpart are removed (reported as changed).
+    `check`. Refuses with `WorkInTheWay`, before writing anything, when a student notebook holds
+    work no release wrote, unless `force`. Student notebooks without a solution are left alone;
+    with `force`, those a release wrote are removed.
     """
-    results = []
     sources = sorted(solutions.glob("*.ipynb"))
     if not sources:
         raise FileNotFoundError(f"no notebooks in {solutions}")
-    if not check:
-        notebooks.mkdir(parents=True, exist_ok=True)
+    planned: list[tuple[ReleasedNotebook, str, str]] = []
+    work: dict[Path, list[str]] = {}
     for source in sources:
         solution = nbformat.read(source, as_version=4)
         student, regions = student_version(solution, source.name, notebooks.resolve().name)
@@ -223,14 +324,27 @@ def release(solutions: Path, notebooks: Path, *, check: bool = False) -> list[Re
         changed = not target.exists() or target.read_text(encoding="utf-8") != text
         cleaned = _text(clean(with_header(solution, solutions.resolve().name, source.name)))
         source_changed = source.read_text(encoding="utf-8") != cleaned
+        if changed and target.exists():
+            existing = _read(target)
+            found = work_in(existing, student) if existing is not None else ["not a readable notebook"]
+            if found:
+                work[target] = found
+        planned.append((ReleasedNotebook(source, target, regions, changed, source_changed), text, cleaned))
+    if work and not check and not force:
+        raise WorkInTheWay(work)
+    results = []
+    for result, text, cleaned in planned:
         if not check:
-            if source_changed:
-                source.write_text(cleaned, encoding="utf-8")
-            if changed:
-                target.write_text(text, encoding="utf-8")
-        results.append(ReleasedNotebook(source, target, regions, changed, source_changed))
+            if result.source_changed:
+                result.source.write_text(cleaned, encoding="utf-8")
+            if result.changed:
+                result.target.parent.mkdir(parents=True, exist_ok=True)
+                result.target.write_text(text, encoding="utf-8")
+        results.append(result)
     for orphan in sorted(set(notebooks.glob("*.ipynb")) - {r.target for r in results}):
-        if not check:
+        notebook = _read(orphan)
+        kind = "generated" if notebook is not None and is_generated(notebook) else "own"
+        if kind == "generated" and force and not check:
             orphan.unlink()
-        results.append(ReleasedNotebook(solutions / orphan.name, orphan, 0, True))
+        results.append(ReleasedNotebook(solutions / orphan.name, orphan, 0, kind == "generated", orphan=kind))
     return results

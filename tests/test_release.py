@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from attn_course.release import (
     BADGE_ID,
     BEGIN,
     END,
+    HOW_TO_ID,
     SETUP_ID,
     MarkerError,
     header_cells,
@@ -32,7 +34,7 @@ else:  # pragma: no cover
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = sorted((ROOT / "solutions").glob("*.ipynb"))
 STUDENT = sorted((ROOT / "notebooks").glob("*.ipynb"))
-HEADER = header_cells("notebooks", "00_any.ipynb")
+HEADER = header_cells("notebooks", "00_any.ipynb", student=True)
 BADGE_LINK = re.compile(r"\]\((https://colab\.research\.google\.com/github/[^)]+)\)")
 
 
@@ -120,7 +122,7 @@ def test_student_notebook_contains_no_solution_code(path):
     solution = nbformat.read(path, as_version=4)
     student = nbformat.read(ROOT / "notebooks" / path.name, as_version=4)
     student_cells = {cell.id: cell.source for cell in student.cells}
-    assert [cell.id for cell in student.cells] == [cell.id for cell in solution.cells]
+    assert [cell.id for cell in student.cells if cell.id != HOW_TO_ID] == [cell.id for cell in solution.cells]
     assert all(BEGIN not in text and END not in text for text in student_cells.values())
     for cell in solution.cells:
         regions = re.findall(rf"{re.escape(BEGIN)}\n(.*?)\n\s*{re.escape(END)}", cell.source, re.S)
@@ -158,8 +160,10 @@ def test_release_puts_badge_and_setup_on_top_of_both_versions(tmp_path):
     assert main(_release_args(tmp_path)) == 0
     for folder in ("solutions", "notebooks"):
         notebook = nbformat.read(tmp_path / folder / "07_demo.ipynb", as_version=4)
-        badge, setup, title = notebook.cells[:3]
-        assert [badge.id, setup.id, title.id] == [BADGE_ID, SETUP_ID, "title"]
+        how_to = [HOW_TO_ID] if folder == "notebooks" else []
+        badge, setup, *_, title = notebook.cells[: 3 + len(how_to)]
+        ids = [cell.id for cell in notebook.cells[: 3 + len(how_to)]]
+        assert ids == [BADGE_ID, SETUP_ID, *how_to, "title"]
         assert is_header(badge) and is_header(setup) and not is_header(title)
         assert badge.cell_type == "markdown" and setup.cell_type == "code"
         assert BADGE_LINK.search(badge.source)[1] == colab_url(folder, "07_demo.ipynb")
@@ -220,4 +224,120 @@ def test_every_notebook_starts_with_a_badge_for_its_own_path(path):
     links = BADGE_LINK.findall(badge.source)
     assert links == [colab_url(path.parent.name, path.name)]
     assert links[0].endswith(f"/{path.parent.relative_to(ROOT).as_posix()}/{path.name}")
-    assert sum(is_header(cell) for cell in notebook.cells) == 2
+    student = path.parent.name == "notebooks"
+    assert sum(is_header(cell) for cell in notebook.cells) == (3 if student else 2)
+    assert (notebook.cells[2].id == HOW_TO_ID) == student
+
+
+# --- The release never destroys what it did not write ------------------------------------------
+
+
+def _exercise_demo(tmp_path: Path) -> tuple[Path, Path]:
+    """solutions/05_demo.ipynb with one exercise, released once; returns (solution, student)."""
+    (tmp_path / "solutions").mkdir()
+    solution = tmp_path / "solutions" / "05_demo.ipynb"
+    exercise = nbformat.v4.new_code_cell(
+        f"def twice(x):\n    \"\"\"2x.\"\"\"\n    {BEGIN}\n    return 2 * x\n    {END}", id="ex"
+    )
+    _write(solution, [nbformat.v4.new_markdown_cell("# Demo", id="title"), exercise])
+    assert main(_release_args(tmp_path)) == 0
+    return solution, tmp_path / "notebooks" / "05_demo.ipynb"
+
+
+def _edit_cell(path: Path, cell_id: str, change) -> None:
+    """Edit one cell the way JupyterLab saves it: the whole notebook rewritten by nbformat."""
+    notebook = nbformat.read(path, as_version=4)
+    (cell,) = [cell for cell in notebook.cells if cell.id == cell_id]
+    cell.source = change(cell.source)
+    nbformat.write(notebook, path)
+
+
+def test_release_refuses_to_overwrite_an_exercise_someone_wrote(tmp_path, capsys):
+    _, student = _exercise_demo(tmp_path)
+    _edit_cell(student, "ex", lambda s: s.replace('raise NotImplementedError("Exercise: replace this line '
+                                                  'with your code.")', "return x + x"))  # fmt: skip
+    learner_work = student.read_bytes()
+    capsys.readouterr()
+    assert main(_release_args(tmp_path)) == 2
+    err = capsys.readouterr().err
+    assert f"{student}: cell" in err and "exercise `twice`" in err and "nothing was written" in err
+    assert "copy those notebooks out of" in err
+    assert student.read_bytes() == learner_work
+    assert main(_release_args(tmp_path, "--check")) == 1  # --check reports, never writes
+    assert student.read_bytes() == learner_work
+    assert main(_release_args(tmp_path, "--force")) == 0
+    assert "return x + x" not in student.read_text()
+
+
+def test_release_refuses_before_writing_any_notebook(tmp_path):
+    solution, student = _exercise_demo(tmp_path)
+    other = tmp_path / "solutions" / "06_other.ipynb"
+    _write(other, [nbformat.v4.new_code_cell(f"def f():\n    {BEGIN}\n    return 1\n    {END}", id="f")])
+    _edit_cell(student, "title", lambda s: s + "\n\nMy notes: softmax is translation-invariant.")
+    assert main(_release_args(tmp_path)) == 2
+    assert not (tmp_path / "notebooks" / "06_other.ipynb").exists()
+    assert "My notes" in student.read_text()
+
+
+def test_release_rewrites_cells_an_earlier_release_wrote(tmp_path):
+    solution, student = _exercise_demo(tmp_path)
+    _edit_cell(solution, "ex", lambda s: s.replace('"""2x."""', '"""Twice x."""'))
+    _edit_cell(solution, "title", lambda s: "# Demo, second edition")
+    assert main(_release_args(tmp_path)) == 0  # the student cells are the earlier release's: no refusal
+    text = student.read_text()
+    assert "Twice x." in text and "second edition" in text
+
+
+def test_a_cell_someone_added_is_work(tmp_path, capsys):
+    _, student = _exercise_demo(tmp_path)
+    notebook = nbformat.read(student, as_version=4)
+    notebook.cells.append(nbformat.v4.new_code_cell("my_experiment = 1", id="mine"))
+    nbformat.write(notebook, student)
+    capsys.readouterr()
+    assert main(_release_args(tmp_path)) == 2
+    assert "not written by the release" in capsys.readouterr().err
+    assert "my_experiment" in student.read_text()
+
+
+def test_release_leaves_a_notebook_it_has_no_solution_for_alone(tmp_path, capsys):
+    _exercise_demo(tmp_path)
+    notes = tmp_path / "notebooks" / "my_notes.ipynb"
+    _write(notes, [nbformat.v4.new_markdown_cell("my notes")])
+    before = notes.read_bytes()
+    capsys.readouterr()
+    for extra in ((), ("--check",), ("--force",)):
+        assert main(_release_args(tmp_path, *extra)) == 0, extra
+        out = capsys.readouterr().out
+        assert f"{notes}: not written by the release" in out and "left alone" in out
+        (line,) = [line for line in out.splitlines() if line.startswith(str(notes))]
+        assert "written" not in line.replace("not written by", "")
+        assert notes.read_bytes() == before
+
+
+def test_student_notebook_whose_solution_is_gone_is_removed_only_when_forced(tmp_path, capsys):
+    solution, student = _exercise_demo(tmp_path)
+    _write(tmp_path / "solutions" / "06_keep.ipynb", [nbformat.v4.new_markdown_cell("# Keep", id="k")])
+    solution.unlink()
+    capsys.readouterr()
+    assert main(_release_args(tmp_path, "--check")) == 1
+    assert main(_release_args(tmp_path)) == 0
+    assert "is gone: left alone" in capsys.readouterr().out and student.exists()
+    assert main(_release_args(tmp_path, "--force")) == 0
+    assert "is gone: removed" in capsys.readouterr().out and not student.exists()
+
+
+def test_the_reported_data_loss_cannot_happen_again(tmp_path, capsys):
+    """Issue 14's reproduction on the course itself: an edited softmax and a notebook of one's own."""
+    shutil.copytree(ROOT / "solutions", tmp_path / "solutions")
+    shutil.copytree(ROOT / "notebooks", tmp_path / "notebooks")
+    student = tmp_path / "notebooks" / "01_dot_product_attention.ipynb"
+    _edit_cell(student, "ex2-solution", lambda s: s.replace(
+        'raise NotImplementedError("Exercise: replace this line with your code.")',
+        "return x.exp() / x.exp().sum(dim=dim, keepdim=True)"))  # fmt: skip
+    notes = tmp_path / "notebooks" / "my_notes.ipynb"
+    shutil.copy(student, notes)
+    work = {path: path.read_bytes() for path in (student, notes)}
+    capsys.readouterr()
+    assert main(_release_args(tmp_path)) == 2
+    assert "01_dot_product_attention.ipynb: cell" in capsys.readouterr().err
+    assert {path: path.read_bytes() for path in work} == work
