@@ -1,31 +1,49 @@
-# Two commands for a fresh machine (see README): `make lab` and `make test`.
-# Both create (once) and reuse a local virtual environment in .venv.
+# Learners: `make lab`. Contributors: `make test`. Both create (once) and reuse a virtual
+# environment in .venv; `make lab` installs only what the course needs, `make test` adds the tools.
 PYTHON ?= python3
 VENV ?= .venv
 # torch is installed first, pinned, so that pip does not pick a multi-gigabyte CUDA build
-# on a machine that has a CPU wheel at hand; set TORCH=... (or PIP_INDEX_URL) to choose another.
+# on a machine that has a CPU wheel at hand; set TORCH=... to choose another build, and
+# TORCH_INDEX=... to take it from another index (PyTorch's CPU-only wheels, for example).
 TORCH ?= torch==2.13.0
+TORCH_INDEX ?=
 BIN := $(VENV)/bin
+BASE := $(VENV)/.installed-torch
+LAB_STAMP := $(VENV)/.installed-lab
 STAMP := $(VENV)/.installed
 PORT ?= 8888
 # Jupyter refuses to run as root unless told to (containers, CI machines).
 LAB_FLAGS ?= $(if $(filter 0,$(shell id -u)),--allow-root)
-# The folder JupyterLab opens, and flags to add (the browser test passes --no-browser, a token, ...).
-LAB_ROOT ?= notebooks
+# The learner's working copy of notebooks/ (git-ignored; made once per notebook, never overwritten),
+# the folder JupyterLab opens, and flags to add (the browser test passes --no-browser, a token, ...).
+WORK ?= my-work
+LAB_ROOT ?= $(WORK)
 LAB_EXTRA ?=
 
-.PHONY: setup lab test release bench bench-grade clean
+.PHONY: setup setup-lab lab test release bench bench-grade clean
 
-$(STAMP): pyproject.toml
+$(BASE):
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade pip
-	$(BIN)/python -m pip install "$(TORCH)"
+	$(BIN)/python -m pip install $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH)"
+	touch $(BASE)
+
+# What learners need: the course package and JupyterLab.
+$(LAB_STAMP): pyproject.toml $(BASE)
+	$(BIN)/python -m pip install -e ".[lab]"
+	touch $(LAB_STAMP)
+
+# What contributors need besides: the test, lint and browser tools.
+$(STAMP): pyproject.toml $(BASE)
 	$(BIN)/python -m pip install -e ".[lab,dev]"
 	touch $(STAMP)
 
+setup-lab: $(LAB_STAMP)
+
 setup: $(STAMP)
 
-lab: setup
+lab: setup-lab
+	$(BIN)/attn-course workspace --into $(WORK)
 	$(BIN)/jupyter lab --port=$(PORT) $(LAB_FLAGS) --ServerApp.root_dir=$(LAB_ROOT) $(LAB_EXTRA)
 
 test: setup

@@ -7,22 +7,43 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from attn_course.release import ReleaseError, release
+from attn_course.release import ReleaseError, WorkInTheWay, release
 
 _BENCH_HELP = (
     "time naive, tiled and torch's fused attention (each SDPA backend) against T; print a table and "
     "write it as JSON, CSV and plots"
+)
+_WORKSPACE_HELP = (
+    "copy the student notebooks you do not have yet into your working copy (my-work/); "
+    "never overwrites a notebook there"
 )
 _GRADE_HELP = "grade a folder of submissions (one folder per learner) into a gradebook and feedback"
 
 
 def _release(args: argparse.Namespace) -> int:
     try:
-        results = release(args.solutions, args.notebooks, check=args.check)
+        results = release(args.solutions, args.notebooks, check=args.check, force=args.force)
+    except WorkInTheWay as error:
+        print(
+            f"attn-course release: {error}\n"
+            f"To keep that work, copy those notebooks out of {args.notebooks}/ first (learners work in "
+            "my-work/, which `make lab` sets up; `attn-course workspace` makes it). To discard the work "
+            "and write the release anyway: attn-course release --force",
+            file=sys.stderr,
+        )
+        return 2
     except (ReleaseError, FileNotFoundError) as error:
         print(f"attn-course release: {error}", file=sys.stderr)
         return 2
     for result in results:
+        if result.orphan == "own":
+            print(f"{result.target}: not written by the release (no {result.source}): left alone")
+            continue
+        if result.orphan == "generated":
+            done = "removed" if args.force else "left alone (--force removes it)"
+            done = "out of date" if args.check else done
+            print(f"{result.target}: written by an earlier release, {result.source} is gone: {done}")
+            continue
         state = ("out of date" if args.check else "written") if result.changed else "up to date"
         print(f"{result.target}: {result.exercises} exercise region(s), {state}")
         if result.source_changed:
@@ -31,6 +52,26 @@ def _release(args: argparse.Namespace) -> int:
     if args.check and stale:
         print("Notebooks are not what `attn-course release` writes: run it and commit.", file=sys.stderr)
         return 1
+    return 0
+
+
+def _workspace(args: argparse.Namespace) -> int:
+    from attn_course.workspace import WorkspaceError, fresh_copy, set_up
+
+    try:
+        if args.fresh:
+            for name in args.fresh:
+                copied = fresh_copy(name, args.notebooks, args.into)
+                kept = f" (your previous copy is now {copied.kept})" if copied.kept else ""
+                print(f"{copied.target}: a fresh copy of {copied.source}{kept}")
+            return 0
+        copied_all = set_up(args.notebooks, args.into)
+    except (WorkspaceError, OSError) as error:
+        print(f"attn-course workspace: {error}", file=sys.stderr)
+        return 2
+    for copied in copied_all:
+        print(f"{copied.target}: copied from {copied.source}")
+    print(f"Your working copy is {args.into}/: work there; nothing the course runs overwrites it.")
     return 0
 
 
@@ -103,7 +144,18 @@ def build_parser() -> argparse.ArgumentParser:
     rel.add_argument("--solutions", type=Path, default=Path("solutions"))
     rel.add_argument("--notebooks", type=Path, default=Path("notebooks"))
     rel.add_argument("--check", action="store_true", help="only check that notebooks/ is current")
+    rel.add_argument("--force", action="store_true",
+                     help="overwrite work in notebooks/ that no release wrote, and remove student notebooks "
+                     "whose solution is gone")  # fmt: skip
     rel.set_defaults(run=_release)
+    wor = commands.add_parser("workspace", help=_WORKSPACE_HELP, description=_WORKSPACE_HELP)
+    wor.add_argument("--notebooks", type=Path, default=Path("notebooks"), help="the student notebooks")
+    wor.add_argument("--into", type=Path, default=Path("my-work"), metavar="DIR",
+                     help="your working copy (default: my-work)")  # fmt: skip
+    wor.add_argument("--fresh", nargs="+", metavar="NOTEBOOK",
+                     help="a fresh copy of these notebooks (name or number, e.g. 03); your copy is kept "
+                     "beside it as NAME.old-<date>-<time>.ipynb")  # fmt: skip
+    wor.set_defaults(run=_workspace)
     gra = commands.add_parser("grade", help=_GRADE_HELP, description=_GRADE_HELP)
     gra.add_argument("submissions", type=Path, metavar="SUBMISSIONS", help="one folder per learner")
     gra.add_argument("--out", type=Path, required=True, metavar="DIR", help="gradebook.csv and feedback/")
