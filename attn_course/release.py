@@ -203,12 +203,15 @@ def header_cells(folder: str, name: str, student: bool = False) -> list[nbformat
 def with_header(
     notebook: nbformat.NotebookNode, folder: str, name: str, student: bool = False
 ) -> nbformat.NotebookNode:
-    """`notebook` with its header cells (if any) replaced by the current header, at the top."""
+    """`notebook` with its header cells (if any) replaced by the current header: badge and setup at
+    the top, and in a student notebook, how it works under the title."""
     body = [cell for cell in notebook.cells if not is_header(cell)]
     taken = {cell.get("id") for cell in body} & {BADGE_ID, SETUP_ID, HOW_TO_ID}
     if taken:
         raise ReleaseError(f"{name}: cell id {sorted(taken)[0]!r} is reserved for the release's header")
-    notebook.cells = header_cells(folder, name, student) + body
+    badge, setup, *how_to = header_cells(folder, name, student)
+    title = body[:1] if body and body[0].cell_type == "markdown" else []
+    notebook.cells = [badge, setup, *title, *how_to, *body[len(title) :]]  # how it works: under the title
     return notebook
 
 

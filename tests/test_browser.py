@@ -1,8 +1,9 @@
 """The explorers in a real browser: JupyterLab started by the README's `make lab`, driven by Playwright.
 
-The server opens a temporary copy of notebooks/ (with the solutions of notebooks 02 and 07 beside
-it, in solutions/: the versions in which every cell must run clean; 07 at its quick-run budget, which
-the test suite sets), so nothing here writes into the
+`make lab` opens the learner's working copy: here a temporary one, holding a notebook a learner
+already worked on (which must come out untouched) and, in solutions/, the solutions of notebooks
+02, 07 and 08 (the versions in which every cell must run clean; 07 at its quick-run budget, which
+the test suite sets); `make lab` copies the other student notebooks in. Nothing here writes into the
 repository except the screenshots, which go to test-output/browser/ (git-ignored; set
 ATTN_COURSE_TEST_OUTPUT to put them elsewhere). The browser is Debian's chromium, never a
 download. Without it the tests skip, unless ATTN_COURSE_REQUIRE_BROWSER=1 (as in CI) makes
@@ -59,6 +60,8 @@ ALL_PROMPTS_NUMBERED = """() => {
   return prompts.length > 0 && prompts.every(text => /^\\[\\d+\\]:$/.test(text));
 }"""
 IDLE = ".jp-Notebook-ExecutionIndicator[data-status='idle']"
+STUB = 'raise NotImplementedError("Exercise: replace this line with your code.")'
+LEARNER_SOFTMAX = "return x.exp() / x.exp().sum(dim=dim, keepdim=True)  # my own softmax"
 
 
 def _missing() -> str | None:
@@ -86,7 +89,9 @@ class Lab:
     url: str
     """Its address, e.g. http://127.0.0.1:18888."""
     root: Path
-    """The folder it serves (a temporary copy)."""
+    """The folder it serves (a temporary working copy)."""
+    learner_work: dict[Path, bytes]
+    """Files a learner had in the working copy before `make lab`, with their bytes."""
 
     def page_url(self, path: str) -> str:
         return f"{self.url}/lab/tree/{path}?reset&token={TOKEN}"  # reset: no tabs of earlier tests
@@ -112,9 +117,14 @@ def _get(url: str) -> dict:
 def lab(tmp_path_factory) -> Iterator[Lab]:
     """`make lab` on a copy of notebooks/, with a fixed port and token, stopped afterwards."""
     base = tmp_path_factory.mktemp("lab")
-    root = base / "root"
-    shutil.copytree(ROOT / "notebooks", root)
-    (root / "solutions").mkdir()
+    root = base / "my-work"
+    (root / "solutions").mkdir(parents=True)
+    mine = root / "01_dot_product_attention.ipynb"
+    notebook = nbformat.read(ROOT / "notebooks" / mine.name, as_version=4)
+    (exercise,) = [cell for cell in notebook.cells if cell.get("id") == "ex2-solution"]
+    exercise.source = exercise.source.replace(STUB, LEARNER_SOFTMAX)
+    nbformat.write(notebook, mine)
+    learner_work = {mine: mine.read_bytes()}
     for name in ("02_scaling.ipynb", "07_kv_cache.ipynb", "08_triton_flash_attention.ipynb"):
         shutil.copy(ROOT / "solutions" / name, root / "solutions")
     for name, values in SETTINGS.items():
@@ -134,8 +144,9 @@ def lab(tmp_path_factory) -> Iterator[Lab]:
     venv = sys.prefix  # the environment running the tests, which `make` would have created
     extra = f"--no-browser --ServerApp.ip=127.0.0.1 --IdentityProvider.token={TOKEN}"
     command = [
-        "make", "--no-print-directory", "-o", f"{venv}/.installed", "lab",
-        f"VENV={venv}", f"PORT={port}", f"LAB_ROOT={root}", f"LAB_EXTRA={extra}",
+        "make", "--no-print-directory", "-o", f"{venv}/.installed-lab", "-o", f"{venv}/.installed-torch",
+        "lab",
+        f"VENV={venv}", f"PORT={port}", f"WORK={root}", f"LAB_EXTRA={extra}",
     ]  # fmt: skip
     log = (base / "lab.log").open("w")
     server = subprocess.Popen(
@@ -152,7 +163,7 @@ def lab(tmp_path_factory) -> Iterator[Lab]:
                 if server.poll() is not None or time.monotonic() > deadline:
                     pytest.fail(f"JupyterLab did not start: {(base / 'lab.log').read_text()[-3000:]}")
                 time.sleep(0.25)
-        yield Lab(url, root)
+        yield Lab(url, root, learner_work)
     finally:
         try:  # shuts down the kernels too
             request = urllib.request.Request(f"{url}/api/shutdown?token={TOKEN}", method="POST")
@@ -254,6 +265,20 @@ def widget_png_src(page, scope) -> str:
     image = scope.locator(".widget-image")
     page.wait_for_function("i => i.complete && i.naturalWidth > 0", arg=image.element_handle())
     return image.get_attribute("src")
+
+
+def test_make_lab_opens_the_working_copy_and_keeps_the_learners_work(lab, page):
+    copied = sorted(path.name for path in lab.root.glob("*.ipynb"))
+    assert copied == sorted(path.name for path in (ROOT / "notebooks").glob("*.ipynb"))
+    assert {path: path.read_bytes() for path in lab.learner_work} == lab.learner_work
+    page.goto(f"{lab.url}/lab?reset&token={TOKEN}")
+    listing = page.locator(".jp-DirListing-content")
+    listing.get_by_text("08_triton_flash_attention.ipynb").wait_for(timeout=30_000)
+    page.goto(lab.page_url("01_dot_product_attention.ipynb"))
+    page.get_by_text("# my own softmax").first.wait_for(timeout=30_000)
+    page.locator(".jp-RenderedMarkdown").get_by_text("Run All stops at the first check").wait_for()
+    OUTPUT.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=OUTPUT / "working_copy.png")
 
 
 def test_notebook_02_runs_clean_and_the_scaling_explorer_responds(lab, page):

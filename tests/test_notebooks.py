@@ -40,7 +40,9 @@ def test_every_notebook_is_listed_in_the_exercise_table():
 
 
 @pytest.mark.parametrize("stem", sorted(EXERCISES))
-def test_student_notebook_as_shipped_fails_every_check_without_traceback(stem):
+def test_student_notebook_run_through_undone_shows_only_the_checks_messages(stem):
+    """Run All past every unfinished exercise (as Shift+Enter does): each check fails with its one
+    line, and no other cell shows an error; cells that use an exercise say they use the course's."""
     path = ROOT / "notebooks" / f"{stem}.ipynb"
     notebook = nbformat.read(path, as_version=4)
     NotebookClient(
@@ -50,10 +52,23 @@ def test_student_notebook_as_shipped_fails_every_check_without_traceback(stem):
         allow_errors=True,
         resources={"metadata": {"path": str(path.parent)}},
     ).execute()
-    for index, name in check_cells(notebook):
+    checks = dict(check_cells(notebook))
+    for index, name in checks.items():
         errors = [out for out in notebook.cells[index].outputs if out.output_type == "error"]
         assert errors, f"check_{name} passed on the unfinished notebook {path.name}"
         error = errors[0]
         assert error.ename == "CheckFailed", (name, error.ename, error.evalue)
         assert "not implemented yet" in error.evalue
         assert len(error.traceback) == 1 and "File " not in error.traceback[0], error.traceback
+    misleading = [
+        (index, out.ename, out.evalue[:80])
+        for index, cell in enumerate(notebook.cells)
+        if cell.cell_type == "code" and index not in checks
+        for out in cell.outputs
+        if out.output_type == "error"
+    ]
+    assert not misleading, f"{path.name}: cells fail past an unfinished exercise: {misleading}"
+    for index, cell in enumerate(notebook.cells):
+        if "yours_if_passed(" in cell.source and cell.cell_type == "code":
+            text = "".join(out.get("text", "") for out in cell.outputs if out.output_type == "stream")
+            assert "Using the course's `" in text and "yours has not passed" in text, (path.name, index)

@@ -161,9 +161,9 @@ def test_release_puts_badge_and_setup_on_top_of_both_versions(tmp_path):
     for folder in ("solutions", "notebooks"):
         notebook = nbformat.read(tmp_path / folder / "07_demo.ipynb", as_version=4)
         how_to = [HOW_TO_ID] if folder == "notebooks" else []
-        badge, setup, *_, title = notebook.cells[: 3 + len(how_to)]
+        badge, setup, title = notebook.cells[:3]
         ids = [cell.id for cell in notebook.cells[: 3 + len(how_to)]]
-        assert ids == [BADGE_ID, SETUP_ID, *how_to, "title"]
+        assert ids == [BADGE_ID, SETUP_ID, "title", *how_to]
         assert is_header(badge) and is_header(setup) and not is_header(title)
         assert badge.cell_type == "markdown" and setup.cell_type == "code"
         assert BADGE_LINK.search(badge.source)[1] == colab_url(folder, "07_demo.ipynb")
@@ -226,7 +226,7 @@ def test_every_notebook_starts_with_a_badge_for_its_own_path(path):
     assert links[0].endswith(f"/{path.parent.relative_to(ROOT).as_posix()}/{path.name}")
     student = path.parent.name == "notebooks"
     assert sum(is_header(cell) for cell in notebook.cells) == (3 if student else 2)
-    assert (notebook.cells[2].id == HOW_TO_ID) == student
+    assert (notebook.cells[3].id == HOW_TO_ID) == student
 
 
 # --- The release never destroys what it did not write ------------------------------------------

@@ -19,6 +19,8 @@ from typing import Any
 
 import torch
 
+from attn_course.progress import record_pass
+
 
 class CheckFailed(AssertionError):
     """A learner's implementation is wrong; the message says how, in the learner's terms."""
@@ -81,6 +83,7 @@ def check(name: str) -> Callable[[Callable[[Callable[..., Any]], str]], Callable
                 )
             if failure is not None:
                 raise failure from None
+            record_pass(name, candidate)
             print(f"✅ {name} passed: {detail}")
 
         run_check.__name__ = run_check.__qualname__ = f"check_{name}"

@@ -1,0 +1,84 @@
+"""Which exercises have passed their checks in this kernel, and what a later cell should run.
+
+A look or measure cell after an exercise runs the learner's function once its check has passed,
+and the course's reference until then, saying which in one line:
+
+>>> from attn_course.attention import softmax as my_softmax
+>>> yours_if_passed(my_softmax)(torch.zeros(2)).shape  # doctest: +ELLIPSIS
+Using the course's `softmax`: yours has not passed check_softmax yet.
+torch.Size([2])
+
+so that a student notebook runs on, with no traceback, past an exercise that is not done yet.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import torch  # noqa: F401  (used by the doctest above)
+
+Candidate = TypeVar("Candidate", bound=Callable[..., Any])
+
+_passed: dict[str, Any] = {}
+"""Exercise name -> the very object whose check passed last."""
+_announced: set[tuple[object, str, str]] = set()
+"""(cell, exercise, choice) already announced, so a loop in one cell prints one line."""
+
+
+def record_pass(name: str, candidate: Any) -> None:
+    """Remember that `candidate` passed the check of exercise `name` (called by every check)."""
+    _passed[name] = candidate
+
+
+def forget_passes() -> None:
+    """Forget every recorded pass (for tests)."""
+    _passed.clear()
+    _announced.clear()
+
+
+def has_passed(name: str, candidate: Any) -> bool:
+    """Whether this very `candidate` (not an older or newer definition) passed check_`name`."""
+    return name in _passed and _passed[name] is candidate
+
+
+def reference_of(name: str) -> Any:
+    """The course's reference implementation of exercise `name`."""
+    reference = importlib.import_module("attn_course.reference")
+    return getattr(reference, name)
+
+
+def _current_cell() -> object:
+    """Something that changes from one executed cell to the next (None outside IPython)."""
+    try:
+        from IPython import get_ipython
+    except ImportError:  # pragma: no cover
+        return None
+    shell = get_ipython()
+    return None if shell is None else shell.execution_count
+
+
+def _announce(name: str, choice: str, line: str) -> None:
+    key = (_current_cell(), name, choice)
+    if key not in _announced:
+        _announced.add(key)
+        print(line)
+
+
+def yours_if_passed(candidate: Candidate, name: str | None = None) -> Candidate:
+    """The learner's `candidate` if it passed its check, else the course's reference; says which.
+
+    `name` is the exercise's name, by default the candidate's own (`softmax` for a function
+    `softmax`). One line per exercise and cell says which version runs.
+    """
+    name = name or getattr(candidate, "__name__", "")
+    if has_passed(name, candidate):
+        _announce(name, "yours", f"Using your `{name}` (check_{name} passed).")
+        return candidate
+    if name in _passed:
+        why = f"this definition of `{name}` has not been checked yet: run check_{name}({name})"
+    else:
+        why = f"yours has not passed check_{name} yet"
+    _announce(name, "reference", f"Using the course's `{name}`: {why}.")
+    return reference_of(name)
