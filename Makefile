@@ -14,7 +14,7 @@ LAB_FLAGS ?= $(if $(filter 0,$(shell id -u)),--allow-root)
 LAB_ROOT ?= notebooks
 LAB_EXTRA ?=
 
-.PHONY: setup lab test release bench bench-grade clean
+.PHONY: setup lab test test-gpu release bench bench-grade clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,11 @@ lab: setup
 test: setup
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest
+
+# The GPU tier: compiled Triton kernels, the checks' GPU cases, notebooks 06, 08 (09) at full budgets
+# and the benchmarks, within 8 minutes; report in bench-results/gpu/. Without a GPU: one line, exit 0.
+test-gpu: setup
+	$(BIN)/python -m attn_course.gpu_tier
 
 release: setup
 	$(BIN)/attn-course release
