@@ -182,7 +182,7 @@ def to_markdown(report: TierReport) -> str:
         lines.append(f"| {f.name} | {f.setting} | {_cell(f.value)} | {f.target} | {met} |")
     notebooks = [s for s in report.steps if s.kind == "notebook"]
     if notebooks:
-        lines += ["", "## Notebooks on the GPU (full budgets, under nbval)", ""]
+        lines += ["", "## Notebooks on the GPU (full budgets, under nbval; kernel start included)", ""]
         lines += ["| Notebook | Seconds | Status |", "| --- | --- | --- |"]
         for s in notebooks:
             seconds = "—" if s.seconds is None else f"{s.seconds:.1f}"
