@@ -20,7 +20,7 @@ WORK ?= my-work
 LAB_ROOT ?= $(WORK)
 LAB_EXTRA ?=
 
-.PHONY: setup setup-lab lab test release bench bench-grade clean
+.PHONY: setup setup-lab lab test test-gpu release bench bench-grade clean
 
 $(BASE):
 	$(PYTHON) -m venv $(VENV)
@@ -49,6 +49,11 @@ lab: setup-lab
 test: setup
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest
+
+# The GPU tier: compiled Triton kernels, the checks' GPU cases, notebooks 06, 08 (09) at full budgets
+# and the benchmarks, within 8 minutes; report in bench-results/gpu/. Without a GPU: one line, exit 0.
+test-gpu: setup
+	$(BIN)/python -m attn_course.gpu_tier
 
 release: setup
 	$(BIN)/attn-course release

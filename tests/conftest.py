@@ -4,11 +4,48 @@ Triton kernels run through Triton's interpreter on the CPU, also on a machine wi
 the tests of notebook 08 and its checks run the same everywhere (set before triton is imported).
 Kernels started by nbval, nbclient and the grader inherit this process's environment.
 `make bench` times the notebooks at their full budgets.
+
+The GPU tier (`make test-gpu`, `attn_course.gpu_tier`) sets ATTN_COURSE_GPU_TIER=1: then Triton
+compiles its kernels for the GPU, and only the tests marked `gpu` run. Everywhere else the tests
+marked `gpu` are skipped with the reason.
 """
 
 import os
 
+import pytest
+
 from attn_course.budget import QUICK_VARIABLE
+from attn_course.gpu_tier import TIER_VARIABLE
+
+GPU_TIER = os.environ.get(TIER_VARIABLE) == "1"
 
 os.environ[QUICK_VARIABLE] = "1"
-os.environ["TRITON_INTERPRET"] = "1"
+if GPU_TIER:
+    os.environ.pop("TRITON_INTERPRET", None)
+else:
+    os.environ["TRITON_INTERPRET"] = "1"
+
+
+def gpu_skip_reason(gpu_tier: bool, gpu_problem: str | None) -> str | None:
+    """Why a test marked `gpu` is skipped in this session (None: it runs)."""
+    if not gpu_tier:
+        return (
+            "GPU tier only: Triton runs interpreted in this session; run `make test-gpu` on a machine "
+            "with a CUDA GPU"
+        )
+    if gpu_problem is not None:
+        return f"GPU tier, but {gpu_problem}"
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip `gpu` tests outside the GPU tier, and every other test inside it."""
+    from attn_course.triton_support import gpu_problem
+
+    reason = gpu_skip_reason(GPU_TIER, gpu_problem() if GPU_TIER else None)
+    for item in items:
+        marked = item.get_closest_marker("gpu") is not None
+        if marked and reason is not None:
+            item.add_marker(pytest.mark.skip(reason=reason))
+        elif GPU_TIER and not marked:
+            item.add_marker(pytest.mark.skip(reason="the GPU tier runs only the tests marked gpu"))
