@@ -1,4 +1,4 @@
-"""environment.yml (conda) and pyproject.toml (pip) declare the same dependencies."""
+"""environment.yml (conda, for learners) declares what pyproject.toml (pip) gives learners."""
 
 from __future__ import annotations
 
@@ -15,9 +15,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def pyproject_requirements() -> set[str]:
+    """The package's dependencies and its `lab` extra: what `make lab` installs for learners."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    extras = [req for group in project["optional-dependencies"].values() for req in group]
-    return {re.sub(r"\s+", "", req) for req in [*project["dependencies"], *extras]}
+    lab = project["optional-dependencies"]["lab"]
+    return {re.sub(r"\s+", "", req) for req in [*project["dependencies"], *lab]}
 
 
 def environment_requirements() -> tuple[set[str], str]:
