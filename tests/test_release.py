@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import re
+import subprocess
 import sys
 from pathlib import Path
 
 import nbformat
 import pytest
 
+import attn_course
 from attn_course import __version__
 from attn_course.cli import main
 from attn_course.course import INSTALL_SPEC_VARIABLE, REVISION, colab_url, install_requirement
@@ -210,6 +212,21 @@ def test_revision_is_the_tag_of_the_package_version():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert project["version"] == __version__
     assert REVISION == f"v{__version__}"
+
+
+def test_version_option_prints_the_package_version(capsys):
+    with pytest.raises(SystemExit) as stopped:
+        main(["--version"])
+    assert stopped.value.code == 0
+    assert capsys.readouterr().out == f"attn-course {__version__}\n"
+    command = [sys.executable, "-m", "attn_course.cli", "--version"]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert (done.returncode, done.stdout, done.stderr) == (0, f"attn-course {__version__}\n", "")
+
+
+def test_a_source_tree_without_install_metadata_reads_the_version_from_pyproject():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert attn_course._source_tree_version() == project["version"]
 
 
 @pytest.mark.parametrize("path", SOLUTIONS + STUDENT, ids=lambda p: f"{p.parent.name}/{p.name}")
