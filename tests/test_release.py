@@ -20,8 +20,10 @@ from attn_course.release import (
     END,
     SETUP_ID,
     MarkerError,
+    clean,
     header_cells,
     is_header,
+    language_info,
     release,
     strip_solutions,
 )
@@ -140,6 +142,17 @@ def test_committed_notebooks_have_no_outputs_and_name_python3(path):
     for cell in notebook.cells:
         if cell.cell_type == "code":
             assert cell.outputs == [] and cell.execution_count is None
+
+
+def test_clean_writes_the_kernels_language_info_as_jupyterlab_does():
+    from ipykernel.ipkernel import IPythonKernel
+
+    reported = IPythonKernel.language_info  # what JupyterLab writes into the notebook on connecting
+    notebook = clean(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1")]))
+    assert notebook.metadata.language_info == {k: v for k, v in reported.items() if k != "version"}
+    here = clean(notebook, python_version=sys.version.split()[0])
+    assert here.metadata.language_info == reported  # a copy made for this Python: nothing to change
+    assert "version" not in language_info()  # the release itself does not depend on who runs it
 
 
 def _release_args(tmp_path: Path, *extra: str) -> list[str]:
