@@ -7,6 +7,7 @@ import dataclasses
 import sys
 from pathlib import Path
 
+from attn_course import __version__
 from attn_course.release import ReleaseError, WorkInTheWay, release
 
 _BENCH_HELP = (
@@ -139,6 +140,7 @@ def _positive(kind: type) -> object:
 def build_parser() -> argparse.ArgumentParser:
     """The command-line interface of attn-course."""
     parser = argparse.ArgumentParser(prog="attn-course", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     rel = commands.add_parser("release", help="write notebooks/ (student versions) from solutions/")
     rel.add_argument("--solutions", type=Path, default=Path("solutions"))

@@ -174,7 +174,7 @@ class MaskExplorer:
         controls = widgets.HBox([self.causal, self.padding, self.length])
         self.widget = widgets.VBox([controls, self.readout, self.image])
 
-        self.figure = Figure(figsize=(11.0, 4.6), dpi=80, layout="constrained")
+        self.figure = Figure(figsize=(8.8, 3.9), dpi=100, layout="constrained")  # 880 px: a laptop's notebook
         FigureCanvasAgg(self.figure)
         self.update()
         for control in (self.causal, self.padding, self.length):
@@ -205,7 +205,9 @@ class MaskExplorer:
 
 
 def mask_grid(q: torch.Tensor, k: torch.Tensor, tokens: Sequence[str], *, length: int = 5) -> Figure:
-    """The four combinations of masks (static): masks on the top row, weights below.
+    """The four combinations of masks (static): one row each, its mask beside its weights.
+
+    Two panels a row keep the figure as wide as a laptop's notebook, so its numbers stay readable.
 
     >>> from attn_course.sentence import example_sentence
     >>> s = example_sentence(d_k=64)
@@ -215,9 +217,9 @@ def mask_grid(q: torch.Tensor, k: torch.Tensor, tokens: Sequence[str], *, length
     Introduced in 03_causal_masking.
     """
     settings = ((False, False), (True, False), (False, True), (True, True))
-    fig, axes = plt.subplots(2, len(settings), figsize=(4.2 * len(settings), 8.0), layout="constrained")
-    for column, (causal, padding) in enumerate(settings):
+    fig, axes = plt.subplots(len(settings), 2, figsize=(9.0, 3.3 * len(settings)), layout="constrained")
+    for row, (causal, padding) in enumerate(settings):
         view = masked_attention(q, k, tokens, length=length, causal=causal, padding=padding)
-        _draw(view, axes[0, column], axes[1, column], _title(causal, padding))
+        _draw(view, axes[row, 0], axes[row, 1], _title(causal, padding))
     fig.suptitle(f"The first {length} tokens; with padding, padded to {len(tokens)}", fontsize=12)
     return fig

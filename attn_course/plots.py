@@ -10,8 +10,14 @@ from collections.abc import Sequence
 import matplotlib.pyplot as plt
 import torch
 from matplotlib.axes import Axes
+from matplotlib.colors import BoundaryNorm, ListedColormap
 
 from attn_course.cost import CostRow, fit_power_law
+
+SMALL_FONT = 9
+"""Points of the smallest text (cell values, bar labels, legends): readable at a laptop's notebook width."""
+MASK_COLOURS = {"masked": "#e6e6e6", "attends": "#2c5d8f"}
+"""The two colours of a boolean mask: False (the query may not attend the key), then True."""
 
 
 def attention_heatmap(
@@ -38,19 +44,25 @@ def attention_heatmap(
     vmax = 1.0 if finite.numel() == 0 else max(1.0, finite.max().item())
     image = ax.imshow(matrix.numpy(), cmap=cmap, vmin=vmin, vmax=vmax)
     ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+    _label_queries_and_keys(ax, query_labels, key_labels, title)
+    if annotate and matrix.numel() <= 144:
+        for (i, j), value in _cells(matrix):
+            colour = "white" if value < (vmin + vmax) / 2 else "black"
+            ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=SMALL_FONT, color=colour)
+    return ax
+
+
+def _label_queries_and_keys(
+    ax: Axes, query_labels: Sequence[str] | None, key_labels: Sequence[str] | None, title: str | None
+) -> None:
     ax.set_xlabel("key (attended to)")
     ax.set_ylabel("query (attending)")
     if query_labels is not None:
         ax.set_yticks(range(len(query_labels)), labels=list(query_labels))
     if key_labels is not None:
         ax.set_xticks(range(len(key_labels)), labels=list(key_labels), rotation=45, ha="right")
-    if annotate and matrix.numel() <= 144:
-        for (i, j), value in _cells(matrix):
-            colour = "white" if value < (vmin + vmax) / 2 else "black"
-            ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=8, color=colour)
     if title:
         ax.set_title(title)
-    return ax
 
 
 def mask_heatmap(
@@ -61,19 +73,26 @@ def mask_heatmap(
     ax: Axes | None = None,
     title: str | None = None,
 ) -> Axes:
-    """Draw a boolean (T_q, T_k) mask: filled where the query may attend.
+    """Draw a boolean (T_q, T_k) mask in two colours, named by its colour bar: "attends" and "masked".
 
     Introduced in 03_causal_masking.
     """
-    return attention_heatmap(
-        mask.to(torch.float32),
-        query_labels,
-        key_labels,
-        ax=ax,
-        title=title,
-        annotate=False,
-        cmap="Greys",
-    )
+    matrix = mask.detach().to("cpu", torch.bool)
+    if matrix.dim() != 2:
+        raise ValueError(f"expected a (T_q, T_k) mask, got shape {tuple(matrix.shape)}")
+    if ax is None:
+        _, ax = plt.subplots(figsize=(0.6 * matrix.shape[1] + 2, 0.5 * matrix.shape[0] + 1.5))
+    colours = ListedColormap(list(MASK_COLOURS.values()))
+    image = ax.imshow(matrix.to(torch.float32).numpy(), cmap=colours, norm=BoundaryNorm([0, 0.5, 1], 2))
+    legend = ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.04, ticks=[0.25, 0.75])
+    legend.ax.set_yticklabels(list(MASK_COLOURS))
+    legend.ax.tick_params(length=0)
+    ax.set_xticks([x - 0.5 for x in range(1, matrix.shape[1])], minor=True)  # white lines between cells
+    ax.set_yticks([y - 0.5 for y in range(1, matrix.shape[0])], minor=True)
+    ax.grid(which="minor", color="white", linewidth=1)
+    ax.tick_params(which="minor", length=0)
+    _label_queries_and_keys(ax, query_labels, key_labels, title)
+    return ax
 
 
 def feature_heatmap(
@@ -121,9 +140,10 @@ def token_bars(
         colours[highlight] = "tab:orange"
     positions = range(len(labels))
     bars = ax.bar(positions, heights.tolist(), color=colours)
-    ax.bar_label(bars, fmt="%.2f", fontsize=8)
+    ax.bar_label(bars, fmt="%.2f", fontsize=SMALL_FONT)
     ax.set_xticks(positions, labels=list(labels), rotation=45, ha="right")
-    ax.set_xlabel("key (token)")
+    if ax.xaxis.get_tick_params(which="major").get("labelbottom", True):  # not an inner row of shared x
+        ax.set_xlabel("key (token)")
     ax.set_ylabel(ylabel)
     ax.axhline(0.0, color="black", linewidth=0.8)
     ax.margins(y=0.15)
@@ -163,7 +183,7 @@ def convex_hull_plot(
     ax.set_xlabel("value dimension 0")
     ax.set_ylabel("value dimension 1")
     ax.set_aspect("equal", adjustable="datalim")
-    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=SMALL_FONT)
     if title:
         ax.set_title(title)
     return ax
@@ -217,7 +237,7 @@ def cost_plot(rows: Sequence[CostRow], *, axes: tuple[Axes, Axes] | None = None)
         ax.minorticks_off()
         ax.set_xlabel("sequence length T")
         ax.grid(True, which="major", alpha=0.3)
-        ax.legend(loc="lower right", fontsize=8)
+        ax.legend(loc="lower right", fontsize=SMALL_FONT)
         ax.text(
             0.04,
             0.95,

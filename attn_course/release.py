@@ -37,6 +37,15 @@ CODE_STUB = (
 )
 MARKDOWN_STUB = "*Your answer here.*"
 KERNELSPEC = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
+LANGUAGE_INFO = {
+    "codemirror_mode": {"name": "ipython", "version": 3},
+    "file_extension": ".py",
+    "mimetype": "text/x-python",
+    "name": "python",
+    "nbconvert_exporter": "python",
+    "pygments_lexer": "ipython3",
+}
+"""The language_info the python3 kernel (ipykernel) reports, less its Python's version."""
 _MARKER = re.compile(r"^(?P<indent>\s*)(?P<marker>### (BEGIN|END) SOLUTION)\s*$")
 
 
@@ -215,15 +224,35 @@ def with_header(
     return notebook
 
 
-def clean(notebook: nbformat.NotebookNode) -> nbformat.NotebookNode:
-    """Clear outputs and execution counts, and name the standard python3 kernel."""
+def language_info(python_version: str | None = None) -> dict:
+    """The notebook's language_info as the python3 kernel reports it, with `python_version` if given.
+
+    JupyterLab writes the kernel's language_info and kernelspec into a notebook as its kernel
+    connects, and marks the notebook modified unless they equal what the file holds, the kernel's
+    Python version included. The release, run anywhere, cannot know that version and leaves it
+    out; a copy made on the machine whose Python runs the kernel can add it
+    (`python_version=sys.version.split()[0]`, as ipykernel states it) and then opens unmodified.
+
+    >>> language_info("3.12.4")["version"], language_info()["pygments_lexer"]
+    ('3.12.4', 'ipython3')
+    """
+    info = {**LANGUAGE_INFO, "codemirror_mode": dict(LANGUAGE_INFO["codemirror_mode"])}
+    return info if python_version is None else {**info, "version": python_version}
+
+
+def clean(notebook: nbformat.NotebookNode, python_version: str | None = None) -> nbformat.NotebookNode:
+    """Clear outputs and execution counts; name the python3 kernel and its language as JupyterLab does.
+
+    `python_version` (the kernel's Python, `sys.version.split()[0]`) completes the language
+    info, so that JupyterLab finds nothing to change on connecting (see `language_info`).
+    """
     for cell in notebook.cells:
         if cell.cell_type == "code":
             cell.outputs = []
             cell.execution_count = None
         cell.metadata.pop("execution", None)
     notebook.metadata["kernelspec"] = dict(KERNELSPEC)
-    notebook.metadata["language_info"] = {"name": "python"}
+    notebook.metadata["language_info"] = language_info(python_version)
     return notebook
 
 

@@ -7,11 +7,14 @@ changes `notebooks/` and never the copy; a fresh copy of one notebook keeps the 
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
 import nbformat
+
+from attn_course.release import language_info
 
 WORK = Path("my-work")
 """Where `make lab` puts the working copy, relative to the repository's root."""
@@ -34,8 +37,13 @@ class Copied:
 
 
 def working_copy(student: nbformat.NotebookNode, source: Path) -> nbformat.NotebookNode:
-    """The learner's copy of a student notebook: the same cells, saying where it came from."""
+    """The learner's copy of a student notebook: the same cells, saying where it came from.
+
+    Its language info names this Python, the one `make lab`'s kernels run, so that JupyterLab
+    finds nothing to change when the kernel connects and an untouched copy never asks to be saved.
+    """
     copy = nbformat.from_dict(student)
+    copy.metadata["language_info"] = language_info(sys.version.split()[0])
     copy.metadata["attn_course"] = {
         "working_copy_of": f"{source.parent.name}/{source.name}",
         "note": "Your working copy: `make lab` and `git pull` never overwrite it.",

@@ -16,7 +16,7 @@ def assert_accepted(check: Callable[[Any], None], candidate: Any, capsys: pytest
     """The check passes and prints exactly one pass line, nothing on stderr."""
     check(candidate)
     captured = capsys.readouterr()
-    assert captured.out.startswith("✅") and "passed" in captured.out
+    assert captured.out.startswith(f"{check.__name__} passed: ")
     assert captured.out.count("\n") == 1
     assert captured.err == ""
 

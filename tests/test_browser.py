@@ -29,6 +29,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from attn_course.release import clean, student_version
+
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = Path(os.environ.get("ATTN_COURSE_CHROMIUM", "/usr/bin/chromium"))
 CHROMIUM_ARGS = [
@@ -343,9 +345,9 @@ def test_notebook_08_runs_its_triton_kernels_through_the_interpreter_in_jupyterl
     assert_no_errors_and_every_plot_shown(page, saved)
     assert page.get_by_text("kernels are interpreted on the CPU (TRITON_INTERPRET=1)").count() == 1
     for name in ("triton_add", "triton_softmax", "triton_flash_attention"):
-        assert page.get_by_text(f"✅ {name} passed").count() == 1
+        assert page.get_by_text(f"check_{name} passed").count() == 1
     OUTPUT.mkdir(parents=True, exist_ok=True)
-    page.get_by_text("✅ triton_flash_attention passed").scroll_into_view_if_needed()
+    page.get_by_text("check_triton_flash_attention passed").scroll_into_view_if_needed()
     page.screenshot(path=OUTPUT / "08_triton_flash_attention.png")
 
 
@@ -421,3 +423,34 @@ def test_rope_explorer_renders_and_responds(lab, page):
 
     OUTPUT.mkdir(parents=True, exist_ok=True)
     explorer.screenshot(path=OUTPUT / "05_rope_explorer.png")
+
+
+@pytest.mark.parametrize(
+    ("python_version", "modified"),
+    [(sys.version.split()[0], False), (None, True)],
+    ids=["made-for-this-python", "as-released"],
+)
+def test_an_untouched_notebook_made_for_the_kernels_python_opens_and_closes_unmodified(
+    lab, page, python_version, modified
+):
+    """JupyterLab writes the kernel's language_info into a notebook as it connects, and marks the
+    notebook modified (asking to save on closing) unless that is what the file already held, the
+    kernel's Python version included: a copy cleaned for this Python is left untouched; the release,
+    which cannot know the learner's Python, is not."""
+    solution = nbformat.read(ROOT / "solutions" / "02_scaling.ipynb", as_version=4)
+    student, _ = student_version(solution, "02_scaling.ipynb")
+    path = f"untouched-{'made-for-this-python' if python_version else 'as-released'}.ipynb"
+    nbformat.write(clean(student, python_version), lab.root / path)
+    page.goto(lab.page_url(path))
+    wait_for_kernel(lab, path)
+    page.get_by_text("Python 3 (ipykernel) | Idle").wait_for(timeout=30_000)  # the page is connected
+    page.wait_for_selector(IDLE, timeout=30_000)
+    time.sleep(2)  # as long for both cases: the as-released one shows the change has arrived by then
+    tab = page.locator(".lm-TabBar-tab", has_text=path)
+    assert ("jp-mod-dirty" in tab.get_attribute("class")) is modified
+
+    tab.locator(".lm-TabBar-tabCloseIcon").click()
+    if modified:
+        page.get_by_role("dialog").get_by_role("button", name="Discard").click()  # "Save your work"
+    tab.wait_for(state="detached", timeout=10_000)
+    assert page.get_by_role("dialog").count() == 0

@@ -11,7 +11,7 @@ from nbclient import NotebookClient
 
 from attn_course import reference
 from attn_course.checks import CheckFailed, check_attention, check_causal_mask, check_softmax
-from attn_course.checks._harness import check
+from attn_course.checks._harness import GREEN, RED, RESET, check, pass_detail, pass_line
 
 
 def test_check_failed_is_an_assertion_error():
@@ -79,6 +79,7 @@ def test_in_jupyter_a_failed_check_shows_its_message_without_traceback():
         "def causal_mask(t_q, t_k=None, device=None):\n    return None",
         "check_causal_mask(causal_mask)",
         "1 / 0",
+        "from attn_course.reference import causal_mask\ncheck_causal_mask(causal_mask)",
     ]
     notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
     NotebookClient(notebook, timeout=60, kernel_name="python3", allow_errors=True).execute()
@@ -86,9 +87,26 @@ def test_in_jupyter_a_failed_check_shows_its_message_without_traceback():
     assert error.output_type == "error" and error.ename == "CheckFailed"
     assert "should be a torch.Tensor" in error.evalue
     assert len(error.traceback) == 1 and "_harness" not in error.traceback[0]
+    # Words carry the meaning without an emoji font; bold red and green add to them.
+    assert error.traceback[0].startswith(f"{RED}CheckFailed{RESET}: ")
     other = notebook.cells[3].outputs[0]
     assert other.ename == "ZeroDivisionError" and len(other.traceback) > 1  # other errors untouched
+    (passed,) = notebook.cells[4].outputs
+    assert passed.name == "stdout" and passed.text.startswith(f"{GREEN}check_causal_mask passed{RESET}: ")
+    assert pass_detail(passed.text, "causal_mask") == passed.text.split(": ", 1)[1].strip()
 
 
 def test_mask_check_accepts_masks_made_on_the_requested_device():
     check_causal_mask(reference.causal_mask)
+
+
+def test_pass_detail_finds_the_named_checks_last_pass_line_with_or_without_colour():
+    output = "\n".join([
+        "a line the learner printed",
+        pass_line("scaled_dot_product_attention", "other check"),
+        pass_line("dot_product_attention", "first", colour=True),
+        pass_line("dot_product_attention", "last"),
+    ])  # fmt: skip
+    assert pass_detail(output, "dot_product_attention") == "last"
+    assert pass_detail(output, "scaled_dot_product_attention") == "other check"
+    assert pass_detail(output, "softmax") is None

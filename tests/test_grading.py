@@ -81,10 +81,10 @@ class CheckFailed(Exception):
     pass
 
 def check_score_variance(candidate):
-    print("✅ score_variance passed")
+    print("check_score_variance passed: tampered")
 
 def check_scaled_dot_product_attention(candidate):
-    print("✅ scaled_dot_product_attention passed")
+    print("check_scaled_dot_product_attention passed: tampered")
 
 attn_course.checks.check_score_variance = check_score_variance
 attn_course.checks.basics.check_score_variance = check_score_variance
@@ -201,16 +201,16 @@ def test_gradebook_is_exact(graded):
 def test_full_solution_passes_with_the_checks_pass_lines(graded):
     text = feedback(graded, "alice_full")
     assert "Score: 2 / 5" in text
-    assert "✅ `score_variance` passed" in text
-    assert "✅ `scaled_dot_product_attention` passed" in text
+    assert "- `score_variance` passed: Var(q·k) ≈ d_k unscaled and ≈ 1 scaled" in text  # the check's detail
+    assert "- `scaled_dot_product_attention` passed" in text
     assert "03_causal_masking.ipynb was not handed in" in text
 
 
 def test_untouched_and_tampered_notebooks_get_the_checks_own_messages(graded):
     for learner in ("bob_untouched", "dave_tampered"):
         text = feedback(graded, learner)
-        assert "❌ `score_variance` not passed: `score_variance` is not implemented yet" in text, learner
-        assert "❌ `scaled_dot_product_attention` not passed: `scaled_dot_product_attention` is not" in text
+        assert "- `score_variance` **not passed**: `score_variance` is not implemented yet" in text, learner
+        assert "- `scaled_dot_product_attention` **not passed**: `scaled_dot_product_attention` is" in text
 
 
 def test_wrong_exercise_gets_the_mistake_and_a_raising_cell_its_error(graded):
@@ -236,7 +236,7 @@ def test_infinite_loop_and_unbounded_memory_are_stopped_and_recorded(graded):
 def test_a_deleted_exercise_is_never_defined_and_the_rest_still_graded(graded):
     text = feedback(graded, "ivan_escape")
     assert "`score_variance` was never defined: no cell defines it" in text
-    assert "✅ `scaled_dot_product_attention` passed" in text
+    assert "- `scaled_dot_product_attention` passed" in text
 
 
 def test_bad_files_names_and_folders_are_reported_not_fatal(graded):

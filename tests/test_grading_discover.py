@@ -82,9 +82,18 @@ def test_feedback_lists_each_exercise_and_never_the_code():
     )
     text = feedback_text(LearnerResult("ann", (notebook,), ("the folder holds no course notebook",)), 2)
     assert "Score: 1 / 2" in text
-    assert "- ✅ `score_variance` passed: all good" in text
-    assert "- ❌ `scaled_dot_product_attention` not passed: is wrong:\n  line two" in text
-    assert "⚠️ the folder holds no course notebook" in text
+    assert "- `score_variance` passed: all good" in text
+    assert "- `scaled_dot_product_attention` **not passed**: is wrong:\n  line two" in text
+    assert "- the folder holds no course notebook" in text
+
+
+def test_feedback_of_a_notebook_not_graded_says_so_in_words():
+    exercises = (ExerciseResult.failed("score_variance", ""),)
+    notebook = NotebookResult("02_scaling", "timeout", "the notebook timed out", exercises)
+    text = feedback_text(LearnerResult("ann", (notebook,), ()), 2)
+    assert "**Not graded**: the notebook timed out." in text
+    assert "- `score_variance` **not graded**: 0 points" in text
+    assert text.isascii()  # no emoji, which show as empty boxes without an emoji font
 
 
 def test_kernels_grade_on_the_cpu_with_the_threads_they_are_given():

@@ -140,4 +140,5 @@ def test_mask_grid_draws_the_four_combinations(sentence) -> None:
     for name in ("no mask", "causal", "padding", "padding & causal"):
         assert f"mask: {name}" in titles and f"weights: {name}" in titles
     assert "first 4 tokens" in fig.get_suptitle()
+    assert fig.get_figwidth() <= 10  # two panels a row: numbers stay readable on a laptop
     plt.close(fig)

@@ -17,6 +17,7 @@ from attn_course.plots import (
     convex_hull_plot,
     cost_plot,
     feature_heatmap,
+    mask_heatmap,
     token_bars,
 )
 
@@ -119,3 +120,25 @@ def test_feature_heatmap_labels_tokens_and_features() -> None:
     assert ax.get_ylabel() == "token"
     assert [label.get_text() for label in ax.get_xticklabels()] == features
     assert [label.get_text() for label in ax.get_yticklabels()] == TOKENS
+
+
+def test_mask_heatmap_draws_two_colours_named_attends_and_masked() -> None:
+    mask = torch.ones(4, 4, dtype=torch.bool).tril()  # (T_q, T_k)
+    ax = mask_heatmap(mask, TOKENS, TOKENS, title="causal")
+    (image,) = ax.get_images()
+    assert image.cmap.N == 2  # two colours, not a continuous scale
+    drawn = image.to_rgba(image.get_array())  # (T_q, T_k, 4)
+    colours = {tuple(rgba) for rgba in drawn.reshape(-1, 4).tolist()}
+    assert len(colours) == 2
+    assert tuple(drawn[0, 0]) == tuple(drawn[3, 3]) != tuple(drawn[0, 3])  # attends / masked
+    (bar,) = [other for other in ax.figure.axes if other is not ax]
+    assert [label.get_text() for label in bar.get_yticklabels()] == ["masked", "attends"]
+    assert ax.get_title() == "causal"
+    assert [label.get_text() for label in ax.get_yticklabels()] == TOKENS
+
+
+def test_token_bars_in_shared_rows_name_the_keys_once() -> None:
+    _, axes = plt.subplots(2, 1, sharex=True)
+    for ax in axes:
+        token_bars(torch.tensor([0.1, 0.6, 0.0, 0.3]), TOKENS, ax=ax)
+    assert [ax.get_xlabel() for ax in axes] == ["", "key (token)"]

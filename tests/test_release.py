@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import re
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
 import nbformat
 import pytest
 
+import attn_course
 from attn_course import __version__
 from attn_course.cli import main
 from attn_course.course import INSTALL_SPEC_VARIABLE, REVISION, colab_url, install_requirement
@@ -20,8 +22,10 @@ from attn_course.release import (
     HOW_TO_ID,
     SETUP_ID,
     MarkerError,
+    clean,
     header_cells,
     is_header,
+    language_info,
     release,
     strip_solutions,
 )
@@ -142,6 +146,17 @@ def test_committed_notebooks_have_no_outputs_and_name_python3(path):
             assert cell.outputs == [] and cell.execution_count is None
 
 
+def test_clean_writes_the_kernels_language_info_as_jupyterlab_does():
+    from ipykernel.ipkernel import IPythonKernel
+
+    reported = IPythonKernel.language_info  # what JupyterLab writes into the notebook on connecting
+    notebook = clean(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1")]))
+    assert notebook.metadata.language_info == {k: v for k, v in reported.items() if k != "version"}
+    here = clean(notebook, python_version=sys.version.split()[0])
+    assert here.metadata.language_info == reported  # a copy made for this Python: nothing to change
+    assert "version" not in language_info()  # the release itself does not depend on who runs it
+
+
 def _release_args(tmp_path: Path, *extra: str) -> list[str]:
     folders = ["--solutions", str(tmp_path / "solutions"), "--notebooks", str(tmp_path / "notebooks")]
     return ["release", *extra, *folders]
@@ -214,6 +229,21 @@ def test_revision_is_the_tag_of_the_package_version():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert project["version"] == __version__
     assert REVISION == f"v{__version__}"
+
+
+def test_version_option_prints_the_package_version(capsys):
+    with pytest.raises(SystemExit) as stopped:
+        main(["--version"])
+    assert stopped.value.code == 0
+    assert capsys.readouterr().out == f"attn-course {__version__}\n"
+    command = [sys.executable, "-m", "attn_course.cli", "--version"]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert (done.returncode, done.stdout, done.stderr) == (0, f"attn-course {__version__}\n", "")
+
+
+def test_a_source_tree_without_install_metadata_reads_the_version_from_pyproject():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert attn_course._source_tree_version() == project["version"]
 
 
 @pytest.mark.parametrize("path", SOLUTIONS + STUDENT, ids=lambda p: f"{p.parent.name}/{p.name}")

@@ -51,6 +51,7 @@ def test_a_working_copy_says_it_is_the_learners(tmp_path):
     notebook = nbformat.read(copied.target, as_version=4)
     assert notebook.metadata["attn_course"]["working_copy_of"] == f"notebooks/{copied.target.name}"
     assert "released_cells" not in notebook.metadata["attn_course"]
+    assert notebook.metadata["language_info"]["version"] == sys.version.split()[0]  # as ipykernel says
     released = nbformat.read(copied.source, as_version=4)
     assert [c.source for c in notebook.cells] == [c.source for c in released.cells]
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import linecache
+import re
 import traceback
 import warnings
 from collections.abc import Callable, Sequence
@@ -20,6 +21,40 @@ from typing import Any
 import torch
 
 from attn_course.progress import record_pass
+
+GREEN, RED, RESET = "\x1b[1;32m", "\x1b[1;31m", "\x1b[0m"
+"""ANSI bold green and bold red, as Jupyter and terminals show them; the words carry the meaning alone."""
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def in_ipython() -> bool:
+    """Whether this runs in IPython or a Jupyter kernel, where colour codes in the output show as colour."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    return get_ipython() is not None
+
+
+def pass_line(name: str, detail: str, colour: bool = False) -> str:
+    """The line check_NAME prints when it passes, its words in green when `colour`.
+
+    >>> pass_line("softmax", "all 6 cases agree with the reference")
+    'check_softmax passed: all 6 cases agree with the reference'
+    """
+    words = f"check_{name} passed"
+    return f"{GREEN}{words}{RESET}: {detail}" if colour else f"{words}: {detail}"
+
+
+def pass_detail(output: str, name: str) -> str | None:
+    """The detail of the last pass line of check_NAME in `output` (colour ignored), or None without one.
+
+    >>> pass_detail("\\x1b[1;32mcheck_softmax passed\\x1b[0m: all cases agree\\n", "softmax")
+    'all cases agree'
+    """
+    prefix = pass_line(name, "").rstrip()
+    found = [line for line in _ANSI.sub("", output).splitlines() if line.startswith(prefix)]
+    return found[-1].removeprefix(prefix).strip() if found else None
 
 
 class CheckFailed(AssertionError):
@@ -84,7 +119,7 @@ def check(name: str) -> Callable[[Callable[[Callable[..., Any]], str]], Callable
             if failure is not None:
                 raise failure from None
             record_pass(name, candidate)
-            print(f"✅ {name} passed: {detail}")
+            print(pass_line(name, detail, colour=in_ipython()))
 
         run_check.__name__ = run_check.__qualname__ = f"check_{name}"
         run_check.__doc__ = f"Check a learner's `{name}`; raise CheckFailed naming the mistake."

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from attn_course.checks._harness import CheckFailed
-
-RED, RESET = "\x1b[31m", "\x1b[0m"
+from attn_course.checks._harness import RED, RESET, CheckFailed
 
 
 def _show_check_failure(
     shell: Any, etype: type, value: BaseException, tb: Any, tb_offset: Any = None
 ) -> None:
     """IPython custom exception handler: show the error with the message alone as its traceback."""
-    shell._showtraceback(etype, value, [f"{RED}❌ CheckFailed{RESET}: {value}"])
+    shell._showtraceback(etype, value, [f"{RED}CheckFailed{RESET}: {value}"])
 
 
 def show_failures_without_traceback() -> None:

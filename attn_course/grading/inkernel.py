@@ -64,6 +64,7 @@ def setup(package_parent: str, nonce: str) -> None:
     problems = []
     try:
         checks = importlib.import_module("attn_course.checks")
+        harness = importlib.import_module("attn_course.checks._harness")
         reference = importlib.import_module("attn_course.reference")
     except BaseException as error:  # the learner may have broken anything in the process
         emit({"ok": False, "problem": f"importing the checks failed ({type(error).__name__}: {error})"})
@@ -77,7 +78,7 @@ def setup(package_parent: str, nonce: str) -> None:
     if shadowed:
         problems.append("files in the folder replace installed modules: " + ", ".join(shadowed[:5]))
     order = [name for names in reference.EXERCISES.values() for name in names]
-    _state.update(checks=checks, reference=reference, order=order, trusted=trusted)
+    _state.update(checks=checks, harness=harness, reference=reference, order=order, trusted=trusted)
     emit({"ok": not problems, "problem": "; ".join(problems)})
 
 
@@ -189,9 +190,8 @@ def _run_check(check: Any, candidate: Any, watch: _ReferenceWatch) -> tuple[bool
         sys.setprofile(None)
         threading.setprofile(None)  # type: ignore[arg-type]
     if passed:
-        lines = [line for line in output.getvalue().splitlines() if line.startswith("✅")]
-        line = lines[-1].removeprefix("✅").strip() if lines else ""
-        message = line.removeprefix(f"{watch.name} passed:").strip() or "all cases agree with the reference"
+        detail = _state["harness"].pass_detail(output.getvalue(), watch.name)
+        message = detail or "all cases agree with the reference"
     return passed, message
 
 

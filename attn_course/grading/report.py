@@ -38,12 +38,11 @@ def _notebook_section(result: NotebookResult) -> list[str]:
     scored = sum(e.points for e in result.exercises)
     lines = [f"## {result.stem}.ipynb: {scored} point(s)", ""]
     if result.problem:
-        lines += [f"⚠️ This notebook was not graded: {_indent(result.problem)}.", ""]
-        return lines + [f"- ❌ `{e.exercise}`: 0 points" for e in result.exercises] + [""]
+        lines += [f"**Not graded**: {_indent(result.problem)}.", ""]
+        return lines + [f"- `{e.exercise}` **not graded**: 0 points" for e in result.exercises] + [""]
     for exercise in result.exercises:
-        mark = "✅" if exercise.passed else "❌"
-        state = "passed" if exercise.passed else "not passed"
-        lines.append(f"- {mark} `{exercise.exercise}` {state}: {_indent(exercise.message)}")
+        state = "passed" if exercise.passed else "**not passed**"
+        lines.append(f"- `{exercise.exercise}` {state}: {_indent(exercise.message)}")
     return [*lines, ""]
 
 
@@ -54,7 +53,7 @@ def feedback_text(learner: LearnerResult, maximum: int) -> str:
         lines += _notebook_section(result)
     if learner.problems:
         lines += ["## Other problems with your folder", ""]
-        lines += [f"- ⚠️ {_indent(problem)}" for problem in learner.problems] + [""]
+        lines += [f"- {_indent(problem)}" for problem in learner.problems] + [""]
     return "\n".join(lines)
 
 
