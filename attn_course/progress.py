@@ -72,7 +72,7 @@ def yours_if_passed(candidate: Candidate, name: str | None = None) -> Candidate:
     `name` is the exercise's name, by default the candidate's own (`softmax` for a function
     `softmax`). One line per exercise and cell says which version runs.
     """
-    name = name or getattr(candidate, "__name__", "")
+    name = name or str(getattr(candidate, "__name__", ""))
     if has_passed(name, candidate):
         _announce(name, "yours", f"Using your `{name}` (check_{name} passed).")
         return candidate

@@ -19,10 +19,12 @@ solution is left alone (removed only when forced, and only if a release wrote it
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import nbformat
 
@@ -37,7 +39,7 @@ CODE_STUB = (
 )
 MARKDOWN_STUB = "*Your answer here.*"
 KERNELSPEC = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
-LANGUAGE_INFO = {
+LANGUAGE_INFO: dict[str, Any] = {
     "codemirror_mode": {"name": "ipython", "version": 3},
     "file_extension": ".py",
     "mimetype": "text/x-python",
@@ -224,7 +226,7 @@ def with_header(
     return notebook
 
 
-def language_info(python_version: str | None = None) -> dict:
+def language_info(python_version: str | None = None) -> dict[str, Any]:
     """The notebook's language_info as the python3 kernel reports it, with `python_version` if given.
 
     JupyterLab writes the kernel's language_info and kernelspec into a notebook as its kernel
@@ -236,7 +238,7 @@ def language_info(python_version: str | None = None) -> dict:
     >>> language_info("3.12.4")["version"], language_info()["pygments_lexer"]
     ('3.12.4', 'ipython3')
     """
-    info = {**LANGUAGE_INFO, "codemirror_mode": dict(LANGUAGE_INFO["codemirror_mode"])}
+    info = copy.deepcopy(LANGUAGE_INFO)
     return info if python_version is None else {**info, "version": python_version}
 
 
