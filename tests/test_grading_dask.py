@@ -7,8 +7,13 @@ outputs must be the same bytes.
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
+import subprocess
+import sys
 import tarfile
+import time
 from io import BytesIO
 from pathlib import Path
 
@@ -105,3 +110,28 @@ def test_an_unreachable_scheduler_is_named_and_exits_non_zero(tmp_path, capsys):
         code = main(["grade", str(tmp_path / "subs"), "--out", str(tmp_path / "out"), "--scheduler", address])
     assert code == 2
     assert f"cannot reach the Dask scheduler at {address}" in capsys.readouterr().err
+
+
+def test_a_kernel_factory_outlives_no_killed_worker(tmp_path):
+    """A worker killed without closing its kernel factory (zygote) leaves none running."""
+    script = (
+        "import time\n"
+        "from attn_course.grading.execute import Limits, kernel_env\n"
+        "from attn_course.grading.zygote import Zygote\n"
+        "print(Zygote(kernel_env(Limits())).process.pid, flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    worker = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    zygote = int(worker.stdout.readline())
+    os.kill(zygote, 0)  # running
+    worker.kill()
+    worker.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(zygote, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.2)
+    os.kill(zygote, signal.SIGKILL)
+    pytest.fail("the kernel factory kept running after its worker was killed")
