@@ -5,7 +5,11 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
+
 from attn_course.cli import main
+from attn_course.course import install_requirement
+from attn_course.grading.points import notebook_points
 
 ROOT = Path(__file__).resolve().parents[1]
 STEM = "02_scaling"
@@ -49,3 +53,24 @@ def test_a_malformed_notebook_is_reported_not_run(tmp_path, capsys):
     broken.write_text('{"cells": [', encoding="utf-8")
     assert main(["check", str(broken)]) == 1
     assert "not graded: 02_scaling.ipynb: the file is not a notebook" in capsys.readouterr().out
+
+
+def test_the_readmes_github_classroom_workflow_checks_each_notebook_for_its_points():
+    yaml = pytest.importorskip("yaml")
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### GitHub Classroom", 1)[1]
+    workflow = yaml.safe_load(section.split("```yaml\n", 1)[1].split("```", 1)[0])
+    steps = workflow["jobs"]["run-autograding-tests"]["steps"]
+    graders = [s for s in steps if s.get("uses", "").startswith("classroom-resources/autograding-command")]
+    reporter = next(s for s in steps if s.get("uses", "").endswith("autograding-grading-reporter@v1"))
+    assert graders
+    for step in graders:
+        stem = step["with"]["test-name"]
+        assert step["with"]["command"] == f"attn-course check {stem}.ipynb"
+        assert step["with"]["max-score"] == notebook_points(stem)
+        assert install_requirement() in step["with"]["setup-command"]
+        assert (
+            reporter["env"][f"{step['id'].upper()}_RESULTS"]
+            == f"${{{{ steps.{step['id']}.outputs.result }}}}"
+        )
+    assert reporter["with"]["runners"].split(",") == [step["id"] for step in graders]
