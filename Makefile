@@ -14,7 +14,7 @@ LAB_FLAGS ?= $(if $(filter 0,$(shell id -u)),--allow-root)
 LAB_ROOT ?= notebooks
 LAB_EXTRA ?=
 
-.PHONY: setup lab test release bench bench-grade clean
+.PHONY: setup lab test release bench bench-grade bench-grade-dask clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,9 @@ bench: setup
 
 bench-grade: setup
 	$(BIN)/python -m attn_course.grading.bench --learners 30 --jobs 2
+
+bench-grade-dask: setup
+	$(BIN)/python -m attn_course.grading.bench_dask --learners 60 --jobs 2 --workers 1 2 4
 
 clean:
 	rm -rf $(VENV) .pytest_cache
