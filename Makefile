@@ -20,7 +20,7 @@ WORK ?= my-work
 LAB_ROOT ?= $(WORK)
 LAB_EXTRA ?=
 
-.PHONY: setup setup-lab lab test test-gpu release bench bench-grade clean
+.PHONY: setup setup-lab lab test test-gpu release bench bench-grade bench-grade-dask clean
 
 $(BASE):
 	$(PYTHON) -m venv $(VENV)
@@ -63,6 +63,9 @@ bench: setup
 
 bench-grade: setup
 	$(BIN)/python -m attn_course.grading.bench --learners 30 --jobs 2
+
+bench-grade-dask: setup
+	$(BIN)/python -m attn_course.grading.bench_dask --learners 60 --jobs 2 --workers 1 2 4
 
 clean:
 	rm -rf $(VENV) .pytest_cache

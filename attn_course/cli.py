@@ -19,6 +19,10 @@ _WORKSPACE_HELP = (
     "never overwrites a notebook there"
 )
 _GRADE_HELP = "grade a folder of submissions (one folder per learner) into a gradebook and feedback"
+_CHECK_HELP = (
+    "check notebooks before handing them in: run each as the grader will, print each exercise's result"
+)
+_EXPORT_HELP = "export the course for another grading platform (nbgrader, Gradescope)"
 
 
 def _release(args: argparse.Namespace) -> int:
@@ -89,12 +93,56 @@ def _grade(args: argparse.Namespace) -> int:
             timeout=args.timeout,
             memory_gib=args.memory,
             progress=True,
+            scheduler=args.scheduler,
         )
     except (SubmissionsError, OSError) as error:
         print(f"attn-course grade: {error}", file=sys.stderr)
         return 2
     print(summary(report))
     return 1 if report.failures else 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    from attn_course.grading.discover import SubmissionsError
+    from attn_course.grading.selfcheck import all_passed, check_notebooks, report_text
+
+    try:
+        results = check_notebooks(args.notebooks, timeout=args.timeout, memory_gib=args.memory)
+    except SubmissionsError as error:
+        print(f"attn-course check: {error}", file=sys.stderr)
+        return 2
+    print(report_text(args.notebooks, results))
+    return 0 if all_passed(results) else 1
+
+
+def _export_nbgrader(args: argparse.Namespace) -> int:
+    from attn_course.grading.discover import SubmissionsError
+    from attn_course.grading.nbgrader_export import export_nbgrader
+
+    try:
+        done = export_nbgrader(args.solutions, args.course, args.notebooks, timeout=args.timeout)
+    except SubmissionsError as error:
+        print(f"attn-course export nbgrader: {error}", file=sys.stderr)
+        return 2
+    print(
+        f"Wrote {len(done.assignments)} assignment(s) with {done.tests} autograder test(s) to {done.course}"
+    )
+    names = ", ".join(done.assignments)
+    print(f"Next: cd {done.course} && nbgrader generate_assignment ASSIGNMENT (one of: {names})")
+    return 0
+
+
+def _export_gradescope(args: argparse.Namespace) -> int:
+    from attn_course.grading.discover import SubmissionsError
+    from attn_course.grading.gradescope import export_gradescope
+
+    try:
+        done = export_gradescope(args.zip, args.notebooks, timeout=args.timeout, memory_gib=args.memory)
+    except SubmissionsError as error:
+        print(f"attn-course export gradescope: {error}", file=sys.stderr)
+        return 2
+    print(f"Wrote {done.zip}: an autograder for {', '.join(done.notebooks)}. Upload it to Gradescope.")
+    return 0
 
 
 def _bench(args: argparse.Namespace) -> int:
@@ -137,6 +185,13 @@ def _positive(kind: type) -> object:
     return parse
 
 
+def _limit_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--timeout", type=_positive(float), default=180.0, metavar="SECONDS",
+                        help="time limit of a notebook's cells, and of its checks (default 180)")  # fmt: skip
+    parser.add_argument("--memory", type=_positive(float), default=4.0, metavar="GIB",
+                        help="memory limit of each notebook's kernel in GiB (default 4)")  # fmt: skip
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command-line interface of attn-course."""
     parser = argparse.ArgumentParser(prog="attn-course", description=__doc__)
@@ -166,7 +221,27 @@ def build_parser() -> argparse.ArgumentParser:
                      help="time limit of each notebook's cells, and of its checks (default 180)")  # fmt: skip
     gra.add_argument("--memory", type=_positive(float), default=4.0, metavar="GIB",
                      help="memory limit of each notebook's kernel in GiB (default 4)")  # fmt: skip
+    gra.add_argument("--scheduler", metavar="ADDRESS",
+                     help="grade on a Dask cluster at this scheduler address (tcp://host:8786)")  # fmt: skip
     gra.set_defaults(run=_grade)
+    che = commands.add_parser("check", help=_CHECK_HELP, description=_CHECK_HELP)
+    che.add_argument("notebooks", type=Path, nargs="+", metavar="NOTEBOOK", help="e.g. 02_scaling.ipynb")
+    _limit_options(che)
+    che.set_defaults(run=_check)
+    exp = commands.add_parser("export", help=_EXPORT_HELP, description=_EXPORT_HELP)
+    platforms = exp.add_subparsers(dest="platform", required=True)
+    nbg = platforms.add_parser("nbgrader", help="write an nbgrader course: one assignment per notebook")
+    nbg.add_argument("course", type=Path, metavar="COURSE_DIR", help="the nbgrader course folder to write")
+    nbg.add_argument("--solutions", type=Path, default=Path("solutions"), help="default: solutions")
+    nbg.add_argument("--notebooks", nargs="+", metavar="NAME", help="e.g. 02_scaling (default: all)")
+    nbg.add_argument("--timeout", type=_positive(float), default=180.0, metavar="SECONDS",
+                     help="nbgrader's time limit for each cell (default 180)")  # fmt: skip
+    nbg.set_defaults(run=_export_nbgrader)
+    gsc = platforms.add_parser("gradescope", help="write a Gradescope autograder zip")
+    gsc.add_argument("zip", type=Path, metavar="OUT.zip", help="the autograder zip to write")
+    gsc.add_argument("--notebooks", nargs="+", metavar="NAME", help="notebooks to grade (default: all)")
+    _limit_options(gsc)
+    gsc.set_defaults(run=_export_gradescope)
     ben = commands.add_parser("bench", help=_BENCH_HELP, description=_BENCH_HELP)
     ben.add_argument("--device", help="cpu or cuda (default: cuda where there is one)")
     ben.add_argument("--dtype", nargs="+", choices=["float32", "float16", "bfloat16"],

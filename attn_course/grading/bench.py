@@ -19,6 +19,14 @@ from attn_course.grading.report import summary
 TARGET_SECONDS = 90.0
 
 
+def build_submissions(submissions: Path, learners: int, notebook: Path) -> None:
+    """`learners` learner folders in `submissions`, each holding a copy of `notebook`."""
+    for number in range(learners):
+        folder = submissions / f"learner_{number:03d}"
+        folder.mkdir(parents=True)
+        shutil.copyfile(notebook, folder / notebook.name)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Build the submissions in a temporary folder, grade them, print the wall time."""
     parser = argparse.ArgumentParser(prog="python -m attn_course.grading.bench", description=__doc__)
@@ -28,10 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="attn-grade-bench-") as temporary:
         submissions, out = Path(temporary, "submissions"), Path(temporary, "out")
-        for number in range(args.learners):
-            folder = submissions / f"learner_{number:03d}"
-            folder.mkdir(parents=True)
-            shutil.copyfile(args.notebook, folder / args.notebook.name)
+        build_submissions(submissions, args.learners, args.notebook)
         start = time.perf_counter()
         report = grade(submissions, out, jobs=args.jobs, progress=True)
         seconds = time.perf_counter() - start

@@ -117,3 +117,25 @@ def discover(submissions: Path) -> tuple[list[Learner], list[str]]:
         if not p.is_dir() or p.is_symlink()
     ]
     return learners, problems
+
+
+def course_notebooks(names: list[str] | tuple[str, ...] | None) -> tuple[str, ...]:
+    """The course notebook stems named by `names` (stem, file name or number), in course order.
+
+    None or empty means every course notebook. Raises SubmissionsError naming an unknown name.
+
+    >>> course_notebooks(["02_scaling.ipynb", "01"])
+    ('01_dot_product_attention', '02_scaling')
+    """
+    if not names:
+        return tuple(EXERCISES)
+    chosen = set()
+    for name in names:
+        stem = Path(name).name.removesuffix(".ipynb")
+        found = [s for s in EXERCISES if stem in (s, s.split("_")[0])]
+        if not found:
+            raise SubmissionsError(
+                f"{name!r} is not a course notebook (expected one of: {', '.join(EXERCISES)})"
+            )
+        chosen.add(found[0])
+    return tuple(s for s in EXERCISES if s in chosen)

@@ -60,42 +60,39 @@ def _inside(path: Path, folder: Path) -> bool:
     return path == folder or folder in path.parents
 
 
-def grade(
-    submissions: Path,
-    out: Path,
-    *,
-    jobs: int = 2,
-    timeout: float = DEFAULT_TIMEOUT,
+def make_limits(
+    hidden: tuple[str, ...], *, jobs: int = 2, timeout: float = DEFAULT_TIMEOUT,
     memory_gib: float = DEFAULT_MEMORY_GIB,
-    progress: bool = False,
-    fork: bool = True,
-) -> GradeReport:
-    """Grade every learner folder of `submissions`; write `out/gradebook.csv` and `out/feedback/`.
-
-    Each notebook runs in a fresh kernel in a temporary copy of its learner's folder, with a
-    time and memory limit, and is graded by the course's own checks. Raises SubmissionsError
-    when `submissions` cannot be graded at all (missing, not a folder, `out` inside it).
-    With `fork`, kernels are forked from a process that has imported torch once (see `zygote`).
-    """
-    start = time.perf_counter()
-    if _inside(out, submissions) and submissions.is_dir():
-        raise SubmissionsError(f"--out {out} is inside {submissions}: the grader never writes there")
-    learners, folder_problems = discover(submissions)
-    jobs = max(1, jobs)
-    limits = Limits(
+) -> Limits:  # fmt: skip
+    """The limits of each kernel when `jobs` notebooks run at once on this machine; `hidden` from them."""
+    return Limits(
         timeout=timeout,
         memory=int(memory_gib * 2**30),
-        threads=max(1, (os.cpu_count() or 1) // jobs),
-        hidden=(str(submissions.resolve()), str(out.resolve()), jupyter_runtime_dir()),
+        threads=max(1, (os.cpu_count() or 1) // max(1, jobs)),
+        hidden=(*hidden, jupyter_runtime_dir()),
     )
-    tasks = [(learner, submission) for learner in learners for submission in learner.submissions]
-    zygote = _start_zygote(limits) if tasks and fork else None
+
+
+def grade_tasks(
+    tasks: list[tuple[Learner, Submission]],
+    limits: Limits,
+    *,
+    jobs: int = 2,
+    fork: bool = True,
+    progress: bool = False,
+) -> dict[tuple[str, str], NotebookResult]:
+    """Grade each (learner, notebook) on this machine, `jobs` at a time; results by (learner, stem).
+
+    With `fork` and more than one notebook, kernels are forked from a process that has imported
+    torch once (see `zygote`).
+    """
+    zygote = _start_zygote(limits) if len(tasks) > 1 and fork else None
     if zygote is not None:
         limits = replace(limits, zygote=zygote.socket)
     bar = ProgressBar(len(tasks)) if progress else None
     results: dict[tuple[str, str], NotebookResult] = {}
     try:
-        with ThreadPoolExecutor(max_workers=jobs) as pool:
+        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
             futures = {
                 pool.submit(_grade_one, learner, s, limits): (learner.name, s.stem) for learner, s in tasks
             }
@@ -106,16 +103,53 @@ def grade(
     finally:
         if zygote is not None:
             zygote.close()
+    return results
+
+
+def learner_result(
+    learner: Learner, stems: list[str] | tuple[str, ...], results: dict[tuple[str, str], NotebookResult]
+) -> LearnerResult:
+    """One learner's result on the notebooks `stems` (a notebook without a result: not handed in)."""
+    notebooks = tuple(results.get((learner.name, stem)) or _missing(stem) for stem in stems)
+    return LearnerResult(learner.name, notebooks, learner.problems)
+
+
+def grade(
+    submissions: Path,
+    out: Path,
+    *,
+    jobs: int = 2,
+    timeout: float = DEFAULT_TIMEOUT,
+    memory_gib: float = DEFAULT_MEMORY_GIB,
+    progress: bool = False,
+    fork: bool = True,
+    scheduler: str | None = None,
+) -> GradeReport:
+    """Grade every learner folder of `submissions`; write `out/gradebook.csv` and `out/feedback/`.
+
+    Each notebook runs in a fresh kernel in a temporary copy of its learner's folder, with a
+    time and memory limit, and is graded by the course's own checks. Raises SubmissionsError
+    when `submissions` cannot be graded at all (missing, not a folder, `out` inside it).
+    With `fork`, kernels are forked from a process that has imported torch once (see `zygote`).
+    With `scheduler` (a Dask scheduler's address), each notebook is graded on the cluster instead
+    (see `dask_runner`), with the same limits; the gradebook and feedback are the same bytes.
+    """
+    start = time.perf_counter()
+    if _inside(out, submissions) and submissions.is_dir():
+        raise SubmissionsError(f"--out {out} is inside {submissions}: the grader never writes there")
+    learners, folder_problems = discover(submissions)
+    tasks = [(learner, submission) for learner in learners for submission in learner.submissions]
+    hidden = (str(submissions.resolve()), str(out.resolve()))
+    limits = make_limits(hidden, jobs=jobs, timeout=timeout, memory_gib=memory_gib)
+    if scheduler is not None:
+        from attn_course.grading.dask_runner import grade_on_cluster
+
+        results = grade_on_cluster(scheduler, tasks, limits, progress=progress)
+    else:
+        results = grade_tasks(tasks, limits, jobs=jobs, fork=fork, progress=progress)
     stems = [stem for stem in EXERCISES if any(stem == s for _, s in results)]
     exercises = tuple(name for stem in stems for name in EXERCISES[stem])
-    graded = tuple(
-        LearnerResult(
-            learner.name,
-            tuple(results.get((learner.name, stem)) or _missing(stem) for stem in stems),
-            learner.problems,
-        )
-        for learner in learners
-    )
+    graded = tuple(learner_result(learner, stems, results) for learner in learners)
     failures = tuple(
         f"{learner.learner}/{n.stem}.ipynb: {n.problem}"
         for learner in graded

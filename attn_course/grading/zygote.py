@@ -62,7 +62,11 @@ def _child(request: dict, server: socket.socket, connection: socket.socket) -> N
 
 
 def serve(path: str) -> None:
-    """Preload, then fork one kernel per request on the Unix socket `path`; print 'ready' first."""
+    """Preload, then fork one kernel per request on the Unix socket `path`; print 'ready' first.
+
+    Exits when the process that started it is gone (a grader or Dask worker killed without closing it).
+    """
+    parent = os.getppid()
     for name in PRELOAD:
         try:
             __import__(name)
@@ -72,9 +76,16 @@ def serve(path: str) -> None:
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(path)
     server.listen(16)
+    server.settimeout(2.0)
     print("ready", flush=True)
     while True:
-        connection, _ = server.accept()
+        try:
+            connection, _ = server.accept()
+        except TimeoutError:
+            if os.getppid() != parent:
+                return
+            continue
+        connection.settimeout(None)
         with connection:
             request = json.loads(connection.makefile("r").readline())
             pid = os.fork()

@@ -1,0 +1,212 @@
+"""A Gradescope autograder: the course's own grader, packed as the zip Gradescope asks for.
+
+`attn-course export gradescope OUT.zip` (`export_gradescope`) writes `setup.sh` and
+`run_autograder` at the zip's root, the course package's source (`course/`, installed by
+`setup.sh` with a CPU build of torch) and `attn_course_autograder.json` (the notebooks to grade
+and the limits). On Gradescope, `run_autograder` runs `python3 -m attn_course.grading.gradescope`
+(`run_autograder` below): it grades the course notebooks in `ROOT/submission` exactly as
+`attn-course grade` grades a learner's folder and writes `ROOT/results/results.json` in
+Gradescope's format: one test per exercise, with the feedback the learner would get, and the
+total. ROOT is `/autograder`, or `$AUTOGRADER_ROOT`. Whatever happens, results.json is written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import zipfile
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import attn_course
+from attn_course import __version__
+from attn_course.grading.discover import Learner, SubmissionsError, course_notebooks, find_learner
+from attn_course.grading.grader import (
+    DEFAULT_MEMORY_GIB,
+    DEFAULT_TIMEOUT,
+    grade_tasks,
+    learner_result,
+    make_limits,
+)
+from attn_course.grading.points import POINTS
+from attn_course.grading.report import feedback_text
+from attn_course.grading.results import LearnerResult
+from attn_course.reference import EXERCISES
+
+CONFIG = "attn_course_autograder.json"
+ROOT_VARIABLE = "AUTOGRADER_ROOT"
+LEARNER = "your submission"
+
+SETUP_SH = """\
+#!/usr/bin/env bash
+# Written by `attn-course export gradescope` (attn-course {version}): Gradescope runs it once, in
+# /autograder/source, to build the autograder's image. It installs the course package at this
+# version, from the copy in course/, with a CPU build of torch (grading runs on the CPU).
+set -euo pipefail
+cd "$(dirname "$0")"
+apt-get update
+apt-get install -y python3 python3-pip
+python3 -m pip install --upgrade pip
+python3 -m pip install torch --index-url https://download.pytorch.org/whl/cpu
+python3 -m pip install ./course
+python3 -c "import attn_course; assert attn_course.__version__ == '{version}', attn_course.__version__"
+"""
+
+RUN_AUTOGRADER = """\
+#!/usr/bin/env bash
+# Written by `attn-course export gradescope` (attn-course {version}): Gradescope runs it for each
+# submission. It grades the course notebooks in $ROOT/submission with the course's own grader and
+# writes $ROOT/results/results.json. ROOT is /autograder unless AUTOGRADER_ROOT says otherwise.
+root="${{AUTOGRADER_ROOT:-/autograder}}"
+python3 -m attn_course.grading.gradescope "$root" "$root/source/{config}"
+status=$?
+if [ ! -s "$root/results/results.json" ]; then  # never an empty result, even if Python could not start
+  mkdir -p "$root/results"
+  message="The autograder could not run (exit status $status): tell your instructor."
+  printf '{{"score": 0, "output": "%s", "tests": []}}\\n' "$message" > "$root/results/results.json"
+fi
+"""
+
+
+class ExportError(SubmissionsError):
+    """The autograder cannot be exported (a notebook name, the zip, the course source)."""
+
+
+@dataclass(frozen=True)
+class GradescopeExport:
+    """What `export_gradescope` wrote."""
+
+    zip: Path
+    """The autograder zip to upload to Gradescope."""
+    notebooks: tuple[str, ...]
+    """The course notebooks its run_autograder grades, by stem."""
+    files: tuple[str, ...]
+    """Every file in the zip."""
+
+
+def _course_source() -> tuple[Path, list[Path]]:
+    """The checkout holding the package (with pyproject.toml) and the files pip needs to install it."""
+    package = Path(attn_course.__file__).resolve().parent
+    root = package.parent
+    if not (root / "pyproject.toml").is_file() or not (root / "README.md").is_file():
+        raise ExportError(
+            f"the course's source (pyproject.toml beside {package}) is not here: run the export from a "
+            "checkout of the course (pip install -e .)"
+        )
+    files = [root / "pyproject.toml", root / "README.md"]
+    files += sorted(p for p in package.rglob("*.py") if "__pycache__" not in p.parts)
+    return root, files
+
+
+def export_gradescope(
+    out: Path,
+    notebooks: list[str] | None = None,
+    *,
+    timeout: float = DEFAULT_TIMEOUT,
+    memory_gib: float = DEFAULT_MEMORY_GIB,
+) -> GradescopeExport:
+    """Write the Gradescope autograder zip `out` for the course notebooks `notebooks` (all by default)."""
+    stems = course_notebooks(notebooks)
+    root, sources = _course_source()
+    config = {"version": __version__, "notebooks": list(stems), "timeout": timeout, "memory_gib": memory_gib}
+    entries: dict[str, tuple[bytes, int]] = {
+        "setup.sh": (SETUP_SH.format(version=__version__).encode(), 0o755),
+        "run_autograder": (RUN_AUTOGRADER.format(version=__version__, config=CONFIG).encode(), 0o755),
+        CONFIG: ((json.dumps(config, indent=2) + "\n").encode(), 0o644),
+    }
+    for path in sources:
+        entries["course/" + path.relative_to(root).as_posix()] = (path.read_bytes(), 0o644)
+    if out.is_dir():
+        raise ExportError(f"{out} is a folder: name the zip file to write (for example autograder.zip)")
+    try:
+        with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+            for name, (data, mode) in entries.items():
+                info = zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0))
+                info.external_attr = (0o100000 | mode) << 16
+                info.compress_type = zipfile.ZIP_DEFLATED
+                archive.writestr(info, data)
+    except OSError as error:
+        if out.is_file():
+            out.unlink()
+        raise ExportError(f"cannot write {out}: {error.strerror or error}") from error
+    return GradescopeExport(out, stems, tuple(entries))
+
+
+def results_json(learner: LearnerResult, seconds: float = 0.0) -> dict:
+    """Gradescope's results.json for one graded submission: a test per exercise, the total, the feedback."""
+    tests = []
+    for number, notebook in enumerate(learner.notebooks, start=1):
+        for part, exercise in enumerate(notebook.exercises, start=1):
+            state = "passed" if exercise.passed else "not passed"
+            tests.append({
+                "name": f"{notebook.stem}: {exercise.exercise}",
+                "number": f"{number}.{part}",
+                "score": exercise.points,
+                "max_score": POINTS[exercise.exercise],
+                "status": "passed" if exercise.passed else "failed",
+                "output": f"{exercise.exercise} {state}: {exercise.message}",
+                "visibility": "visible",
+            })  # fmt: skip
+    maximum = sum(POINTS[name] for n in learner.notebooks for name in EXERCISES[n.stem])
+    return {
+        "score": learner.total,
+        "execution_time": round(seconds),
+        "output": feedback_text(learner, maximum),
+        "output_format": "md",
+        "visibility": "visible",
+        "stdout_visibility": "hidden",
+        "tests": tests,
+    }
+
+
+def _failure(message: str) -> dict:
+    return {"score": 0, "output": message, "visibility": "visible", "tests": []}
+
+
+def grade_submission(root: Path, config: dict) -> dict:
+    """Grade `root/submission` for the notebooks in `config`; Gradescope's results as a dict."""
+    start = time.perf_counter()
+    stems = course_notebooks(config["notebooks"])
+    submission = root / "submission"
+    if submission.is_dir():
+        learner = replace(find_learner(submission), name=LEARNER)
+    else:
+        learner = Learner(LEARNER, submission, (), ("nothing was handed in (no submission folder)",))
+    tasks = [(learner, s) for s in learner.submissions if s.stem in stems]
+    hidden = (str(submission.resolve()), str((root / "results").resolve()))
+    limits = make_limits(hidden, jobs=2, timeout=config["timeout"], memory_gib=config["memory_gib"])
+    results = grade_tasks(tasks, limits, jobs=2)
+    return results_json(learner_result(learner, stems, results), time.perf_counter() - start)
+
+
+def run_autograder(root: Path, config_path: Path) -> Path:
+    """Grade Gradescope's submission under `root` and write `root/results/results.json`; its path."""
+    results = root / "results" / "results.json"
+    results.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+        payload = grade_submission(root, config)
+    except Exception as error:  # the grader's own failure: still a result that says so
+        payload = _failure(
+            f"The autograder failed ({type(error).__name__}: {error}); nothing was graded. "
+            "Tell your instructor."
+        )
+    partial = results.with_suffix(".json.partial")
+    partial.write_text(json.dumps(payload, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    os.replace(partial, results)
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m attn_course.grading.gradescope ROOT CONFIG`, as run_autograder calls it."""
+    args = sys.argv[1:] if argv is None else argv
+    root = Path(args[0] if args else os.environ.get(ROOT_VARIABLE, "/autograder"))
+    config = Path(args[1]) if len(args) > 1 else root / "source" / CONFIG
+    run_autograder(root, config)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,151 @@
+"""Export the course as an nbgrader course: one assignment per notebook, checks as autograder tests.
+
+`attn-course export nbgrader COURSE_DIR` writes `COURSE_DIR/source/<stem>/<stem>.ipynb` from each
+solution notebook and `COURSE_DIR/nbgrader_config.py`. In each notebook, the cell that defines an
+exercise becomes an nbgrader solution cell (its `### BEGIN SOLUTION` region is the one
+`attn-course release` stubs, and the config makes nbgrader write the same stub), and the exercise's
+check cell (`check_NAME(NAME)`) becomes a locked autograder test worth the course's points
+(`points.POINTS`). nbgrader then generates the student version, collects and autogrades as usual.
+
+>>> export_nbgrader(Path("solutions"), Path("course"))  # doctest: +SKIP
+NbgraderExport(course=PosixPath('course'), assignments=(...), tests=22)
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+
+from attn_course import __version__
+from attn_course.grading.discover import SubmissionsError, course_notebooks
+from attn_course.grading.execute import defining_cells
+from attn_course.grading.points import POINTS
+from attn_course.reference import EXERCISES
+from attn_course.release import BEGIN, CODE_STUB, MARKDOWN_STUB, clean, with_header
+
+SCHEMA_VERSION = 3
+"""nbgrader's cell metadata schema."""
+CONFIG = "nbgrader_config.py"
+
+CONFIG_TEXT = """\
+# Written by `attn-course export nbgrader` (attn-course {version}). Run nbgrader from this folder.
+import os
+
+c = get_config()  # noqa: F821  (nbgrader defines it)
+c.CourseDirectory.course_id = "attn-course"
+c.CourseDirectory.assignment_id = ""
+# The stubs `attn-course release` writes, so that nbgrader's student notebooks are the course's own.
+c.ClearSolutions.code_stub = {{"python": {code_stub!r}}}
+c.ClearSolutions.text_stub = {text_stub!r}
+# Each autograded cell may run as long as `attn-course grade --timeout` allows by default.
+c.Execute.timeout = {timeout}
+c.Execute.interrupt_on_timeout = True
+# Grade as `attn-course grade` does: notebooks that train or measure use their reduced budgets,
+# Triton kernels run through Triton's interpreter, and kernels see no GPU (the same scores on every
+# machine). Kernels started by nbgrader inherit this environment.
+os.environ.update({env!r})
+"""
+
+GRADING_ENV = {"ATTN_COURSE_QUICK": "1", "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
+"""What the grader's kernels set (see `execute.kernel_env`) and nbgrader's kernels get too."""
+
+
+class ExportError(SubmissionsError):
+    """A notebook or course folder the export cannot use; the message names it."""
+
+
+@dataclass(frozen=True)
+class NbgraderExport:
+    """What `export_nbgrader` wrote."""
+
+    course: Path
+    """The nbgrader course folder."""
+    assignments: tuple[str, ...]
+    """One assignment per notebook, named by its stem (`source/<stem>/<stem>.ipynb`)."""
+    tests: int
+    """Autograder test cells written, one per exercise."""
+
+
+def _nbgrader(grade_id: str, *, solution: bool, grade: bool, locked: bool, points: int = 0) -> dict:
+    meta = {"grade": grade, "grade_id": grade_id, "locked": locked, "schema_version": SCHEMA_VERSION,
+            "solution": solution, "task": False}  # fmt: skip
+    if grade:
+        meta["points"] = points
+    return meta
+
+
+def _check_cell(notebook: nbformat.NotebookNode, name: str, after: int, where: str) -> int:
+    call = re.compile(rf"^\s*check_{re.escape(name)}\(\s*{re.escape(name)}\s*\)\s*$")
+    for index in range(after + 1, len(notebook.cells)):
+        if notebook.cells[index].cell_type == "code" and call.match(notebook.cells[index].source):
+            return index
+    raise ExportError(f"{where}: no check cell `check_{name}({name})` after the exercise cell of `{name}`")
+
+
+def nbgrader_notebook(solution: nbformat.NotebookNode, stem: str) -> nbformat.NotebookNode:
+    """The nbgrader source version of one solution notebook: solution cells and locked test cells.
+
+    The header is the student notebooks' (its Colab badge opens notebooks/, not solutions/).
+    """
+    notebook = with_header(clean(nbformat.from_dict(solution)), "notebooks", f"{stem}.ipynb")
+    where = f"{stem}.ipynb"
+    marked: set[int] = set()
+    for name in EXERCISES[stem]:
+        cells = [i for i in defining_cells(notebook, name) if BEGIN in notebook.cells[i].source]
+        if not cells:
+            raise ExportError(f"{where}: no cell defines `{name}` inside a `{BEGIN}` region")
+        exercise, check = cells[-1], _check_cell(notebook, name, cells[-1], where)
+        notebook.cells[exercise].metadata["nbgrader"] = _nbgrader(
+            f"{name}-solution", solution=True, grade=False, locked=False
+        )
+        notebook.cells[check].metadata["nbgrader"] = _nbgrader(
+            f"{name}-check", solution=False, grade=True, locked=True, points=POINTS[name]
+        )
+        marked |= {exercise, check}
+    for index, cell in enumerate(notebook.cells):
+        if index not in marked and BEGIN in cell.source:  # an answer outside the exercises: not autograded
+            written = cell.cell_type == "markdown"
+            cell.metadata["nbgrader"] = _nbgrader(
+                f"answer-{index}", solution=True, grade=written, locked=False, points=0
+            )
+    return notebook
+
+
+def export_nbgrader(
+    solutions: Path, course: Path, notebooks: list[str] | None = None, *, timeout: float = 180.0
+) -> NbgraderExport:
+    """Write an nbgrader course to `course` from the solution notebooks in `solutions`."""
+    stems = course_notebooks(notebooks)
+    sources = {stem: solutions / f"{stem}.ipynb" for stem in stems}
+    missing = [str(path) for path in sources.values() if not path.is_file()]
+    if missing:
+        raise ExportError(f"solution notebook(s) not found: {', '.join(missing)} (use --solutions DIR)")
+    converted = {}
+    for stem, path in sources.items():
+        try:
+            solution = nbformat.read(path, as_version=4)
+        except (OSError, ValueError) as error:
+            raise ExportError(f"cannot read {path}: {error}") from error
+        converted[stem] = nbgrader_notebook(solution, stem)
+    if course.exists() and not course.is_dir():
+        raise ExportError(f"{course} exists and is not a folder")
+    try:
+        for stem, notebook in converted.items():
+            folder = course / "source" / stem
+            folder.mkdir(parents=True, exist_ok=True)
+            nbformat.write(notebook, folder / f"{stem}.ipynb")
+        config = CONFIG_TEXT.format(
+            version=__version__,
+            code_stub=CODE_STUB.format(indent=""),
+            text_stub=MARKDOWN_STUB,
+            timeout=int(timeout),
+            env=GRADING_ENV,
+        )
+        (course / CONFIG).write_text(config, encoding="utf-8")
+    except OSError as error:
+        raise ExportError(f"cannot write the nbgrader course to {course}: {error}") from error
+    tests = sum(len(EXERCISES[stem]) for stem in stems)
+    return NbgraderExport(course, stems, tests)

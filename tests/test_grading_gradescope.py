@@ -1,0 +1,154 @@
+"""`attn-course export gradescope`: the zip, and its run_autograder run as Gradescope runs it.
+
+Each case is a Gradescope root in a temporary folder (AUTOGRADER_ROOT): the zip unpacked in
+source/, a submission in submission/. The five run_autograder runs go at once (about one notebook
+run each, the hanging one its short time limit).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from attn_course import __version__
+from attn_course.cli import main
+from attn_course.grading.gradescope import CONFIG
+
+ROOT = Path(__file__).resolve().parents[1]
+STEM = "02_scaling"
+EXERCISES = ["score_variance", "scaled_dot_product_attention"]
+
+
+def _solution() -> nbformat.NotebookNode:
+    return nbformat.read(ROOT / "solutions" / f"{STEM}.ipynb", as_version=4)
+
+
+def _submission(case: str, folder: Path) -> None:
+    folder.mkdir(parents=True)
+    notebook = _solution()
+    if case == "wrong":  # score_variance of unscaled scores whatever `scaled` says
+        cell = next(c for c in notebook.cells if c.source.startswith("def score_variance"))
+        cell.source = (
+            "def score_variance(d_k, n_samples=20_000, scaled=False):\n"
+            "    q, k = torch.randn(n_samples, d_k), torch.randn(n_samples, d_k)\n"
+            "    return (q * k).sum(-1).var().item()"
+        )
+    elif case == "hanging":
+        notebook.cells.insert(3, nbformat.v4.new_code_cell("while True:\n    pass"))
+    if case == "malformed":
+        (folder / f"{STEM}.ipynb").write_text('{"cells": [ not json', encoding="utf-8")
+    elif case != "missing":
+        nbformat.write(notebook, folder / f"{STEM}.ipynb")
+    (folder / "notes.txt").write_text("mine", encoding="utf-8")
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    base = tmp_path_factory.mktemp("gradescope")
+    quick, slow = base / "quick.zip", base / "autograder.zip"
+    for zip_path, timeout in ((slow, "90"), (quick, "4")):
+        options = ["--notebooks", STEM, "--timeout", timeout, "--memory", "2"]
+        assert main(["export", "gradescope", str(zip_path), *options]) == 0
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    processes, before = {}, {}
+    for case in ("correct", "wrong", "hanging", "malformed", "missing"):
+        root = base / case
+        with zipfile.ZipFile(quick if case == "hanging" else slow) as archive:
+            archive.extractall(root / "source")
+        _submission(case, root / "submission")
+        before[case] = _snapshot(root / "submission")
+        processes[case] = subprocess.Popen(
+            ["bash", str(root / "source" / "run_autograder")],
+            env={**env, "AUTOGRADER_ROOT": str(root)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+    results = {}
+    for case, process in processes.items():
+        output, _ = process.communicate(timeout=300)
+        assert process.returncode == 0, output
+        results[case] = json.loads((base / case / "results" / "results.json").read_text(encoding="utf-8"))
+        assert _snapshot(base / case / "submission") == before[case], f"{case}: the submission changed"
+    return slow, results
+
+
+def test_the_zip_has_setup_and_run_autograder_at_its_root_and_the_course_source(runs):
+    slow, _ = runs
+    with zipfile.ZipFile(slow) as archive:
+        names = archive.namelist()
+        modes = {info.filename: info.external_attr >> 16 for info in archive.infolist()}
+        config = json.loads(archive.read(CONFIG))
+        setup = archive.read("setup.sh").decode()
+    assert {"setup.sh", "run_autograder", "course/pyproject.toml", "course/attn_course/checks/__init__.py",
+            "course/attn_course/grading/gradescope.py"} <= set(names)  # fmt: skip
+    assert modes["setup.sh"] & 0o111 and modes["run_autograder"] & 0o111
+    assert config == {"version": __version__, "notebooks": [STEM], "timeout": 90.0, "memory_gib": 2.0}
+    assert "download.pytorch.org/whl/cpu" in setup and "pip install ./course" in setup
+    assert subprocess.run(["bash", "-n", "-c", setup]).returncode == 0
+
+
+def test_a_correct_submission_scores_every_exercise_with_the_checks_pass_lines(runs):
+    result = runs[1]["correct"]
+    assert result["score"] == 2
+    assert [t["name"] for t in result["tests"]] == [f"{STEM}: {name}" for name in EXERCISES]
+    for test in result["tests"]:
+        assert (test["score"], test["max_score"], test["status"]) == (1, 1, "passed")
+        assert set(test) >= {"name", "score", "max_score", "output", "visibility"}
+    assert "Score: 2 / 2" in result["output"]
+
+
+def test_a_wrong_exercise_gets_the_checks_message_and_no_points(runs):
+    result = runs[1]["wrong"]
+    assert result["score"] == 1
+    wrong, right = result["tests"]
+    assert (wrong["score"], wrong["status"]) == (0, "failed")
+    assert "score_variance not passed" in wrong["output"] and "scaled" in wrong["output"]
+    assert right["score"] == 1
+
+
+@pytest.mark.parametrize(
+    ("case", "says"),
+    [("hanging", "timed out after 4 s"), ("malformed", "not a notebook"), ("missing", "was not handed in")],
+)
+def test_hanging_malformed_and_missing_notebooks_give_a_result_that_says_so(runs, case, says):
+    result = runs[1][case]
+    assert result["score"] == 0 and len(result["tests"]) == 2
+    assert all(t["score"] == 0 and says in t["output"] for t in result["tests"]), result
+    assert says in result["output"]
+
+
+def test_export_refuses_unknown_notebooks_and_unwritable_zips(tmp_path, capsys):
+    assert main(["export", "gradescope", str(tmp_path / "a.zip"), "--notebooks", "nope"]) == 2
+    assert "'nope' is not a course notebook" in capsys.readouterr().err
+    assert main(["export", "gradescope", str(tmp_path / "no" / "such" / "a.zip")]) == 2
+    assert "cannot write" in capsys.readouterr().err
+    assert main(["export", "gradescope", str(tmp_path)]) == 2
+    assert "is a folder" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_the_course_in_the_zip_installs_and_is_this_version(runs, tmp_path):
+    slow, _ = runs
+    with zipfile.ZipFile(slow) as archive:
+        archive.extractall(tmp_path / "source")
+    target = tmp_path / "site"
+    install = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index",
+               "--quiet", "--target", str(target), str(tmp_path / "source" / "course")]  # fmt: skip
+    assert subprocess.run(install, capture_output=True).returncode == 0
+    probe = "import attn_course.grading.gradescope as g; print(g.attn_course.__file__, g.__version__)"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"PYTHONPATH": str(target)}
+    command = [sys.executable, "-c", probe]
+    done = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True)
+    assert done.stdout.split() == [str(target / "attn_course" / "__init__.py"), __version__], done.stderr

@@ -1,0 +1,106 @@
+"""`attn-course export nbgrader` with real nbgrader: generate, autograde, same scores as `attn-course grade`.
+
+Notebook 05 (one of the quickest): nbgrader autogrades a solution submission and the untouched
+student version once per module, and `attn-course grade` grades the same two notebooks.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from attn_course.cli import main
+from attn_course.grading.grader import grade
+from attn_course.grading.nbgrader_export import export_nbgrader
+from attn_course.grading.points import POINTS, notebook_points
+from attn_course.reference import EXERCISES
+
+pytest.importorskip("nbgrader", reason="nbgrader is a test dependency: pip install -e '.[dev]'")
+
+ROOT = Path(__file__).resolve().parents[1]
+STEM = "05_rope"
+
+
+def _nbgrader(course: Path, *args: str) -> None:
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    done = subprocess.run(
+        [sys.executable, "-m", "nbgrader", *args], cwd=course, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.fixture(scope="module")
+def autograded(tmp_path_factory):
+    root = tmp_path_factory.mktemp("nbgrader")
+    course = root / "course"
+    assert main(["export", "nbgrader", str(course), "--solutions", str(ROOT / "solutions"),
+                 "--notebooks", STEM]) == 0  # fmt: skip
+    _nbgrader(course, "generate_assignment", STEM)
+    student = nbformat.read(course / "release" / STEM / f"{STEM}.ipynb", as_version=4)
+    source = nbformat.read(course / "source" / STEM / f"{STEM}.ipynb", as_version=4)
+    full = nbformat.from_dict(student)
+    for cell, solved in zip(full.cells, source.cells, strict=True):
+        if cell.metadata.get("nbgrader", {}).get("solution"):
+            cell.source = solved.source
+    subs = root / "submissions"
+    for learner, notebook in (("full", full), ("untouched", student)):
+        for folder in (course / "submitted" / learner / STEM, subs / learner):
+            folder.mkdir(parents=True)
+            nbformat.write(notebook, folder / f"{STEM}.ipynb")
+    _nbgrader(course, "autograde", STEM, "--create")
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
+        scores = {
+            learner: {
+                g.name.removesuffix("-check"): g.score
+                for g in gradebook.find_submission_notebook(STEM, STEM, learner).grades
+            }
+            for learner in ("full", "untouched")
+        }
+    return course, source, student, scores, grade(subs, root / "grades", jobs=2)
+
+
+def test_exercises_are_solution_cells_and_checks_locked_tests_with_the_course_points(autograded):
+    _, source, _, _, _ = autograded
+    meta = [c.metadata["nbgrader"] for c in source.cells if "nbgrader" in c.metadata]
+    tests = [m for m in meta if m["grade"]]
+    assert [m["grade_id"] for m in tests] == [f"{name}-check" for name in EXERCISES[STEM]]
+    assert all(m["locked"] and not m["solution"] for m in tests)
+    assert [m["points"] for m in tests] == [POINTS[name] for name in EXERCISES[STEM]]
+    solutions = [m for m in meta if m["solution"]]
+    assert [m["grade_id"] for m in solutions] == [f"{name}-solution" for name in EXERCISES[STEM]]
+    assert len({m["grade_id"] for m in meta}) == len(meta)
+
+
+def test_nbgrader_writes_the_courses_own_student_notebook(autograded):
+    _, _, student, _, _ = autograded
+    shipped = nbformat.read(ROOT / "notebooks" / f"{STEM}.ipynb", as_version=4)
+    assert [c.source for c in student.cells] == [c.source for c in shipped.cells]
+    assert "solutions/" not in student.cells[0].source  # the Colab badge opens the student notebook
+
+
+def test_autograde_gives_full_marks_and_zero_as_attn_course_grade_does(autograded):
+    _, _, _, scores, report = autograded
+    assert scores["full"] == {name: float(POINTS[name]) for name in EXERCISES[STEM]}
+    assert scores["untouched"] == {name: 0.0 for name in EXERCISES[STEM]}
+    assert sum(scores["full"].values()) == notebook_points(STEM)
+    ours = {learner.learner: {name: float(learner.score(name)) for name in EXERCISES[STEM]}
+            for learner in report.learners}  # fmt: skip
+    assert ours == scores
+
+
+def test_export_refuses_unknown_notebooks_and_missing_solutions(tmp_path, capsys):
+    assert main(["export", "nbgrader", str(tmp_path / "c"), "--notebooks", "09_moe"]) == 2
+    assert "'09_moe' is not a course notebook" in capsys.readouterr().err
+    assert main(["export", "nbgrader", str(tmp_path / "c"), "--solutions", str(tmp_path / "none")]) == 2
+    assert "solution notebook(s) not found" in capsys.readouterr().err
+    assert not (tmp_path / "c").exists()
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(Exception, match="not a folder"):
+        export_nbgrader(ROOT / "solutions", tmp_path / "file", [STEM])
