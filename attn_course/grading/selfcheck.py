@@ -73,13 +73,13 @@ def report_text(paths: list[Path], results: tuple[NotebookResult, ...]) -> str:
         scored = sum(e.points for e in result.exercises)
         lines.append(f"{path}: {scored} / {notebook_points(result.stem)} point(s)")
         if result.problem:
-            lines.append(f"  ⚠️ not graded: {result.problem}")
+            lines.append(f"  not graded: {result.problem}")
         for exercise in result.exercises:
             if exercise.passed:
-                lines.append(f"  ✅ {exercise.exercise}: pass")
+                lines.append(f"  {exercise.exercise}: passed")
             else:
                 message = exercise.message.strip().replace("\n", "\n     ")
-                lines.append(f"  ❌ {exercise.exercise}: {message}")
+                lines.append(f"  {exercise.exercise}: NOT PASSED: {message}")
     verdict = (
         "every exercise passes: ready to hand in" if all_passed(results) else "not every exercise passes"
     )
