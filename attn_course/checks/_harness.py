@@ -26,6 +26,18 @@ class CheckFailed(AssertionError):
     """A learner's implementation is wrong; the message says how, in the learner's terms."""
 
 
+class CheckerError(Exception):
+    """A check itself failed: a bug in the course's checker, never the learner's mistake.
+
+    Not an AssertionError, so that nothing that catches a failed check mistakes it for one: the
+    notebook shows it as the checker's fault and the grader records the exercise as not graded.
+    """
+
+
+REPORT_TO = "please report it to the course staff (or open an issue on the course's repository)"
+"""Where a learner reports a CheckerError."""
+
+
 @dataclass(frozen=True)
 class Mistake:
     """A known wrong implementation and the message that names it."""
@@ -52,45 +64,50 @@ TOLERANCES = {
 }
 
 
-def check(name: str) -> Callable[[Callable[[Callable[..., Any]], str]], Callable[[Any], None]]:
-    """Turn `body(candidate) -> pass detail` into `check_NAME(candidate)`.
+CHECKS: dict[str, Callable[[Any], None]] = {}
+"""Every check by exercise name, filled by `@check` (`check_softmax` is the check of "softmax")."""
 
-    The wrapper rejects what is not callable, seeds torch without disturbing the learner's
-    random state, silences warnings, prints one pass line, and turns any error of the checker
-    itself into a `CheckFailed`, so that no traceback from inside the check is ever shown.
+
+def check(body: Callable[[Callable[..., Any]], str]) -> Callable[[Any], None]:
+    """Turn `def check_NAME(candidate) -> pass detail` into the check of exercise NAME.
+
+    The exercise's name is the function's name without `check_`. The wrapper rejects what is not
+    callable, seeds torch without disturbing the learner's random state, silences warnings, prints
+    one pass line, and turns any error of the checker itself into a `CheckerError` that says so,
+    so that no traceback from inside the check is ever shown and no learner loses points for it.
     """
+    if not body.__name__.startswith("check_"):
+        raise ValueError(f"a check is named check_NAME, not {body.__name__}")
+    name = body.__name__.removeprefix("check_")
 
-    def decorate(body: Callable[[Callable[..., Any]], str]) -> Callable[[Any], None]:
-        @functools.wraps(body)
-        def run_check(candidate: Any) -> None:
-            if not callable(candidate):
-                raise CheckFailed(
-                    f"check_{name} expects your function `{name}` itself, "
-                    f"but got {_describe(candidate)}. Call it as check_{name}({name})."
-                )
-            failure: CheckFailed | None = None
-            try:
-                with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    torch.manual_seed(0)
-                    detail = body(candidate)
-            except CheckFailed as error:
-                failure = CheckFailed(str(error))
-            except Exception as error:  # a bug in the checker, never the learner's fault
-                failure = CheckFailed(
-                    f"the checker for `{name}` itself failed ({type(error).__name__}: {error}). "
-                    "This is not your mistake: please report it to the course staff."
-                )
-            if failure is not None:
-                raise failure from None
-            record_pass(name, candidate)
-            print(f"✅ {name} passed: {detail}")
+    @functools.wraps(body)
+    def run_check(candidate: Any) -> None:
+        if not callable(candidate):
+            raise CheckFailed(
+                f"check_{name} expects your function `{name}` itself, "
+                f"but got {_describe(candidate)}. Call it as check_{name}({name})."
+            )
+        failure: Exception | None = None
+        try:
+            with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                torch.manual_seed(0)
+                detail = body(candidate)
+        except CheckFailed as error:
+            failure = CheckFailed(str(error))
+        except Exception as error:  # a bug in the checker, never the learner's fault
+            failure = CheckerError(
+                f"the checker for `{name}` itself failed ({type(error).__name__}: {error}). This is not "
+                f"your mistake and says nothing about your code: {REPORT_TO}, with this message."
+            )
+        if failure is not None:
+            raise failure from None
+        record_pass(name, candidate)
+        print(f"✅ {name} passed: {detail}")
 
-        run_check.__name__ = run_check.__qualname__ = f"check_{name}"
-        run_check.__doc__ = f"Check a learner's `{name}`; raise CheckFailed naming the mistake."
-        return run_check
-
-    return decorate
+    run_check.__doc__ = f"Check a learner's `{name}`; raise CheckFailed naming the mistake."
+    CHECKS[name] = run_check
+    return run_check
 
 
 def _describe(value: Any) -> str:

@@ -187,7 +187,7 @@ def _check_attention_like(
 # 01_dot_product_attention
 
 
-@check("dot_product_scores")
+@check
 def check_dot_product_scores(candidate: Callable[..., Any]) -> str:
     """Raw scores q·kᵀ, shape (..., T_q, T_k), unscaled."""
     mistakes = [
@@ -225,7 +225,7 @@ def check_dot_product_scores(candidate: Callable[..., Any]) -> str:
     return "4 shapes (T_q ≠ T_k, batch axes, float32/64) and gradients"
 
 
-@check("softmax")
+@check
 def check_softmax(candidate: Callable[..., Any]) -> str:
     """Stable softmax along `dim`; large and -inf inputs."""
     big = torch.tensor([[1e4, 0.0, -1e4, 5e3], [-1e4, -2e4, -1e4 + 1.0, -1.5e4]])
@@ -321,7 +321,7 @@ def _no_keepdim_max(x: torch.Tensor, dim: int) -> torch.Tensor:
     return exps / exps.sum(dim=dim, keepdim=True)
 
 
-@check("dot_product_attention")
+@check
 def check_dot_product_attention(candidate: Callable[..., Any]) -> str:
     """Unscaled softmax(q kᵀ) v, returning (out, weights)."""
     entries = [
@@ -339,7 +339,7 @@ def check_dot_product_attention(candidate: Callable[..., Any]) -> str:
 # 02_scaling
 
 
-@check("scaled_dot_product_attention")
+@check
 def check_scaled_dot_product_attention(candidate: Callable[..., Any]) -> str:
     """softmax(q kᵀ / √d_k) v, returning (out, weights)."""
     entries = [
@@ -379,7 +379,7 @@ def check_scaled_dot_product_attention(candidate: Callable[..., Any]) -> str:
     )
 
 
-@check("score_variance")
+@check
 def check_score_variance(candidate: Callable[..., Any]) -> str:
     """Sample variance of q·k: about d_k unscaled and about 1 scaled."""
     checked = []

@@ -135,7 +135,7 @@ _SOFTMAX_CASES = [  # (shape, block_size, scale, dtype)
 float32 scores far beyond exp's range (so that the maximum must be subtracted)."""
 
 
-@check("online_softmax")
+@check
 def check_online_softmax(candidate: Callable[..., Any]) -> str:
     """Compare with softmax on ragged rows and block sizes; reject a softmax that is not streamed."""
     for shape, block_size, scale, dtype in _SOFTMAX_CASES:
@@ -326,7 +326,7 @@ _ATTENTION_CASES = [  # (q shape, T_k, d_v, is_causal, block_size)
 a diagonal that falls inside blocks, block_size 1 and longer than the sequence, and no batch axis."""
 
 
-@check("flash_attention")
+@check
 def check_flash_attention(candidate: Callable[..., Any]) -> str:
     """Compare with attention over shapes and block sizes; reject a candidate that does not tile."""
     for q_shape, t_k, d_v, is_causal, block_size in _ATTENTION_CASES:

@@ -66,7 +66,7 @@ def _merge_mistakes() -> list[Mistake]:
     ]
 
 
-@check("split_heads")
+@check
 def check_split_heads(candidate: Callable[..., Any]) -> str:
     """(b, t, h·d) -> (b, h, t, d), head i = features i·d … (i+1)·d - 1 of every token."""
     mistakes = _split_mistakes()
@@ -108,7 +108,7 @@ def check_split_heads(candidate: Callable[..., Any]) -> str:
     return "4 shapes, head i = the i-th block of d features, gradients"
 
 
-@check("merge_heads")
+@check
 def check_merge_heads(candidate: Callable[..., Any]) -> str:
     """(b, h, t, d) -> (b, t, h·d), the inverse of split_heads."""
     mistakes = _merge_mistakes()
@@ -298,7 +298,7 @@ _BROADCAST_HINT = (
 )
 
 
-@check("MultiHeadAttention")
+@check
 def check_MultiHeadAttention(candidate: Callable[..., Any]) -> str:
     """Build the learner's layer, copy seeded weights into it and the reference, compare the outputs."""
     if isinstance(candidate, nn.Module):

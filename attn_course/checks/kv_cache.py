@@ -44,7 +44,7 @@ def _as_int(value: Any) -> int | None:
         return None
 
 
-@check("KVCache")
+@check
 def check_KVCache(candidate: Any) -> str:  # noqa: N802 (exercise name)
     """Interleaved appends to three layers; every returned tensor, and length(), against the history."""
     if not isinstance(candidate, type):
@@ -306,7 +306,7 @@ def _replay(attn: nn.Module, xs: list[torch.Tensor], upto: int, knobs: dict[str,
     return out
 
 
-@check("cached_attention")
+@check
 def check_cached_attention(candidate: Callable[..., Any]) -> str:
     """Two layers fed chunks [4, 1, 3, 1, 1] through one KVCache, against each on the whole sequence."""
     d_model, n_heads, t = 12, 3, sum(_CHUNKS)

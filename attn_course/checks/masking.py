@@ -79,7 +79,7 @@ def _causal_mistakes() -> list[Mistake]:
     ]
 
 
-@check("causal_mask")
+@check
 def check_causal_mask(candidate: Callable[..., Any]) -> str:
     """Boolean (t_q, t_k) lower-triangular mask, bottom-right aligned when t_k > t_q."""
     mistakes = _causal_mistakes()
@@ -129,7 +129,7 @@ def _expect_device_respected(candidate: Callable[..., Any]) -> None:
 # padding_mask
 
 
-@check("padding_mask")
+@check
 def check_padding_mask(candidate: Callable[..., Any]) -> str:
     """Boolean (B, t) mask, True for the first lengths[b] positions of row b."""
     mistakes = [
@@ -297,7 +297,7 @@ def _attention_cases() -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, t
     ]
 
 
-@check("attention")
+@check
 def check_attention(candidate: Callable[..., Any]) -> str:
     """Scaled attention with a boolean mask (True = may attend) and bottom-right is_causal."""
     on_out = [Mistake(message, _knob(knobs, 0)) for message, knobs in _ATTENTION_MISTAKES]

@@ -82,7 +82,7 @@ def _frequency_mistakes() -> list[Mistake]:
     ]
 
 
-@check("rope_frequencies")
+@check
 def check_rope_frequencies(candidate: Callable[..., Any]) -> str:
     """θ_i = base^(-2i/d) for i = 0 … d/2 - 1, in float32 or float64."""
     mistakes = _frequency_mistakes()
@@ -260,7 +260,7 @@ def _expect_rope_output(got: Any, x: torch.Tensor, shown: str) -> torch.Tensor:
     return out
 
 
-@check("apply_rope")
+@check
 def check_apply_rope(candidate: Callable[..., Any]) -> str:
     """Interleaved pairs rotated by position·θ_i, positions default to arange(T), x's dtype kept."""
     mistakes = _rope_mistakes()
@@ -434,7 +434,7 @@ def _mha_cases() -> list[dict[str, Any]]:
     ]
 
 
-@check("RotaryMultiHeadAttention")
+@check
 def check_RotaryMultiHeadAttention(candidate: Callable[..., Any]) -> str:  # noqa: N802 (exercise name)
     """RoPE on q and k of every head after the split, with positions, base and bias honoured."""
     name = "RotaryMultiHeadAttention"

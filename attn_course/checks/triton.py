@@ -38,7 +38,7 @@ _ADD_BOUNDS_HINT = (
 )
 
 
-@check("triton_add")
+@check
 def check_triton_add(candidate: Callable[..., Any]) -> str:
     """x + y by the learner's add kernel, for lengths that are and are not multiples of any block."""
     mode = kernel_mode("triton_add", candidate)
@@ -174,7 +174,7 @@ def _softmax_input(case: _SoftmaxCase, mode: Mode) -> torch.Tensor:
     return x
 
 
-@check("triton_softmax")
+@check
 def check_triton_softmax(candidate: Callable[..., Any]) -> str:
     """Row softmax by the learner's kernel: one program per row streaming it in blocks of block_size."""
     mode = kernel_mode("triton_softmax", candidate)

@@ -221,7 +221,7 @@ def _flash_inputs(case: _FlashCase, mode: Mode) -> tuple[torch.Tensor, torch.Ten
     return make(case.t_q), make(case.t_k), make(case.t_k)
 
 
-@check("triton_flash_attention")
+@check
 def check_triton_flash_attention(candidate: Callable[..., Any]) -> str:
     """The learner's FlashAttention kernel against SDPA: ragged, causal, T_q ≠ T_k and strided inputs."""
     mode = kernel_mode("triton_flash_attention", candidate)

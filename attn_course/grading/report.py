@@ -42,7 +42,7 @@ def _notebook_section(result: NotebookResult) -> list[str]:
         return lines + [f"- ❌ `{e.exercise}`: 0 points" for e in result.exercises] + [""]
     for exercise in result.exercises:
         mark = "✅" if exercise.passed else "❌"
-        state = "passed" if exercise.passed else "not passed"
+        state = "passed" if exercise.passed else "not passed" if exercise.graded else "not graded"
         lines.append(f"- {mark} `{exercise.exercise}` {state}: {_indent(exercise.message)}")
     return [*lines, ""]
 
