@@ -118,7 +118,7 @@ DEVELOPMENT = [
     ('RotaryMultiHeadAttention', ROTARY, [('        q = apply_rope(q, positions, self.base)\n        k = apply_rope(k, positions, self.base)\n', '')], 'heir dot products unchanged. Rotate (b, h, t, d_k) tensors.)'),
     ('RotaryMultiHeadAttention', ROTARY, [('q, k, v = self.qkv(x).chunk(3, dim=-1)\n', 'q, k, v = self.qkv(x).chunk(3, dim=-1)\n        q, k = apply_rope(q, positions, self.base), apply_rope(k, positions, self.base)\n'), ('        q = apply_rope(q, positions, self.base)\n        k = apply_rope(k, positions, self.base)\n', '')], 'Split into heads first, (b, h, t, d_k), then rotate q and k.'),
     ('online_softmax', ONLINE_SOFTMAX, [('m = torch.full(x.shape[:-1] + (1,), float("-inf"), dtype=x.dtype)', 'm = torch.zeros(x.shape[:-1] + (1,), dtype=x.dtype)')], "0 is NaN) for very negative rows. Start it at float('-inf')."),
-    ('online_softmax', ONLINE_SOFTMAX, [('total * torch.exp(m - m_new)', 'total * torch.exp(m_new - m)')], 'starts the running maximum at 0'),
+    ('online_softmax', ONLINE_SOFTMAX, [('total * torch.exp(m - m_new)', 'total * torch.exp(m_new - m)')], 'the wrong way round'),
     ('online_softmax', ONLINE_SOFTMAX, [('total * torch.exp(m - m_new)', 'total')], 'um by exp(m_old - m_new), then add exp(block - m_new).sum().'),
     ('online_softmax', ONLINE_SOFTMAX, [('for start in range(0, n, block_size):', 'for start in range(0, n - block_size + 1, block_size):')], '(x[..., start:start + block_size] simply stops at the end).'),
     ('online_softmax', ONLINE_SOFTMAX, [('torch.exp(block - m_new).sum(dim=-1, keepdim=True)', 'torch.exp(block - m).sum(dim=-1, keepdim=True)')], 'he very exponentials you return (after subtracting the max).'),
