@@ -10,9 +10,11 @@ import math
 
 import torch
 
+from attn_course.exercise import exercise
 from attn_course.masking import causal_mask
 
 
+@exercise("01_dot_product_attention", 1)
 def dot_product_scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     """Raw compatibility scores q·kᵀ of every query with every key, unscaled.
 
@@ -24,6 +26,7 @@ def dot_product_scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     return torch.einsum("...qd,...kd->...qk", q, k)  # (..., T_q, T_k)
 
 
+@exercise("01_dot_product_attention", 2)
 def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """Numerically stable softmax: exp(x - max) / sum(exp(x - max)) along `dim`.
 
@@ -40,6 +43,7 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     return exps / exps.sum(dim=dim, keepdim=True)
 
 
+@exercise("01_dot_product_attention", 3)
 def dot_product_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -55,6 +59,7 @@ def dot_product_attention(
     return weights @ v, weights  # (..., T_q, d_v), (..., T_q, T_k)
 
 
+@exercise("02_scaling", 2)
 def scaled_dot_product_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -71,6 +76,7 @@ def scaled_dot_product_attention(
     return weights @ v, weights  # (..., T_q, d_v), (..., T_q, T_k)
 
 
+@exercise("03_causal_masking", 3)
 def attention(
     q: torch.Tensor,
     k: torch.Tensor,

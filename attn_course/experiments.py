@@ -9,7 +9,10 @@ import math
 
 import torch
 
+from attn_course.exercise import exercise
 
+
+@exercise("02_scaling", 1)
 def score_variance(d_k: int, n_samples: int = 20_000, scaled: bool = False) -> float:
     """Sample variance of q·k for q, k with independent N(0, 1) components of width d_k.
 

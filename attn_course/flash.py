@@ -17,7 +17,10 @@ import math
 
 import torch
 
+from attn_course.exercise import exercise
 
+
+@exercise("06_flash_attention", 1)
 def online_softmax(x: torch.Tensor, block_size: int) -> torch.Tensor:
     """softmax(x) over the last axis, streaming that axis in blocks with a running max and sum.
 
@@ -105,6 +108,7 @@ def flash_attention_forward(
     return out, lse  # (..., T_q, d_v), (..., T_q)
 
 
+@exercise("06_flash_attention", 2)
 def flash_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool = False, block_size: int = 64
 ) -> torch.Tensor:

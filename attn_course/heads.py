@@ -10,8 +10,10 @@ from einops import rearrange
 from torch import nn
 
 from attn_course.attention import attention
+from attn_course.exercise import exercise
 
 
+@exercise("04_multi_head_attention", 1)
 def split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
     """Split the last axis into heads: (b, t, h·d) -> (b, h, t, d).
 
@@ -23,6 +25,7 @@ def split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
     return rearrange(x, "b t (h d) -> b h t d", h=n_heads)
 
 
+@exercise("04_multi_head_attention", 2)
 def merge_heads(x: torch.Tensor) -> torch.Tensor:
     """Concatenate the heads again, the inverse of split_heads: (b, h, t, d) -> (b, t, h·d).
 
@@ -34,6 +37,7 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
     return rearrange(x, "b h t d -> b t (h d)")
 
 
+@exercise("04_multi_head_attention", 3)
 class MultiHeadAttention(nn.Module):
     """Multi-head self-attention with the parameters of torch.nn.MultiheadAttention.
 

@@ -8,10 +8,12 @@ from __future__ import annotations
 import torch
 
 from attn_course.attention import attention
+from attn_course.exercise import exercise
 from attn_course.heads import merge_heads
 from attn_course.rope import RotaryMultiHeadAttention, apply_rope
 
 
+@exercise("07_kv_cache", 1)
 class KVCache:
     """The keys and values of every position seen so far, per layer.
 
@@ -46,6 +48,7 @@ class KVCache:
         return sum(t.numel() * t.element_size() for t in tensors)
 
 
+@exercise("07_kv_cache", 2)
 def cached_attention(
     attn: RotaryMultiHeadAttention, x: torch.Tensor, cache: KVCache, layer: int
 ) -> torch.Tensor:

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import torch
 
+from attn_course.exercise import exercise
 
+
+@exercise("03_causal_masking", 1)
 def causal_mask(t_q: int, t_k: int | None = None, device: torch.device | str | None = None) -> torch.Tensor:
     """Causal mask (t_q, t_k), True where query i may attend key j.
 
@@ -25,6 +28,7 @@ def causal_mask(t_q: int, t_k: int | None = None, device: torch.device | str | N
     return torch.tril(ones, diagonal=t_k - t_q)  # (t_q, t_k)
 
 
+@exercise("03_causal_masking", 2)
 def padding_mask(lengths: torch.Tensor, t: int) -> torch.Tensor:
     """Padding mask (B, t), True for the first lengths[b] (real) tokens of each sequence.
 

@@ -4,6 +4,7 @@ A look or measure cell after an exercise runs the learner's function once its ch
 and the course's reference until then, saying which in one line:
 
 >>> from attn_course.attention import softmax as my_softmax
+>>> forget_passes()  # as in a fresh kernel
 >>> yours_if_passed(my_softmax)(torch.zeros(2)).shape  # doctest: +ELLIPSIS
 Using the course's `softmax`: yours has not passed check_softmax yet.
 torch.Size([2])

@@ -1,57 +1,45 @@
 """Reference implementations of every exercise, by exercise name (the autograder contract).
 
 For each exercise NAME, `attn_course.reference.NAME` is the reference and
-`attn_course.checks.check_NAME` checks a learner's implementation against it.
+`attn_course.checks.check_NAME` checks a learner's implementation against it. An exercise is
+marked where its reference is defined, `@exercise(NOTEBOOK, POSITION)` (`attn_course.exercise`);
+`EXERCISES` and `__all__` are collected from the marks of the topic modules imported here.
 """
 
-from attn_course.attention import (
-    attention,
-    dot_product_attention,
-    dot_product_scores,
-    scaled_dot_product_attention,
-    softmax,
-)
-from attn_course.experiments import score_variance
-from attn_course.flash import flash_attention, online_softmax
-from attn_course.heads import MultiHeadAttention, merge_heads, split_heads
-from attn_course.kv_cache import KVCache, cached_attention
-from attn_course.masking import causal_mask, padding_mask
-from attn_course.rope import RotaryMultiHeadAttention, apply_rope, rope_frequencies
-from attn_course.triton_ops import triton_add, triton_flash_attention, triton_softmax
+from __future__ import annotations
 
-EXERCISES: dict[str, tuple[str, ...]] = {
-    "01_dot_product_attention": ("dot_product_scores", "softmax", "dot_product_attention"),
-    "02_scaling": ("score_variance", "scaled_dot_product_attention"),
-    "03_causal_masking": ("causal_mask", "padding_mask", "attention"),
-    "04_multi_head_attention": ("split_heads", "merge_heads", "MultiHeadAttention"),
-    "05_rope": ("rope_frequencies", "apply_rope", "RotaryMultiHeadAttention"),
-    "06_flash_attention": ("online_softmax", "flash_attention"),
-    "07_kv_cache": ("KVCache", "cached_attention"),
-    "08_triton_flash_attention": ("triton_add", "triton_softmax", "triton_flash_attention"),
-}
+import importlib
+from typing import Any
+
+from attn_course import exercise as _exercise
+
+TOPICS = (
+    "attention",
+    "experiments",
+    "masking",
+    "heads",
+    "rope",
+    "flash",
+    "kv_cache",
+    "triton_ops",
+)
+"""The topic modules that hold exercises (a new notebook's topic module is added here)."""
+
+for _topic in TOPICS:
+    importlib.import_module(f"attn_course.{_topic}")
+
+EXERCISES: dict[str, tuple[str, ...]] = _exercise.notebooks()
 """The exercises of each notebook, in the order they appear."""
 
-__all__ = [
-    "EXERCISES",
-    "KVCache",
-    "MultiHeadAttention",
-    "RotaryMultiHeadAttention",
-    "apply_rope",
-    "attention",
-    "cached_attention",
-    "causal_mask",
-    "dot_product_attention",
-    "dot_product_scores",
-    "flash_attention",
-    "merge_heads",
-    "online_softmax",
-    "padding_mask",
-    "rope_frequencies",
-    "scaled_dot_product_attention",
-    "score_variance",
-    "softmax",
-    "split_heads",
-    "triton_add",
-    "triton_flash_attention",
-    "triton_softmax",
-]
+_IMPLEMENTATIONS: dict[str, Any] = _exercise.implementations()
+globals().update(_IMPLEMENTATIONS)
+
+__all__ = ["EXERCISES", *(name for names in EXERCISES.values() for name in names)]
+
+
+def __getattr__(name: str) -> Any:
+    """Any marked exercise by name (also those marked after this module was first imported)."""
+    found = _exercise.implementations().get(name)
+    if found is None:
+        raise AttributeError(f"module 'attn_course.reference' has no attribute {name!r}")
+    return found

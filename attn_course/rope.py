@@ -8,9 +8,11 @@ from __future__ import annotations
 import torch
 from einops import rearrange
 
+from attn_course.exercise import exercise
 from attn_course.heads import MultiHeadAttention
 
 
+@exercise("05_rope", 1)
 def rope_frequencies(d: int, base: float = 10000.0) -> torch.Tensor:
     """The d/2 rotation frequencies θ_i = base^(-2i/d), i = 0 … d/2 - 1, in float64.
 
@@ -24,6 +26,7 @@ def rope_frequencies(d: int, base: float = 10000.0) -> torch.Tensor:
     return base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)  # (d/2,)
 
 
+@exercise("05_rope", 2)
 def apply_rope(x: torch.Tensor, positions: torch.Tensor | None = None, base: float = 10000.0) -> torch.Tensor:
     """Rotate each pair (x[..., 2i], x[..., 2i+1]) of x (..., T, d) by the angle position·θ_i.
 
@@ -46,6 +49,7 @@ def apply_rope(x: torch.Tensor, positions: torch.Tensor | None = None, base: flo
     return rearrange(rotated, "two ... half -> ... (half two)")  # (..., T, d)
 
 
+@exercise("05_rope", 3)
 class RotaryMultiHeadAttention(MultiHeadAttention):
     """Multi-head self-attention with RoPE applied to q and k of every head, before the scores.
 

@@ -14,9 +14,11 @@ from dataclasses import dataclass
 
 import torch
 
+from attn_course.exercise import exercise
 from attn_course.triton_support import require_device, require_triton
 
 
+@exercise("08_triton_flash_attention", 1)
 def triton_add(x: torch.Tensor, y: torch.Tensor, block: int = 1024) -> torch.Tensor:
     """x + y of two tensors of one shape, by `add_kernel` with one program per `block` elements.
 
@@ -34,6 +36,7 @@ def triton_add(x: torch.Tensor, y: torch.Tensor, block: int = 1024) -> torch.Ten
     return out
 
 
+@exercise("08_triton_flash_attention", 2)
 def triton_softmax(x: torch.Tensor, block_size: int = 64) -> torch.Tensor:
     """softmax(x) over the last axis, one program per row streaming it in blocks of `block_size`.
 
@@ -154,6 +157,7 @@ def flash_attention_launch(
     return args, constants, (out, lse)
 
 
+@exercise("08_triton_flash_attention", 3)
 def triton_flash_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool = False
 ) -> torch.Tensor:

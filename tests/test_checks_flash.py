@@ -1,4 +1,5 @@
 """The checks of notebook 06 reject known mistakes with the right message, accept right answers."""
+# ruff: noqa: E501  (tables of learner code edits, one case a line)
 
 from __future__ import annotations
 
@@ -9,11 +10,17 @@ import torch
 import torch.nn.functional as F
 from check_assertions import assert_accepted, assert_rejected, cpu_standing_in_for_cuda
 from einops import einsum
+from learner_code import FLASH, ONLINE_SOFTMAX, learner
 
 from attn_course import flash
 from attn_course.attention import attention
 from attn_course.checks import check_flash_attention, check_online_softmax
-from attn_course.checks.flash import _softmax_wrong, _tiled_wrong
+from attn_course.checks._simulate import (
+    STREAMING_SOFTMAX_MISTAKES,
+    streaming_softmax,
+    tiled_attention,
+    tiled_attention_table,
+)
 from attn_course.masking import causal_mask
 
 # ---------------------------------------------------------------------------------------------
@@ -114,13 +121,9 @@ def softmax_tail_cut(x, block_size):
         (not_implemented, "not implemented yet"),
         (softmax_whole_row, "a softmax over 50 entries at once"),
         (softmax_max_of_whole_row, "torch.amax over 50 entries at once"),
-        (softmax_no_shift, "Subtract the running maximum"),
+        (softmax_no_shift, "does not subtract the maximum"),
         (softmax_tail_cut, "The last, shorter block is missing"),
-        (_softmax_wrong(rescale="none"), "does not rescale the running sum"),
-        (_softmax_wrong(rescale="inverted"), "the wrong way round"),
-        (_softmax_wrong(block_max=True), "each block's own maximum"),
-        (_softmax_wrong(tail=False), "drops the ragged last block"),
-        (lambda x, block_size: torch.exp(x - x.amax(-1, keepdim=True)), "is wrong"),
+        (lambda x, block_size: torch.exp(x - x.amax(-1, keepdim=True)), "does not sum to 1 along dim=-1"),
     ],
 )
 def test_online_softmax_names_each_mistake(candidate, phrase, capsys):
@@ -277,21 +280,106 @@ def returns_out_and_lse(q, k, v, is_causal=False, block_size=64):
         (full_mask_then_tiles, "created a causal mask of"),
         (no_running_max, "exp of unshifted scores"),
         (returns_out_and_lse, "return only the output tensor"),
-        (_tiled_wrong(rescale_acc=False), "does not rescale the output accumulator"),
-        (_tiled_wrong(rescale_sum=False), "does not rescale the running sum (the softmax denominator)"),
-        (_tiled_wrong(rescale_acc=False, rescale_sum=False), "rescales neither"),
-        (_tiled_wrong(average_blocks=True), "averages a softmax per key block"),
-        (_tiled_wrong(tail=False), "drops the ragged last key block"),
-        (_tiled_wrong(scale=False), "forgets the 1/√d scale"),
-        (_tiled_wrong(mask="none"), "ignores is_causal=True"),
-        (_tiled_wrong(mask="strict"), "masks the diagonal too"),
-        (_tiled_wrong(mask="top-left"), "aligns the causal mask top-left"),
-        (_tiled_wrong(mask="skip-diagonal"), "skips the blocks that cross the diagonal"),
-        (_tiled_wrong(mask="blocks-only"), "does not mask inside the blocks that cross it"),
     ],
 )
 def test_flash_attention_names_each_mistake(candidate, phrase, capsys):
     assert_rejected(check_flash_attention, candidate, phrase, capsys)
+
+
+def _online(*edits):
+    return learner(ONLINE_SOFTMAX, "online_softmax", *edits)
+
+
+def _flash(*edits):
+    return learner(FLASH, "flash_attention", *edits)
+
+
+SUM = "total = total * torch.exp(m - m_new) + torch.exp(block - m_new).sum(dim=-1, keepdim=True)"
+START = 'm = torch.full(x.shape[:-1] + (1,), float("-inf"), dtype=x.dtype)'
+
+ONLINE_SOFTMAX_MISTAKES = [  # learner code with one edit, and the phrase of the table's message it must get
+    ([("total * torch.exp(m - m_new)", "total")], "does not rescale the running sum"),
+    ([("total * torch.exp(m - m_new)", "total * torch.exp(m_new - m)")], "the wrong way round"),
+    (
+        [
+            (SUM, "total = total + torch.exp(block - block.max(dim=-1, keepdim=True).values).sum(dim=-1, keepdim=True)"),
+            ("    return torch.exp(x - m) / total", "    return torch.cat([torch.exp(x[..., s:s + block_size] - x[..., s:s + block_size].max(dim=-1, keepdim=True).values) for s in range(0, n, block_size)], dim=-1) / total"),
+        ],
+        "each block's own maximum",
+    ),
+    ([("range(0, n, block_size)", "range(0, n - n % block_size, block_size)")], "drops the ragged last block"),
+    ([(START, "m = torch.zeros(x.shape[:-1] + (1,), dtype=x.dtype)")], "starts the running maximum at 0"),
+    (
+        [("        block = x[..., start:start + block_size]\n", "        block = F.pad(x, (0, -n % block_size))[..., start:start + block_size]\n")],
+        "counts the padding of the last block",
+    ),
+    ([("torch.maximum(m, block.max(dim=-1, keepdim=True).values)", "torch.zeros_like(m)")], "does not subtract the maximum"),
+]  # fmt: skip
+
+FLASH_MISTAKES = [  # learner code with one edit, and the phrase of the table's message it must get
+    ([("acc = acc * alpha + ", "acc = acc + ")], "does not rescale the output accumulator"),
+    ([("l = l * alpha + ", "l = l + ")], "does not rescale the running sum (the softmax denominator)"),
+    ([("acc = acc * alpha + ", "acc = acc + "), ("l = l * alpha + ", "l = l + ")], "rescales neither"),
+    ([("alpha = torch.exp(m - m_new)", "alpha = torch.exp(m_new - m)")], "rescales the wrong way round"),
+    ([("p = torch.exp(s - m_new)", "p = torch.exp(s - m)")], "p = exp(s - m_old) taken before"),
+    ([("out[..., qs:qe, :] = acc / l", "out[..., qs:qe, :] = acc")], "never divides by the running sum"),
+    (
+        [
+            ("            l = l * alpha + p.sum(dim=-1, keepdim=True)\n", "            parts.append(torch.softmax(s, dim=-1) @ v[..., ks:ke, :])\n"),
+            ("            acc = acc * alpha + p @ v[..., ks:ke, :]\n", ""),
+            ("        out[..., qs:qe, :] = acc / l", "        out[..., qs:qe, :] = torch.stack(parts).mean(dim=0)"),
+            ("        acc = torch.zeros(", "        parts = []\n        acc = torch.zeros("),
+        ],
+        "averages a softmax per key block",
+    ),
+    ([("hi = min(t_k, qe + t_k - t_q) if is_causal else t_k", "hi = min(t_k, qe + t_k - t_q) if is_causal else t_k - t_k % block_size")], "drops the ragged last key block"),
+    ([("scale = 1 / math.sqrt(d)", "scale = 1.0")], "forgets the 1/√d scale"),
+    ([("scale = 1 / math.sqrt(d)", "scale = 1 / math.sqrt(v.shape[-1])")], "scales the scores by 1/√d_v"),
+    ([("            if is_causal:\n                rows", "            if False:\n                rows"), ("if is_causal else t_k", "if False else t_k")], "ignores is_causal=True"),
+    ([("cols > rows", "cols >= rows")], "masks the diagonal too"),
+    ([("+ (t_k - t_q)\n", "\n"), ("qe + t_k - t_q", "qe")], "aligns the causal mask top-left"),
+    ([("qe + t_k - t_q) if is_causal", "qs + t_k - t_q + 1) if is_causal")], "computed from the block's FIRST query"),
+    ([("qe + t_k - t_q) if is_causal", "qe) if is_causal")], "without T_k - T_q"),
+    ([("qe + t_k - t_q) if is_causal", "qs + t_k - t_q) if is_causal")], "stops the causal loop one block early"),
+    ([("            s = q_blk @ k", "            if is_causal and ke - 1 > qs + t_k - t_q:\n                continue\n            s = q_blk @ k"), ("            if is_causal:\n                rows", "            if False:\n                rows")], "the key block that holds the diagonal is never visited"),
+    ([("            if is_causal:\n                rows", "            if False:\n                rows")], "does not mask inside the blocks that cross it"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("edits", "phrase"), ONLINE_SOFTMAX_MISTAKES)
+def test_online_softmax_names_learner_mistakes(edits, phrase, capsys):
+    assert_rejected(check_online_softmax, _online(*edits), phrase, capsys)
+
+
+@pytest.mark.parametrize(("edits", "phrase"), FLASH_MISTAKES)
+def test_flash_attention_names_learner_mistakes(edits, phrase, capsys):
+    assert_rejected(check_flash_attention, _flash(*edits), phrase, capsys)
+
+
+def test_every_named_streaming_mistake_has_a_learner_case():
+    phrases = [phrase for _, phrase in ONLINE_SOFTMAX_MISTAKES]
+    for mistake in STREAMING_SOFTMAX_MISTAKES:
+        assert any(phrase in mistake.message for phrase in phrases), mistake.message
+    phrases = [phrase for _, phrase in FLASH_MISTAKES]
+    tables = tiled_attention_table(True, python=True) + tiled_attention_table(False, python=True)
+    for knobs, message in tables:
+        if knobs != {"padded_score_zero": True}:  # a kernel's mistake: tests/test_checks_triton.py
+            assert any(phrase in message for phrase in phrases), message
+
+
+@pytest.mark.parametrize("shape", [(3, 37), (2, 3, 50), (20,), (4, 9)])
+@pytest.mark.parametrize("block_size", [1, 3, 8, 64])
+def test_the_streaming_softmax_simulator_is_right_with_default_knobs(shape, block_size):
+    x = torch.randn(*shape, dtype=torch.float64) * 3
+    torch.testing.assert_close(streaming_softmax(x, block_size), torch.softmax(x, dim=-1), atol=1e-12, rtol=1e-10)
+
+
+@pytest.mark.parametrize(("t_q", "t_k", "block_m", "block_n"), [(37, 37, 8, 8), (21, 45, 8, 16), (19, 45, 8, 8), (20, 20, 1, 1), (20, 20, 64, 64), (50, 50, 16, 32)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_tiled_attention_simulator_is_right_with_default_knobs(t_q, t_k, block_m, block_n, causal):
+    q, k, v = torch.randn(2, 3, t_q, 8, dtype=torch.float64), torch.randn(2, 3, t_k, 8, dtype=torch.float64), torch.randn(2, 3, t_k, 5, dtype=torch.float64)
+    expected = attention(q, k, v, is_causal=causal)[0]
+    torch.testing.assert_close(tiled_attention(q, k, v, causal=causal, block_m=block_m, block_n=block_n), expected, atol=1e-12, rtol=1e-10)  # fmt: skip
 
 
 def test_keys_outer_loop_missing_rescale_is_named_too(capsys):

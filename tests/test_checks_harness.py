@@ -9,9 +9,10 @@ import pytest
 import torch
 from nbclient import NotebookClient
 
+import attn_course.checks
 from attn_course import reference
-from attn_course.checks import CheckFailed, check_attention, check_causal_mask, check_softmax
-from attn_course.checks._harness import GREEN, RED, RESET, check, pass_detail, pass_line
+from attn_course.checks import CheckerError, CheckFailed, check_attention, check_causal_mask, check_softmax
+from attn_course.checks._harness import CHECKS, GREEN, RED, RESET, check, pass_detail, pass_line
 
 
 def test_check_failed_is_an_assertion_error():
@@ -37,13 +38,46 @@ def test_an_error_in_the_learners_code_names_their_line():
     assert "It was called as softmax(<float64 tensor of shape (5, 5)>, dim=-1)" in message
 
 
-def test_a_bug_in_the_checker_is_reported_as_such_not_as_a_traceback():
-    @check("broken")
+def test_every_exercise_has_a_reference_and_a_check_and_nothing_else_does():
+    names = [name for names in reference.EXERCISES.values() for name in names]
+    assert len(names) == len(set(names))
+    assert reference.__all__ == ["EXERCISES", *names]
+    assert attn_course.checks.__all__ == ["CheckFailed", "CheckerError", *(f"check_{n}" for n in names)]
+    assert sorted(CHECKS) == sorted(names)
+    for name in names:
+        assert callable(getattr(reference, name))
+        check_function = getattr(attn_course.checks, f"check_{name}")
+        assert check_function is CHECKS[name] and check_function.__name__ == f"check_{name}"
+
+
+def test_the_check_decorator_takes_the_exercise_name_from_the_function():
+    @check
+    def check_made_up_exercise(candidate):
+        return "fine"
+
+    try:
+        assert CHECKS["made_up_exercise"] is check_made_up_exercise
+        assert attn_course.checks.check_made_up_exercise is check_made_up_exercise
+    finally:
+        del CHECKS["made_up_exercise"]
+    with pytest.raises(ValueError, match="check_NAME"):
+        check(lambda candidate: "")
+
+
+def test_a_bug_in_the_checker_is_a_checker_error_that_is_not_the_learners_failure():
+    @check
     def check_broken(candidate):
         return {}["missing"]
 
-    with pytest.raises(CheckFailed, match="the checker for `broken` itself failed") as failure:
-        check_broken(print)
+    try:
+        with pytest.raises(CheckerError) as failure:
+            check_broken(print)
+    finally:
+        del CHECKS["broken"]
+    message = str(failure.value)
+    assert "the checker for `broken` itself failed (KeyError: 'missing')" in message
+    assert "not your mistake" in message and "report it" in message
+    assert not isinstance(failure.value, AssertionError)
     assert failure.value.__cause__ is None and failure.value.__suppress_context__
 
 
@@ -54,7 +88,8 @@ def test_checks_leave_the_learners_random_state_and_warnings_alone(recwarn):
 
     def noisy_softmax(x, dim=-1):
         warnings.warn("learner's warning", UserWarning, stacklevel=1)
-        return torch.softmax(x, dim=dim)
+        exps = (x - x.amax(dim=dim, keepdim=True)).exp()
+        return exps / exps.sum(dim=dim, keepdim=True)
 
     check_softmax(noisy_softmax)
     assert torch.equal(torch.rand(3), expected_next)
@@ -78,6 +113,8 @@ def test_in_jupyter_a_failed_check_shows_its_message_without_traceback():
         "from attn_course.checks import check_causal_mask",
         "def causal_mask(t_q, t_k=None, device=None):\n    return None",
         "check_causal_mask(causal_mask)",
+        "from attn_course.checks._harness import check\n@check\ndef check_broken(c):\n    return 1 / 0\n"
+        "check_broken(print)",
         "1 / 0",
         "from attn_course.reference import causal_mask\ncheck_causal_mask(causal_mask)",
     ]
@@ -89,7 +126,10 @@ def test_in_jupyter_a_failed_check_shows_its_message_without_traceback():
     assert len(error.traceback) == 1 and "_harness" not in error.traceback[0]
     # Words carry the meaning without an emoji font; bold red and green add to them.
     assert error.traceback[0].startswith(f"{RED}CheckFailed{RESET}: ")
-    other = notebook.cells[3].outputs[0]
+    broken = notebook.cells[3].outputs[0]
+    assert broken.ename == "CheckerError" and len(broken.traceback) == 1
+    assert "CheckerError (not your mistake)" in broken.traceback[0] and "ZeroDivisionError" in broken.evalue
+    other = notebook.cells[4].outputs[0]
     assert other.ename == "ZeroDivisionError" and len(other.traceback) > 1  # other errors untouched
     (passed,) = notebook.cells[4].outputs
     assert passed.name == "stdout" and passed.text.startswith(f"{GREEN}check_causal_mask passed{RESET}: ")

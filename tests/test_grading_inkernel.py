@@ -97,6 +97,18 @@ LEARNER = textwrap.dedent(
     for label, (name, candidate) in CASES.items():
         print("CASE", label)
         inkernel.grade_exercise(name, {name: candidate})
+
+    from attn_course.checks._harness import check
+
+
+    @check
+    def check_softmax(candidate):  # a bug in the course's checker
+        return {}["missing"]
+
+
+    inkernel._state["checks"].check_softmax = check_softmax
+    print("CASE a checker that fails")
+    inkernel.grade_exercise("softmax", {"softmax": lambda x, dim=-1: x.softmax(dim)})
     """
 )
 
@@ -131,6 +143,32 @@ def graded(tmp_path_factory) -> dict[str, dict]:
             else:
                 assert payload["ok"], payload  # setup found the package untampered
     return results
+
+
+def test_a_failing_checker_leaves_the_exercise_not_graded(graded):
+    result = graded["a checker that fails"]
+    assert result["not_graded"] is True and result["passed"] is False
+    assert "the checker for `softmax` itself failed" in result["message"]
+
+
+def test_the_grader_lists_exercises_not_graded_and_feedback_says_so():
+    from attn_course.grading.grader import checker_failures
+    from attn_course.grading.report import feedback_text, summary
+    from attn_course.grading.results import ExerciseResult, GradeReport, LearnerResult, NotebookResult
+
+    broken = ExerciseResult.not_graded("softmax", "the checker for `softmax` itself failed (KeyError)")
+    notebook = NotebookResult(
+        "01_dot_product_attention", "graded", "", (ExerciseResult.success("dot_product_scores", "ok"), broken)
+    )
+    learner = LearnerResult("ada", (notebook,))
+    failures = checker_failures((learner,))
+    assert failures == (
+        "ada/01_dot_product_attention.ipynb: `softmax` not graded: the checker for `softmax` itself "
+        "failed (KeyError)",
+    )
+    report = GradeReport((learner,), ("dot_product_scores", "softmax"), 2, failures=failures)
+    assert "`softmax` not graded" in summary(report)
+    assert "`softmax` not graded: the checker" in feedback_text(learner, 2)
 
 
 @pytest.mark.parametrize("label", sorted(EXPECTED))

@@ -1,50 +1,43 @@
 """Autograder checks: `check_NAME(candidate)` for every exercise NAME.
 
 A check prints one pass line when the learner's function is right, and otherwise raises
-`CheckFailed` (an AssertionError) whose message names the mistake. In IPython and Jupyter,
-importing this package shows a failed check as its message alone, without a traceback.
+`CheckFailed` (an AssertionError) whose message names the mistake. A fault in a check itself
+raises `CheckerError` instead, which says that it is not the learner's mistake. In IPython and
+Jupyter, importing this package shows both as their message alone, without a traceback.
+
+Every public module of this package is a checks module: importing the package imports them all,
+and each `@check def check_NAME` registers itself (`CHECKS`).
 """
 
-from attn_course.checks._harness import CheckFailed
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable
+from typing import Any
+
+from attn_course.checks._harness import CHECKS, CheckerError, CheckFailed
 from attn_course.checks._notebook import show_failures_without_traceback
-from attn_course.checks.basics import (
-    check_dot_product_attention,
-    check_dot_product_scores,
-    check_scaled_dot_product_attention,
-    check_score_variance,
-    check_softmax,
-)
-from attn_course.checks.flash import check_flash_attention, check_online_softmax
-from attn_course.checks.heads import check_merge_heads, check_MultiHeadAttention, check_split_heads
-from attn_course.checks.kv_cache import check_cached_attention, check_KVCache
-from attn_course.checks.masking import check_attention, check_causal_mask, check_padding_mask
-from attn_course.checks.rope import check_apply_rope, check_rope_frequencies, check_RotaryMultiHeadAttention
-from attn_course.checks.triton import check_triton_add, check_triton_softmax
-from attn_course.checks.triton_flash import check_triton_flash_attention
+from attn_course.reference import EXERCISES
+
+for _module in pkgutil.iter_modules(__path__):
+    if not _module.name.startswith("_"):
+        importlib.import_module(f"{__name__}.{_module.name}")
+
+globals().update({f"check_{name}": check for name, check in CHECKS.items()})
 
 __all__ = [
     "CheckFailed",
-    "check_apply_rope",
-    "check_attention",
-    "check_cached_attention",
-    "check_causal_mask",
-    "check_dot_product_attention",
-    "check_dot_product_scores",
-    "check_flash_attention",
-    "check_KVCache",
-    "check_merge_heads",
-    "check_online_softmax",
-    "check_MultiHeadAttention",
-    "check_padding_mask",
-    "check_rope_frequencies",
-    "check_RotaryMultiHeadAttention",
-    "check_scaled_dot_product_attention",
-    "check_score_variance",
-    "check_softmax",
-    "check_split_heads",
-    "check_triton_add",
-    "check_triton_flash_attention",
-    "check_triton_softmax",
+    "CheckerError",
+    *(f"check_{name}" for names in EXERCISES.values() for name in names),
 ]
+
+
+def __getattr__(name: str) -> Callable[[Any], None]:
+    """`check_NAME` for any registered exercise (also those registered after this import)."""
+    if name.startswith("check_") and name.removeprefix("check_") in CHECKS:
+        return CHECKS[name.removeprefix("check_")]
+    raise AttributeError(f"module 'attn_course.checks' has no attribute {name!r}")
+
 
 show_failures_without_traceback()

@@ -61,6 +61,18 @@ class CheckFailed(AssertionError):
     """A learner's implementation is wrong; the message says how, in the learner's terms."""
 
 
+class CheckerError(Exception):
+    """A check itself failed: a bug in the course's checker, never the learner's mistake.
+
+    Not an AssertionError, so that nothing that catches a failed check mistakes it for one: the
+    notebook shows it as the checker's fault and the grader records the exercise as not graded.
+    """
+
+
+REPORT_TO = "please report it to the course staff (or open an issue on the course's repository)"
+"""Where a learner reports a CheckerError."""
+
+
 @dataclass(frozen=True)
 class Mistake:
     """A known wrong implementation and the message that names it."""
@@ -87,45 +99,50 @@ TOLERANCES = {
 }
 
 
-def check(name: str) -> Callable[[Callable[[Callable[..., Any]], str]], Callable[[Any], None]]:
-    """Turn `body(candidate) -> pass detail` into `check_NAME(candidate)`.
+CHECKS: dict[str, Callable[[Any], None]] = {}
+"""Every check by exercise name, filled by `@check` (`check_softmax` is the check of "softmax")."""
 
-    The wrapper rejects what is not callable, seeds torch without disturbing the learner's
-    random state, silences warnings, prints one pass line, and turns any error of the checker
-    itself into a `CheckFailed`, so that no traceback from inside the check is ever shown.
+
+def check(body: Callable[[Callable[..., Any]], str]) -> Callable[[Any], None]:
+    """Turn `def check_NAME(candidate) -> pass detail` into the check of exercise NAME.
+
+    The exercise's name is the function's name without `check_`. The wrapper rejects what is not
+    callable, seeds torch without disturbing the learner's random state, silences warnings, prints
+    one pass line, and turns any error of the checker itself into a `CheckerError` that says so,
+    so that no traceback from inside the check is ever shown and no learner loses points for it.
     """
+    if not body.__name__.startswith("check_"):
+        raise ValueError(f"a check is named check_NAME, not {body.__name__}")
+    name = body.__name__.removeprefix("check_")
 
-    def decorate(body: Callable[[Callable[..., Any]], str]) -> Callable[[Any], None]:
-        @functools.wraps(body)
-        def run_check(candidate: Any) -> None:
-            if not callable(candidate):
-                raise CheckFailed(
-                    f"check_{name} expects your function `{name}` itself, "
-                    f"but got {_describe(candidate)}. Call it as check_{name}({name})."
-                )
-            failure: CheckFailed | None = None
-            try:
-                with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    torch.manual_seed(0)
-                    detail = body(candidate)
-            except CheckFailed as error:
-                failure = CheckFailed(str(error))
-            except Exception as error:  # a bug in the checker, never the learner's fault
-                failure = CheckFailed(
-                    f"the checker for `{name}` itself failed ({type(error).__name__}: {error}). "
-                    "This is not your mistake: please report it to the course staff."
-                )
-            if failure is not None:
-                raise failure from None
-            record_pass(name, candidate)
-            print(pass_line(name, detail, colour=in_ipython()))
+    @functools.wraps(body)
+    def run_check(candidate: Any) -> None:
+        if not callable(candidate):
+            raise CheckFailed(
+                f"check_{name} expects your function `{name}` itself, "
+                f"but got {_describe(candidate)}. Call it as check_{name}({name})."
+            )
+        failure: Exception | None = None
+        try:
+            with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                torch.manual_seed(0)
+                detail = body(candidate)
+        except CheckFailed as error:
+            failure = CheckFailed(str(error))
+        except Exception as error:  # a bug in the checker, never the learner's fault
+            failure = CheckerError(
+                f"the checker for `{name}` itself failed ({type(error).__name__}: {error}). This is not "
+                f"your mistake and says nothing about your code: {REPORT_TO}, with this message."
+            )
+        if failure is not None:
+            raise failure from None
+        record_pass(name, candidate)
+        print(pass_line(name, detail, colour=in_ipython()))
 
-        run_check.__name__ = run_check.__qualname__ = f"check_{name}"
-        run_check.__doc__ = f"Check a learner's `{name}`; raise CheckFailed naming the mistake."
-        return run_check
-
-    return decorate
+    run_check.__doc__ = f"Check a learner's `{name}`; raise CheckFailed naming the mistake."
+    CHECKS[name] = run_check
+    return run_check
 
 
 def _describe(value: Any) -> str:
@@ -287,27 +304,58 @@ def expect_close(
     args: Sequence[Any] = (),
     kwargs: dict[str, Any] | None = None,
     nonfinite_hint: str = "",
+    close: Callable[[torch.Tensor, torch.Tensor], bool] = is_close,
+    nan_means_unknown: bool = False,
+    diagnose: Callable[[torch.Tensor, torch.Tensor], str | None] | None = None,
+    called_as: str | None = None,
 ) -> None:
-    """Require `actual` to match `expected`; if not, name the first known mistake it matches.
+    """Require `actual` to match `expected`; if not, name the mistake, or at least what property fails.
 
-    Each mistake's implementation is called with `args` and `kwargs`; a mistake that gives the
-    right answer on these inputs, or cannot run on them, is skipped.
+    In order: the first known `mistakes` whose implementation, called with `args` and `kwargs`, gives
+    what the learner gave (a mistake that is right on these inputs, or cannot run on them, is
+    skipped; with `nan_means_unknown` so is one whose simulation gives NaN where the reference has
+    none); then `diagnose(actual, expected)`, the check's own description of what property fails
+    (None when it sees none); then NaN or inf where the reference is finite (`nonfinite_hint` says
+    why learners get them); then where the error lies (`describe_error`). `close` decides agreement.
+    The message ends with how the function was called: `called_as`, else `args` and `kwargs`
+    (`called_as=""` when `what` says it already).
     """
-    if is_close(actual, expected):
+    if close(actual, expected):
         return
     kwargs = kwargs or {}
-    where = f"\n(Called as {describe_args(args, kwargs)}.)"
+    shown = called_as if called_as is not None else describe_args(args, kwargs)
+    where = f"\n(Called as {shown}.)" if shown else ""
+    reference_finite = ~torch.isnan(expected.detach().cpu()) if expected.is_floating_point() else None
     for mistake in mistakes:
         try:
             with torch.no_grad():
                 wrong = mistake.implementation(*args, **kwargs)
         except Exception:  # a mistake that cannot even run on these inputs is not this one
             continue
-        if isinstance(wrong, torch.Tensor) and not is_close(wrong, expected) and is_close(actual, wrong):
+        if not isinstance(wrong, torch.Tensor) or wrong.shape != expected.shape:
+            continue
+        if nan_means_unknown and reference_finite is not None:
+            if (torch.isnan(wrong.detach().cpu()) & reference_finite).any():
+                continue
+        if not close(wrong, expected) and close(actual, wrong):
             raise CheckFailed(f"{what} {mistake.message}{where}")
+    if diagnose is not None:
+        found = diagnose(actual, expected)
+        if found:
+            raise CheckFailed(f"{what} {found}{where}")
     if actual.is_floating_point() and not torch.isfinite(actual).all() and torch.isfinite(expected).all():
-        expect_finite(actual, what, nonfinite_hint)
-    raise CheckFailed(f"{what} is wrong: {difference(actual, expected)}{where}")
+        bad = "NaN" if torch.isnan(actual).any() else "inf"
+        raise CheckFailed(
+            f"{what} contains {bad} values where the right answer is finite (the inputs are finite): "
+            f"{_where_nonfinite(actual)}." + (f" {nonfinite_hint}" if nonfinite_hint else "") + where
+        )
+    raise CheckFailed(f"{what} is wrong: {describe_error(actual, expected)}{where}")
+
+
+def _where_nonfinite(actual: torch.Tensor) -> str:
+    bad = ~torch.isfinite(actual.detach().cpu())
+    index = [int(i) for i in torch.unravel_index(bad.flatten().nonzero()[0, 0], bad.shape)]
+    return f"{int(bad.sum())} of {bad.numel()} entries, the first at index {index}"
 
 
 def difference(actual: torch.Tensor, expected: torch.Tensor) -> str:
@@ -320,6 +368,72 @@ def difference(actual: torch.Tensor, expected: torch.Tensor) -> str:
         f"the largest difference is at index {list(index)}: "
         f"you have {a[index].item():.6g}, expected {e[index].item():.6g}."
     )
+
+
+def _wrong_entries(actual: torch.Tensor, expected: torch.Tensor) -> torch.Tensor:
+    """Boolean tensor: where `actual` disagrees with `expected` (float32 tolerance, NaN disagrees)."""
+    a = actual.detach().to("cpu", torch.float64)
+    e = expected.detach().to("cpu", torch.float64)
+    tol = TOLERANCES.get(actual.dtype, TOLERANCES[torch.float32])
+    same = (a - e).abs() <= tol.atol + tol.rtol * e.abs()
+    same |= (a == e) | (torch.isnan(a) & torch.isnan(e))
+    return ~same
+
+
+def _ranges(indices: list[int]) -> str:
+    """[0, 1, 2, 5, 7, 8] as '0–2, 5, 7–8'."""
+    runs: list[list[int]] = []
+    for i in indices:
+        if runs and runs[-1][1] == i - 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    text = ", ".join(f"{a}" if a == b else f"{a}–{b}" for a, b in runs)
+    return text if len(text) < 60 else text[:57] + "…"
+
+
+def describe_error(actual: torch.Tensor, expected: torch.Tensor) -> str:
+    """What the error looks like when no known mistake matches: a scale, which slices, then the worst entry.
+
+    A constant factor, an error confined to some indices of one axis (some batch entries or heads,
+    the rows from some row on, some columns), or to a transposition, says more than one number.
+    """
+    a = actual.detach().to("cpu", torch.float64)
+    e = expected.detach().to("cpu", torch.float64)
+    notes = []
+    if a.shape == e.shape and a.numel() > 1 and torch.isfinite(a).all() and torch.isfinite(e).all():
+        wrong = _wrong_entries(a, e)
+        scale = float((a * e).sum() / (e * e).sum()) if float((e * e).sum()) > 0 else 0.0
+        if scale != 0.0 and abs(scale - 1) > 1e-3 and torch.allclose(a, scale * e, rtol=1e-4, atol=1e-6):
+            notes.append(f"every entry is {scale:.4g} times the right one (a missing or extra factor)")
+        elif a.dim() >= 2 and a.shape[-1] == a.shape[-2] and torch.allclose(a, e.transpose(-1, -2)):
+            notes.append("it is the right answer transposed (its last two axes swapped)")
+        elif bool((a.sign() != e.sign()).any()) and torch.allclose(a, -e):
+            notes.append("it is the right answer with the opposite sign")
+        else:
+            for axis in range(a.dim()):
+                size = a.shape[axis]
+                if size < 2:
+                    continue
+                other = [d for d in range(a.dim()) if d != axis]
+                bad = wrong.amax(dim=other) if other else wrong  # (size,)
+                bad_indices = bad.nonzero().flatten().tolist()
+                if 0 < len(bad_indices) < size:
+                    name = _axis_name(axis, a.dim())
+                    notes.append(
+                        f"only {name} {_ranges(bad_indices)} of {size} are wrong "
+                        f"(the others are right)"
+                    )
+    notes.append(difference(a, e))
+    return "; ".join(notes)
+
+
+def _axis_name(axis: int, dims: int) -> str:
+    if axis == dims - 1:
+        return "the columns (last axis)"
+    if axis == dims - 2:
+        return "the rows (axis -2)"
+    return f"the indices of axis {axis}"
 
 
 def expect_gradients(
@@ -353,7 +467,17 @@ def expect_gradients(
         (out * upstream).sum().backward()
         grads.append([leaf.grad if leaf.grad is not None else torch.zeros_like(leaf) for leaf in leaves])
     for label, got, want in zip(labels, grads[0], grads[1], strict=True):
-        expect_close(got, want, f"The gradient of your `{name}` with respect to {label}")
+        expect_close(
+            got,
+            want,
+            f"The gradient of your `{name}` with respect to {label}",
+            called_as="",
+            diagnose=lambda got, want, label=label: (
+                "is wrong, though the values of your function are right: part of the computation is cut "
+                "off from autograd or changed behind its back (.detach(), .data, torch.no_grad(), an "
+                f"in-place change of a tensor autograd saved, or a constant where {label} should enter)."
+            ),
+        )
 
 
 def unpack_out_and_weights(
@@ -395,3 +519,54 @@ def cuda_device() -> torch.device | None:
     except Exception:
         return None
     return None
+
+
+def _all_near(values: torch.Tensor, target: float, tol: float = 1e-3) -> bool:
+    return bool(torch.isfinite(values).all()) and bool(((values - target).abs() <= tol).all())
+
+
+def diagnose_softmax(
+    actual: torch.Tensor, expected: torch.Tensor, *, dim: int, x: Any = None, plural: bool = False
+) -> str | None:
+    """Which property of a softmax along `dim` fails: sign, the axis it sums to 1 along, proportions.
+
+    `plural`: the message follows a plural subject ("Your weights have ...").
+    """
+    has, sums, does = ("have", "sum", "do") if plural else ("has", "sums", "does")
+    a = actual.detach().to("cpu", torch.float64)
+    e = expected.detach().to("cpu", torch.float64)
+    if a.shape != e.shape or not torch.isfinite(a).all() or not torch.isfinite(e).all():
+        return None
+    d = dim % a.dim()
+    if (a < 0).any():
+        return (
+            f"{has} negative entries, so it is not a softmax: probabilities are exp(x - max) / sum, "
+            "never negative (did you return x - max, a log-probability or skip the exp?)."
+        )
+    if _all_near(a.sum(dim=d), 1.0):
+        return (
+            f"{sums} to 1 along dim={dim} as it should, but its entries are not proportional to exp(x): "
+            "the ratio of two probabilities in a row must be exp(x_i - x_j). Subtract the same number "
+            "from the whole row (its max) and take exp of x itself, not of a rescaled or reordered x."
+        )
+    for other in range(a.dim()):
+        if other != d and a.shape[other] > 1 and _all_near(a.sum(dim=other), 1.0):
+            return (
+                f"{sums} to 1 along dim={other} instead of along the dim={dim} you were given: use "
+                "`dim` in every reduction, the max and the sum (with keepdim=True)."
+            )
+    ratio = a / e
+    per_row = ratio.amax(dim=d, keepdim=True) - ratio.amin(dim=d, keepdim=True)
+    spread = 1e-3 * ratio.abs().amax(dim=d, keepdim=True)
+    if bool(torch.isfinite(ratio).all()) and bool((per_row <= spread).all()):
+        return (
+            f"{has} the right proportions within each row but {does} not sum to 1 along dim={dim}: divide "
+            f"the exponentials by their sum along dim={dim} (keepdim=True), the sum of the very "
+            "exponentials you return (after subtracting the max)."
+        )
+    totals = a.sum(dim=d)
+    return (
+        f"{does} not sum to 1 along dim={dim} (the sums along that axis range from {float(totals.min()):.4g} "
+        f"to {float(totals.max()):.4g}) nor along any other axis: exp(x - max) / sum along dim={dim}, "
+        "with max and sum both taken along that axis, keepdim=True."
+    )

@@ -8,16 +8,17 @@ check runs compiled kernels in float16 and judges from the numbers alone.
 
 from __future__ import annotations
 
+import functools
 import math
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
-from attn_course.checks._harness import CheckFailed, call, difference, expect_tensor
+from attn_course.checks._harness import CheckFailed, Mistake, call, expect_close, expect_tensor
 from attn_course.checks._triton_trace import KernelTrace, trace_available
 from attn_course.triton_support import gpu_problem, interpreter_problem, is_interpreted, triton_status
 
@@ -182,32 +183,35 @@ def compare(
     actual: torch.Tensor,
     expected: torch.Tensor,
     mode: Mode,
-    mistakes: Iterator[tuple[str, torch.Tensor]],
+    mistakes: Sequence[Mistake],
     called_as: str,
     explain: Callable[[], None] = lambda: None,
     nan_means_unknown: bool = False,
+    diagnose: Callable[[torch.Tensor, torch.Tensor], str | None] | None = None,
 ) -> None:
-    """Require actual ≈ expected; otherwise name the first (message, wrong result) that actual matches.
+    """`expect_close` at the tolerance of where the kernel ran, for mistakes simulated on these inputs.
 
-    With `nan_means_unknown`, a simulated mistake that gives NaN where the reference has none is
-    skipped: its NaN comes from the simulation's own arithmetic, not from the mistake. When no
-    known mistake matches, `explain` may raise a more specific CheckFailed than the numbers give.
+    Each mistake's implementation takes no arguments (it closes over the inputs). With
+    `nan_means_unknown`, a simulated mistake that gives NaN where the reference has none is
+    skipped: its NaN comes from the simulation's own arithmetic. When no known mistake matches,
+    `explain` may raise a more specific CheckFailed from the trace, then `diagnose` may name the
+    property that fails.
     """
-    if close(actual, expected, mode.gpu):
-        return
-    where = f"\n(Called as {called_as}.)"
-    introduces_nan = torch.isnan(expected.detach().cpu()).logical_not()
-    for message, wrong in mistakes:
-        if nan_means_unknown and (torch.isnan(wrong.detach().cpu()) & introduces_nan).any():
-            continue
-        if not close(wrong, expected, mode.gpu) and close(actual, wrong, mode.gpu):
-            raise CheckFailed(f"{what} {message}{where}")
-    explain()
-    a = actual.detach().to("cpu", torch.float64)
-    if torch.isnan(a).any() and not torch.isnan(expected).any():
-        raise CheckFailed(
-            f"{what} gives NaN where the reference has none. Typical causes: exp(-inf - (-inf)) "
-            "for a row whose maximum is still -inf, a division by a running sum of 0, or a load past "
-            f"the end of a tensor without a mask (the check puts NaN after each input).{where}"
-        )
-    raise CheckFailed(f"{what} is wrong: {difference(actual, expected)}{where}")
+
+    def diagnosis(actual: torch.Tensor, expected: torch.Tensor) -> str | None:
+        explain()
+        return diagnose(actual, expected) if diagnose is not None else None
+
+    expect_close(
+        actual,
+        expected,
+        what,
+        mistakes=mistakes,
+        close=functools.partial(close, gpu=mode.gpu),
+        nan_means_unknown=nan_means_unknown,
+        diagnose=diagnosis,
+        called_as=called_as,
+        nonfinite_hint="Typical causes: exp(-inf - (-inf)) for a row whose maximum is still -inf, a "
+        "division by a running sum of 0, or a load past the end of a tensor without a mask (the check "
+        "puts NaN after each input).",
+    )

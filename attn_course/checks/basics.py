@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 from attn_course import reference
 from attn_course.checks._harness import (
@@ -15,6 +17,7 @@ from attn_course.checks._harness import (
     call,
     check,
     cuda_device,
+    diagnose_softmax,
     expect_close,
     expect_gradients,
     expect_tensor,
@@ -174,20 +177,67 @@ def _check_attention_like(
             mistakes=on_weights,
             args=args,
             nonfinite_hint=unstable_hint,
+            diagnose=functools.partial(_diagnose_weights, q=q, k=k),
         )
         expect_close(
-            out, expected_out, "Your output", mistakes=on_out, args=args, nonfinite_hint=unstable_hint
+            out,
+            expected_out,
+            "Your output",
+            mistakes=on_out,
+            args=args,
+            nonfinite_hint=unstable_hint,
+            diagnose=lambda actual, expected, w=weights, v=v: _diagnose_output(actual, w, v),
         )
     inputs = [randn(2, 3, 4), randn(2, 5, 4), randn(2, 5, 3)]
     expect_gradients(name, candidate, expected_fn, inputs, ("q", "k", "v"), first_output=True)
     return "7 cases (T_q ≠ T_k, batch axes, d_v ≠ d_k, large scores, float32/64) and gradients"
 
 
+def _diagnose_weights(
+    actual: torch.Tensor, expected: torch.Tensor, q: torch.Tensor, k: torch.Tensor
+) -> str | None:
+    """Weights that are a softmax of the scores times some other factor, or no softmax over the keys."""
+    scores = (q @ k.transpose(-2, -1)).detach().to("cpu", torch.float64)  # (..., T_q, T_k)
+    a = actual.detach().to("cpu", torch.float64)
+    if a.shape != scores.shape or not torch.isfinite(a).all():
+        return None
+    rows_ok = bool(((a.sum(dim=-1) - 1).abs() <= 1e-3).all()) and bool((a >= 0).all())
+    if rows_ok:
+        c = _softmax_scale(a, scores)
+        right = _softmax_scale(expected.detach().to("cpu", torch.float64), scores)
+        if c is not None and right is not None:
+            d_k = q.shape[-1]
+            should = "1 (no scale)" if abs(right - 1) < 1e-6 else f"1/√d_k = {right:.4g} (d_k = {d_k})"
+            return (
+                f"are a softmax of the scores q @ kᵀ multiplied by {c:.4g}, but the scores must be "
+                f"multiplied by {should}: check the scale (what you divide the scores by, and where)."
+            )
+        return None
+    return diagnose_softmax(actual, expected, dim=-1, plural=True)
+
+
+def _softmax_scale(weights: torch.Tensor, scores: torch.Tensor) -> float | None:
+    """c when weights = softmax(c · scores) along the last axis (least squares on log weights), else None."""
+    log_p = weights.clamp_min(1e-300).log()
+    centred_s = scores - scores.mean(-1, keepdim=True)
+    centred_p = log_p - log_p.mean(-1, keepdim=True)
+    c = float((centred_s * centred_p).sum() / (centred_s * centred_s).sum())
+    return c if torch.allclose(centred_p, c * centred_s, atol=1e-4, rtol=1e-3) else None
+
+
+def _diagnose_output(actual: torch.Tensor, weights: torch.Tensor, v: torch.Tensor) -> str | None:
+    """Right weights (they were checked first), so the output is not weights @ v."""
+    return (
+        "is wrong although your weights are right: the output is the weighted sum of the values, "
+        "weights @ v, of shape (..., T_q, d_v), with nothing else done to it."
+    )
+
+
 # ---------------------------------------------------------------------------------------------
 # 01_dot_product_attention
 
 
-@check("dot_product_scores")
+@check
 def check_dot_product_scores(candidate: Callable[..., Any]) -> str:
     """Raw scores q·kᵀ, shape (..., T_q, T_k), unscaled."""
     mistakes = [
@@ -225,7 +275,7 @@ def check_dot_product_scores(candidate: Callable[..., Any]) -> str:
     return "4 shapes (T_q ≠ T_k, batch axes, float32/64) and gradients"
 
 
-@check("softmax")
+@check
 def check_softmax(candidate: Callable[..., Any]) -> str:
     """Stable softmax along `dim`; large and -inf inputs."""
     big = torch.tensor([[1e4, 0.0, -1e4, 5e3], [-1e4, -2e4, -1e4 + 1.0, -1.5e4]])
@@ -263,6 +313,7 @@ def check_softmax(candidate: Callable[..., Any]) -> str:
             args=(x,),
             kwargs={"dim": dim},
             nonfinite_hint=hint,
+            diagnose=functools.partial(diagnose_softmax, dim=dim),
         )
     x = randn(3, 4)
     got = call("softmax", candidate, x)
@@ -278,7 +329,34 @@ def check_softmax(candidate: Callable[..., Any]) -> str:
         ],
     )
     expect_gradients("softmax", candidate, reference.softmax, [randn(3, 5)], ("x",), kwargs={"dim": -1})
+    _expect_own_softmax(candidate)
     return "8 cases (dims 0, 1, 2, -1, ±1e4, -inf entries, float32/64) and gradients"
+
+
+class _SoftmaxCalls(TorchFunctionMode):
+    """Notes whether torch's own softmax (any spelling) is called."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.called = ""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", "")
+        if name in ("softmax", "_softmax") and not self.called:
+            self.called = name
+        return func(*args, **(kwargs or {}))
+
+
+def _expect_own_softmax(candidate: Callable[..., Any]) -> None:
+    """The exercise is to write softmax: torch.softmax, F.softmax or x.softmax do not count."""
+    with _SoftmaxCalls() as calls:
+        call("softmax", candidate, randn(3, 4), dim=-1)
+    if calls.called:
+        raise CheckFailed(
+            f"Your softmax calls torch's own {calls.called} (torch.softmax, F.softmax or x.softmax): "
+            "that gives the right numbers, but this exercise is to write it yourself, from exp, a max "
+            "and a sum along `dim` (torch.exp, x.amax, .sum and torch.logsumexp are all fine)."
+        )
 
 
 def _softmax_mistakes(x: torch.Tensor, dim: int) -> list[Mistake]:
@@ -321,7 +399,7 @@ def _no_keepdim_max(x: torch.Tensor, dim: int) -> torch.Tensor:
     return exps / exps.sum(dim=dim, keepdim=True)
 
 
-@check("dot_product_attention")
+@check
 def check_dot_product_attention(candidate: Callable[..., Any]) -> str:
     """Unscaled softmax(q kᵀ) v, returning (out, weights)."""
     entries = [
@@ -339,7 +417,7 @@ def check_dot_product_attention(candidate: Callable[..., Any]) -> str:
 # 02_scaling
 
 
-@check("scaled_dot_product_attention")
+@check
 def check_scaled_dot_product_attention(candidate: Callable[..., Any]) -> str:
     """softmax(q kᵀ / √d_k) v, returning (out, weights)."""
     entries = [
@@ -379,7 +457,7 @@ def check_scaled_dot_product_attention(candidate: Callable[..., Any]) -> str:
     )
 
 
-@check("score_variance")
+@check
 def check_score_variance(candidate: Callable[..., Any]) -> str:
     """Sample variance of q·k: about d_k unscaled and about 1 scaled."""
     checked = []

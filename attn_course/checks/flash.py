@@ -8,7 +8,7 @@ calls torch's fused attention, is rejected even when its numbers are right.
 
 from __future__ import annotations
 
-import math
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -23,10 +23,13 @@ from attn_course.checks._harness import (
     call,
     check,
     cuda_device,
+    describe_args,
+    diagnose_softmax,
     expect_close,
     expect_tensor,
     randn,
 )
+from attn_course.checks._simulate import STREAMING_SOFTMAX_MISTAKES, tiled_attention, tiled_attention_mistakes
 
 
 class _OpRecorder(TorchDispatchMode):
@@ -64,82 +67,25 @@ def _reduced_sizes(name: str, args: tuple[Any, ...]) -> list[int]:
 # online_softmax
 
 
-def _softmax_wrong(*, rescale: str = "right", block_max: bool = False, tail: bool = True) -> Callable:
-    """A streaming softmax with one mistake: rescale "none" or "inverted", per-block max, dropped tail."""
-
-    def wrong(x: torch.Tensor, block_size: int) -> torch.Tensor:
-        n = x.shape[-1]
-        stop = n if tail else n - n % block_size
-        m = torch.full_like(x[..., :1], -math.inf)  # (..., 1)
-        denom = torch.zeros_like(x[..., :1])  # (..., 1)
-        block_maxes = []
-        for start in range(0, stop, block_size):
-            block = x[..., start : start + block_size]  # (..., B)
-            block_m = block.amax(dim=-1, keepdim=True)  # (..., 1)
-            block_maxes.append(block_m.expand_as(block))
-            m_new = torch.maximum(m, block_m)  # (..., 1)
-            if block_max:
-                denom = denom + torch.exp(block - block_m).sum(dim=-1, keepdim=True)
-            elif rescale == "none":
-                denom = denom + torch.exp(block - m_new).sum(dim=-1, keepdim=True)
-            elif rescale == "inverted":
-                denom = denom * torch.exp(m_new - m).nan_to_num(posinf=0.0) + torch.exp(block - m_new).sum(
-                    -1, True
-                )
-            else:
-                denom = denom * torch.exp(m - m_new) + torch.exp(block - m_new).sum(dim=-1, keepdim=True)
-            m = m_new
-        if block_max:
-            return torch.exp(x - torch.cat(block_maxes, dim=-1)) / denom  # (..., N)
-        return torch.exp(x - m) / denom  # (..., N)
-
-    return wrong
-
-
-_SOFTMAX_MISTAKES = [
-    Mistake(
-        "does not rescale the running sum when the maximum grows: the exponentials summed so far were "
-        "taken relative to the old maximum, so before adding a new block multiply the sum by "
-        "exp(m_old - m_new), then add exp(block - m_new).sum().",
-        _softmax_wrong(rescale="none"),
-    ),
-    Mistake(
-        "rescales the running sum the wrong way round: when the maximum grows from m_old to m_new the "
-        "old terms exp(x - m_old) become exp(x - m_new) = exp(x - m_old) · exp(m_old - m_new), a factor "
-        "below 1; you multiplied by exp(m_new - m_old).",
-        _softmax_wrong(rescale="inverted"),
-    ),
-    Mistake(
-        "uses each block's own maximum and never brings the blocks to a common one: terms exp(x - m_b) "
-        "of different blocks cannot be added. Keep one running maximum per row, rescale the running sum "
-        "when it grows, and normalise every entry with the final maximum: exp(x - m) / denom.",
-        _softmax_wrong(block_max=True),
-    ),
-    Mistake(
-        "drops the ragged last block: when the length is not a multiple of block_size the last block is "
-        "shorter, and it counts too. Loop with range(0, n, block_size) and slice x[..., start:start + "
-        "block_size] (a slice past the end simply stops there).",
-        _softmax_wrong(tail=False),
-    ),
-]
-
-_SOFTMAX_CASES = [  # (shape, block_size, scale, dtype)
-    ((3, 37), 8, 3.0, torch.float64),
-    ((2, 3, 50), 16, 3.0, torch.float64),
-    ((20,), 3, 3.0, torch.float64),
-    ((4, 9), 1, 3.0, torch.float64),
-    ((2, 7), 12, 3.0, torch.float64),
-    ((3, 40), 8, 60.0, torch.float32),
+_SOFTMAX_CASES = [  # (shape, block_size, scale, dtype, shift)
+    ((3, 37), 8, 3.0, torch.float64, 0.0),
+    ((2, 3, 50), 16, 3.0, torch.float64, 0.0),
+    ((20,), 3, 3.0, torch.float64, 0.0),
+    ((4, 9), 1, 3.0, torch.float64, 0.0),
+    ((2, 7), 12, 3.0, torch.float64, 0.0),
+    ((3, 40), 8, 60.0, torch.float32, 0.0),
+    ((2, 30), 8, 3.0, torch.float64, -1000.0),
 ]
 """Ragged and exact tails, one to three leading axes, block_size 1 and longer than the row, and
-float32 scores far beyond exp's range (so that the maximum must be subtracted)."""
+float32 scores far beyond exp's range (so that the maximum must be subtracted), and rows of large
+negative scores (so that the running maximum must start at -inf)."""
 
 
-@check("online_softmax")
+@check
 def check_online_softmax(candidate: Callable[..., Any]) -> str:
     """Compare with softmax on ragged rows and block sizes; reject a softmax that is not streamed."""
-    for shape, block_size, scale, dtype in _SOFTMAX_CASES:
-        x = randn(*shape, dtype=dtype, scale=scale)
+    for shape, block_size, scale, dtype, shift in _SOFTMAX_CASES:
+        x = randn(*shape, dtype=dtype, scale=scale) + shift
         # a few maxima in later blocks, so that the running maximum must grow
         x[..., -1] = x.amax(dim=-1) + 1.0
         result = call("online_softmax", candidate, x, block_size)
@@ -156,13 +102,18 @@ def check_online_softmax(candidate: Callable[..., Any]) -> str:
             out,
             torch.softmax(x, dim=-1),
             what,
-            mistakes=_SOFTMAX_MISTAKES,
+            mistakes=STREAMING_SOFTMAX_MISTAKES,
             args=(x, block_size),
             nonfinite_hint="Subtract the running maximum before exp: exp of a score of a few hundred "
-            "overflows to inf, and inf / inf is NaN.",
+            "overflows to inf, and inf / inf is NaN; for rows of large negative scores, a maximum that "
+            "does not follow the row makes every exp underflow to 0, and 0 / 0 is NaN.",
+            diagnose=functools.partial(diagnose_softmax, dim=-1),
         )
     _expect_streamed(candidate)
-    return "6 shapes and block sizes (ragged, 1, longer than the row), large float32 scores, streamed"
+    return (
+        "7 shapes and block sizes (ragged, 1, longer than the row), large float32 scores, rows of "
+        "large negative scores, streamed"
+    )
 
 
 def _expect_streamed(candidate: Callable[..., Any]) -> None:
@@ -190,143 +141,28 @@ def _expect_streamed(candidate: Callable[..., Any]) -> None:
 # flash_attention
 
 
-def _tiled_wrong(
-    *,
-    rescale_acc: bool = True,
-    rescale_sum: bool = True,
-    scale: bool = True,
-    tail: bool = True,
-    mask: str = "right",
-    average_blocks: bool = False,
-) -> Callable[..., torch.Tensor]:
-    """A tiled attention (query blocks, then key blocks in ascending order) with one mistake.
+_SCALE_MESSAGE = (
+    "forgets the 1/√d scale: multiply the scores q_block @ k_blockᵀ by 1 / math.sqrt(d), d = "
+    "q.shape[-1] (the width of the queries and keys, not of the values)."
+)
 
-    mask: "right" (bottom-right, j <= i + T_k - T_q), "strict" (j < i + T_k - T_q), "top-left"
-    (j <= i), "skip-diagonal" (only key blocks entirely allowed for the whole query block),
-    "blocks-only" (skips the blocks above the diagonal, no mask inside the others), "none".
-    """
-
-    def wrong(
-        q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool = False, block_size: int = 64
-    ) -> torch.Tensor:
-        t_q, d = q.shape[-2:]
-        t_k = k.shape[-2]
-        stop = t_k if tail else t_k - t_k % block_size
-        offset = 0 if mask == "top-left" else t_k - t_q
-        s_scale = 1 / math.sqrt(d) if scale else 1.0
-        outs = []
-        for qs in range(0, t_q, block_size):
-            qe = min(qs + block_size, t_q)
-            rows = torch.arange(qs, qe)[:, None] + offset  # (Bq, 1): position of each query
-            m = q.new_full((*q.shape[:-2], qe - qs, 1), -math.inf)  # (..., Bq, 1)
-            denom = torch.zeros_like(m)  # (..., Bq, 1)
-            acc = q.new_zeros((*q.shape[:-2], qe - qs, v.shape[-1]))  # (..., Bq, d_v)
-            block_outs = []
-            for ks in range(0, stop, block_size):
-                ke = min(ks + block_size, t_k)
-                causal = is_causal and mask != "none"
-                if causal and mask == "skip-diagonal" and ke - 1 > qs + offset:
-                    continue
-                if causal and ks > qe - 1 + offset:
-                    continue
-                s = (q[..., qs:qe, :] @ k[..., ks:ke, :].transpose(-1, -2)) * s_scale  # (..., Bq, Bk)
-                if causal and mask not in ("skip-diagonal", "blocks-only"):
-                    cols = torch.arange(ks, ke)[None, :]  # (1, Bk)
-                    allowed = cols < rows if mask == "strict" else cols <= rows  # (Bq, Bk)
-                    s = s.masked_fill(~allowed, -math.inf)  # (..., Bq, Bk)
-                if average_blocks:
-                    block_outs.append(torch.softmax(s, dim=-1) @ v[..., ks:ke, :])  # (..., Bq, d_v)
-                    continue
-                m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))  # (..., Bq, 1)
-                m_safe = torch.where(m_new == -math.inf, 0.0, m_new)
-                p = torch.exp(s - m_safe)  # (..., Bq, Bk)
-                alpha = torch.exp(m - m_safe)  # (..., Bq, 1)
-                denom = (denom * alpha if rescale_sum else denom) + p.sum(dim=-1, keepdim=True)
-                acc = (acc * alpha if rescale_acc else acc) + p @ v[..., ks:ke, :]
-                m = m_new
-            outs.append(torch.stack(block_outs).mean(dim=0) if average_blocks else acc / denom)
-        return torch.cat(outs, dim=-2)  # (..., T_q, d_v)
-
-    return wrong
-
-
-_ATTENTION_MISTAKES = [
-    Mistake(
-        "does not rescale the output accumulator when the running maximum grows: acc holds sums of "
-        "exp(s - m_old)·v, so multiply it by alpha = exp(m_old - m_new) before adding p @ v_block, "
-        "exactly as you rescale the running sum.",
-        _tiled_wrong(rescale_acc=False),
-    ),
-    Mistake(
-        "does not rescale the running sum (the softmax denominator) when the running maximum grows: "
-        "multiply it by alpha = exp(m_old - m_new) before adding p.sum(-1), as you do for the accumulator.",
-        _tiled_wrong(rescale_sum=False),
-    ),
-    Mistake(
-        "rescales neither the running sum nor the accumulator when the maximum grows: terms computed "
-        "with an old maximum must be multiplied by alpha = exp(m_old - m_new) before new ones are added.",
-        _tiled_wrong(rescale_acc=False, rescale_sum=False),
-    ),
-    Mistake(
-        "averages a softmax per key block: each block's softmax sums to 1 on its own, so averaging them "
-        "weighs a block of unimportant keys like a block of important ones. Keep a running maximum, sum "
-        "and accumulator per query row across the blocks and divide by the sum once at the end.",
-        _tiled_wrong(average_blocks=True),
-    ),
-    Mistake(
-        "drops the ragged last key block: when T_k is not a multiple of block_size the last block is "
-        "shorter and still counts. Loop with range(0, T_k, block_size) and slice "
-        "k[..., start:start + block_size].",
-        _tiled_wrong(tail=False),
-    ),
-    Mistake(
-        "forgets the 1/√d scale: multiply the scores q_block @ k_blockᵀ by 1 / math.sqrt(d), d = "
-        "q.shape[-1] (the width of the queries and keys, not of the values).",
-        _tiled_wrong(scale=False),
-    ),
-    Mistake(
-        "ignores is_causal=True: inside each block, mask with -inf the keys after the query's position.",
-        _tiled_wrong(mask="none"),
-    ),
-    Mistake(
-        "masks the diagonal too: query i may attend key i itself. Keep key j when j <= i + T_k - T_q "
-        "(<=, not <).",
-        _tiled_wrong(mask="strict"),
-    ),
-    Mistake(
-        "aligns the causal mask top-left: with T_q != T_k the queries are the LAST T_q positions "
-        "(bottom-right alignment, as in attention and causal_mask), so query i sits at position "
-        "i + T_k - T_q and may attend key j when j <= i + T_k - T_q.",
-        _tiled_wrong(mask="top-left"),
-    ),
-    Mistake(
-        "skips the blocks that cross the diagonal: only blocks entirely above the diagonal may be "
-        "skipped. A block that crosses it is computed and masked inside: key j allowed when "
-        "j <= i + T_k - T_q.",
-        _tiled_wrong(mask="skip-diagonal"),
-    ),
-    Mistake(
-        "skips the blocks above the diagonal but does not mask inside the blocks that cross it: a block "
-        "holding the diagonal still contains keys after some of its queries; mask them with -inf "
-        "(key j allowed when j <= i + T_k - T_q).",
-        _tiled_wrong(mask="blocks-only"),
-    ),
-]
 
 _ATTENTION_CASES = [  # (q shape, T_k, d_v, is_causal, block_size)
     ((2, 3, 37, 8), 37, 5, False, 8),
     ((2, 29, 8), 45, 6, False, 16),
     ((1, 2, 37, 8), 37, 8, True, 8),
     ((2, 21, 8), 45, 4, True, 8),
+    ((2, 2, 19, 8), 45, 4, True, 8),
     ((3, 20, 4), 20, 4, True, 1),
     ((2, 20, 8), 20, 8, True, 64),
     ((30, 8), 30, 8, True, 7),
 ]
 """Ragged tails, T_q < T_k and T_q > T_k (not causal: some rows would attend no key), causal with
-a diagonal that falls inside blocks, block_size 1 and longer than the sequence, and no batch axis."""
+a diagonal that falls inside blocks, a causal offset T_k - T_q that is not a multiple of the block
+size (26 = 3·8 + 2), block_size 1 and longer than the sequence, and no batch axis."""
 
 
-@check("flash_attention")
+@check
 def check_flash_attention(candidate: Callable[..., Any]) -> str:
     """Compare with attention over shapes and block sizes; reject a candidate that does not tile."""
     for q_shape, t_k, d_v, is_causal, block_size in _ATTENTION_CASES:
@@ -367,18 +203,64 @@ def _compare(
         "missing: loop with range(0, T_q, block_size).",
     }
     out = expect_tensor(result, expected.shape, what, device=q.device, finite=False, hints=hints)
+    simulate = functools.partial(
+        tiled_attention, q, k, v, causal=is_causal, block_m=block_size, block_n=block_size
+    )
+    mistakes = [
+        Mistake(_SCALE_MESSAGE, functools.partial(simulate, scale=1.0)),
+        Mistake(
+            "scales the scores by 1/√d_v, the width of the values: the scale is 1/√d with d = "
+            "q.shape[-1], the width of the queries and keys.",
+            functools.partial(simulate, scale=v.shape[-1] ** -0.5),
+        ),
+        *tiled_attention_mistakes(simulate, is_causal, python=True),
+    ]
     expect_close(
         out,
         expected,
         what,
-        mistakes=_ATTENTION_MISTAKES,
-        args=(q, k, v),
-        kwargs=kwargs,
+        mistakes=mistakes,
+        called_as=describe_args((q, k, v), kwargs),
+        diagnose=functools.partial(_diagnose_blocks, block_size=block_size, is_causal=is_causal),
         nonfinite_hint="Every query here may attend at least one key. NaN often comes from "
         "exp(-inf - (-inf)) when a row has seen only masked keys so far: use a running maximum that "
         "starts at -inf and replace it by 0 where it is still -inf before subtracting; inf comes from exp "
         "of unshifted scores.",
     )
+
+
+def _diagnose_blocks(
+    actual: torch.Tensor, expected: torch.Tensor, block_size: int, is_causal: bool
+) -> str | None:
+    """Name an error that follows the query blocks: right in the first block only, or in the last only."""
+    t_q = actual.shape[-2]
+    if t_q <= block_size or not torch.isfinite(actual).all():
+        return None
+    wrong = _wrong_rows(actual, expected)  # (T_q,)
+    first, rest = wrong[:block_size], wrong[block_size:]
+    if not first.any() and rest.any():
+        where = "the causal mask" if is_causal else "anything that depends on the row"
+        return (
+            f"is right for the first query block (rows 0–{block_size - 1}) but wrong in later blocks "
+            f"(the first wrong row is {int(rest.nonzero()[0]) + block_size}): {where} must use the "
+            "block's absolute rows qs … qe - 1 (torch.arange(qs, qe), plus T_k - T_q for the causal "
+            "position), not its rows counted from 0 within the block."
+        )
+    last = (t_q - 1) // block_size * block_size
+    if wrong[last:].all() and not wrong[:last].any() and t_q % block_size:
+        return (
+            f"is wrong only in the last, shorter query block (rows {last}–{t_q - 1}): when T_q is not "
+            "a multiple of block_size that block has T_q - qs rows; slice q[..., qs:qs + block_size, :] "
+            "and write out[..., qs:qe, :] with qe = min(qs + block_size, T_q)."
+        )
+    return None
+
+
+def _wrong_rows(actual: torch.Tensor, expected: torch.Tensor) -> torch.Tensor:
+    a = actual.detach().to("cpu", torch.float64)
+    e = expected.detach().to("cpu", torch.float64)
+    bad = ~torch.isclose(a, e, rtol=1e-4, atol=2e-5)  # (..., T_q, d_v)
+    return bad.flatten(0, -3).any(dim=0).any(dim=-1) if bad.dim() > 2 else bad.any(dim=-1)
 
 
 def _compare_float32(candidate: Callable[..., Any]) -> None:

@@ -66,7 +66,7 @@ def _merge_mistakes() -> list[Mistake]:
     ]
 
 
-@check("split_heads")
+@check
 def check_split_heads(candidate: Callable[..., Any]) -> str:
     """(b, t, h·d) -> (b, h, t, d), head i = features i·d … (i+1)·d - 1 of every token."""
     mistakes = _split_mistakes()
@@ -108,7 +108,7 @@ def check_split_heads(candidate: Callable[..., Any]) -> str:
     return "4 shapes, head i = the i-th block of d features, gradients"
 
 
-@check("merge_heads")
+@check
 def check_merge_heads(candidate: Callable[..., Any]) -> str:
     """(b, h, t, d) -> (b, t, h·d), the inverse of split_heads."""
     mistakes = _merge_mistakes()
@@ -174,7 +174,9 @@ def _multi_head(
     use_mask: bool = True,
     invert_mask: bool = False,
     use_causal: bool = True,
+    invert_causal: bool = False,
     softmax_dim: int = -1,
+    split_v: str | None = None,
 ) -> torch.Tensor:
     """Multi-head self-attention with each knob a learner might get wrong; the defaults are right."""
     b, t, d_model = x.shape
@@ -187,6 +189,8 @@ def _multi_head(
     else:
         assigned = dict(zip(order, qkv.chunk(3, dim=-1), strict=True))  # each (b, t, d_model)
         q, k, v = (_split(assigned[name], n_heads, split) for name in "qkv")  # each (b, h, t, d_k)
+        if split_v is not None:
+            v = _split(assigned["v"], n_heads, split_v)  # (b, h, t, d_k)
     divisor = {"d_k": math.sqrt(d_k), "d_model": math.sqrt(d_model), "none": 1.0}[scale]
     scores = q @ k.transpose(-2, -1) / divisor  # (b, h, t, t)
     allowed = torch.ones_like(scores, dtype=torch.bool)  # (b, h, t, t)
@@ -194,7 +198,8 @@ def _multi_head(
         head_mask = mask.unsqueeze(-3)  # (b, 1, t, t) or broadcastable
         allowed = allowed & (~head_mask if invert_mask else head_mask)
     if is_causal and use_causal:
-        allowed = allowed & torch.ones(t, t, dtype=torch.bool).tril()
+        causal = torch.ones(t, t, dtype=torch.bool).tril()  # (t, t)
+        allowed = allowed & (causal.T if invert_causal else causal)
     weights = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=softmax_dim)  # (b, h, t, t)
     merged = _merge(weights @ v, merge)  # (b, t, d_model)
     return F.linear(merged, params["out.weight"], params.get("out.bias")) if out_proj else merged
@@ -271,6 +276,22 @@ _MHA_MISTAKES: list[tuple[str, dict[str, Any]]] = [
         {"softmax_dim": -2},
     ),
     (
+        "looks like the softmax runs over the heads (dim=1 of the (b, h, t, t) scores): each query's "
+        "weights over the keys must sum to 1, so take the softmax over the last axis (dim=-1).",
+        {"softmax_dim": 1},
+    ),
+    (
+        "looks like v alone was split into heads by reshaping (b, t, d_model) straight to (b, h, t, d_k), "
+        "which mixes tokens across heads: split v exactly like q and k (view to (b, t, h, d_k), then "
+        "transpose(1, 2)).",
+        {"split_v": "reshape"},
+    ),
+    (
+        "uses an inverted causal mask (the upper triangle, torch.triu): with is_causal=True query i may "
+        "attend keys 0 … i, the lower triangle with the diagonal (torch.tril), and masks the rest.",
+        {"invert_causal": True},
+    ),
+    (
         "ignores is_causal=True: pass it on to attention (or to F.scaled_dot_product_attention), which "
         "adds the causal mask for every head.",
         {"use_causal": False},
@@ -298,7 +319,7 @@ _BROADCAST_HINT = (
 )
 
 
-@check("MultiHeadAttention")
+@check
 def check_MultiHeadAttention(candidate: Callable[..., Any]) -> str:
     """Build the learner's layer, copy seeded weights into it and the reference, compare the outputs."""
     if isinstance(candidate, nn.Module):

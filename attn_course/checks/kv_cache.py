@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import operator
 from collections.abc import Callable
 from typing import Any
@@ -12,10 +13,11 @@ from torch import nn
 from attn_course import reference
 from attn_course.checks._harness import (
     CheckFailed,
+    Mistake,
     call,
     check,
     cuda_device,
-    difference,
+    expect_close,
     expect_tensor,
     is_close,
     randn,
@@ -44,7 +46,7 @@ def _as_int(value: Any) -> int | None:
         return None
 
 
-@check("KVCache")
+@check
 def check_KVCache(candidate: Any) -> str:  # noqa: N802 (exercise name)
     """Interleaved appends to three layers; every returned tensor, and length(), against the history."""
     if not isinstance(candidate, type):
@@ -81,7 +83,24 @@ def check_KVCache(candidate: Any) -> str:  # noqa: N802 (exercise name)
             )
     if _as_int(call("KVCache.length", cache.length, 7)) != 0:
         raise CheckFailed("cache.length(7), for a layer that never had an append, should be 0.")
+    _expect_separate_instances(candidate)
     return f"{len(_APPENDS)} appends to 3 interleaved layers (t_new of 1, 4 and 5), lengths, earlier results"
+
+
+def _expect_separate_instances(candidate: type) -> None:
+    """Two caches (two generations, two models) must not share what they hold."""
+    first = call("KVCache", candidate)
+    k = randn(_B, _H, 3, _D, dtype=torch.float32)
+    call("KVCache.append", first.append, 0, k, k)
+    second = call("KVCache", candidate)
+    length = _as_int(call("KVCache.length", second.length, 0))
+    if length != 0:
+        raise CheckFailed(
+            f"A new KVCache() already holds {length} positions for layer 0, appended to ANOTHER cache: "
+            "every instance shares the same dicts or lists. Create them in __init__ (self.keys = {} "
+            "and self.values = {}), not as class attributes (keys = {} in the class body) or default "
+            "arguments."
+        )
 
 
 def _expect_pair(result: Any, shown: str) -> tuple[Any, Any]:
@@ -126,19 +145,18 @@ def _expect_cached(
         (expected.shape[0] * 2, *expected.shape[1:]): "Concatenate along the time axis, dim=-2, not dim=0.",
     }
     got = expect_tensor(got, expected.shape, what, hints=hints)
-    if is_close(got, expected):
-        return
     past = [pair[index] for pair in history[layer][:-1]]
-    if past and is_close(got, torch.cat([new, *past], dim=-2)):
-        raise CheckFailed(
-            f"{what} put the new positions before the old ones: the time axis runs from the first "
-            "position to the newest, torch.cat([old, new], dim=-2)."
-        )
     other = torch.cat([pair[1 - index] for pair in history[layer]], dim=-2)  # (b, h, t, d_k)
-    if is_close(got, other):
-        swap = "values where the keys belong" if name == "keys" else "keys where the values belong"
-        raise CheckFailed(f"{what} are the {swap}: return (keys, values), each cached separately.")
-    raise CheckFailed(f"{what} are wrong: {difference(got, expected)}")
+    swap = "values where the keys belong" if name == "keys" else "keys where the values belong"
+    mistakes = [
+        Mistake(
+            "put the new positions before the old ones: the time axis runs from the first position to "
+            "the newest, torch.cat([old, new], dim=-2).",
+            lambda: torch.cat([new, *past], dim=-2),
+        ),
+        Mistake(f"are the {swap}: return (keys, values), each cached separately.", lambda: other),
+    ]
+    expect_close(got, expected, what, mistakes=mistakes, called_as="")
 
 
 def _expect_length(
@@ -306,7 +324,7 @@ def _replay(attn: nn.Module, xs: list[torch.Tensor], upto: int, knobs: dict[str,
     return out
 
 
-@check("cached_attention")
+@check
 def check_cached_attention(candidate: Callable[..., Any]) -> str:
     """Two layers fed chunks [4, 1, 3, 1, 1] through one KVCache, against each on the whole sequence."""
     d_model, n_heads, t = 12, 3, sum(_CHUNKS)
@@ -327,17 +345,12 @@ def check_cached_attention(candidate: Callable[..., Any]) -> str:
                 _expect_cache_lengths(cache, layer, start, t_new, shown)
                 out = expect_tensor(got, (2, t_new, d_model), f"The output of {shown}")
                 want = full[:, start : start + t_new]  # (b, t_new, d_model)
-                if is_close(out, want):
-                    continue
                 chunks = [x[:, a : a + n] for a, n in zip(_STARTS, _CHUNKS, strict=True)]
-                for message, knobs in _CACHED_MISTAKES:
-                    wrong = _replay(attn, chunks, index, knobs)
-                    if not is_close(wrong, want) and is_close(out, wrong):
-                        raise CheckFailed(f"Your {shown} {message}")
-                raise CheckFailed(
-                    f"The output of {shown} differs from the layer run on the whole sequence, "
-                    f"attn(x, is_causal=True): {difference(out, want)}"
-                )
+                mistakes = [
+                    Mistake(message, functools.partial(_replay, attn, chunks, index, knobs))
+                    for message, knobs in _CACHED_MISTAKES
+                ]
+                expect_close(out, want, f"The output of {shown}", mistakes=mistakes, called_as="")
             start += t_new
     _expect_cached_attention_on_cuda(candidate)
     return "2 layers in chunks of 4, 1, 3, 1, 1 (RoPE base 50) match the layers on the whole sequence"
@@ -382,5 +395,4 @@ def _expect_cached_attention_on_cuda(candidate: Callable[..., Any]) -> None:
         what = f"The output of cached_attention on {device.type}"
         out = expect_tensor(got, (2, 1, 12), what, device=device)
         want = attn(x, is_causal=True)[:, 5:]  # (b, 1, d_model)
-    if not is_close(out, want):
-        raise CheckFailed(f"{what} is wrong: {difference(out, want)}")
+    expect_close(out, want, what, called_as="")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -79,7 +80,7 @@ def _causal_mistakes() -> list[Mistake]:
     ]
 
 
-@check("causal_mask")
+@check
 def check_causal_mask(candidate: Callable[..., Any]) -> str:
     """Boolean (t_q, t_k) lower-triangular mask, bottom-right aligned when t_k > t_q."""
     mistakes = _causal_mistakes()
@@ -101,9 +102,33 @@ def check_causal_mask(candidate: Callable[..., Any]) -> str:
                 f"The mask has one row per query and one column per key: ({t_q}, {t_k})."
             )
         mask = _expect_bool_mask(got, expected, f"causal_mask({t_q}, {t_k})")
-        expect_close(mask, expected, f"Your causal_mask({t_q}, {t_k})", mistakes=mistakes, args=(t_q, t_k))
+        expect_close(
+            mask,
+            expected,
+            f"Your causal_mask({t_q}, {t_k})",
+            mistakes=mistakes,
+            args=(t_q, t_k),
+            diagnose=_diagnose_causal,
+        )
     _expect_device_respected(candidate)
     return "square and t_k > t_q (bottom-right), default t_k, dtype, device"
+
+
+def _diagnose_causal(actual: torch.Tensor, expected: torch.Tensor) -> str | None:
+    """A lower triangle with another diagonal, or no triangle at all."""
+    t_q, t_k = expected.shape
+    ones = torch.ones(t_q, t_k, dtype=torch.bool)
+    for shift in range(-t_k - t_q, t_k + t_q):
+        if torch.equal(actual.cpu(), ones.tril(diagonal=shift)):
+            return (
+                f"is a lower triangle, but shifted: it lets query i see keys up to i + {shift}, while "
+                f"query i sits at position i + t_k - t_q = i + {t_k - t_q} (bottom-right alignment: "
+                f"torch.tril(..., diagonal=t_k - t_q), or key position <= query position + t_k - t_q)."
+            )
+    return (
+        "is not a lower triangle: row i (query i, at position i + t_k - t_q) must be True for keys "
+        "0 … i + t_k - t_q and False after them."
+    )
 
 
 def _expect_device_respected(candidate: Callable[..., Any]) -> None:
@@ -129,7 +154,7 @@ def _expect_device_respected(candidate: Callable[..., Any]) -> None:
 # padding_mask
 
 
-@check("padding_mask")
+@check
 def check_padding_mask(candidate: Callable[..., Any]) -> str:
     """Boolean (B, t) mask, True for the first lengths[b] positions of row b."""
     mistakes = [
@@ -147,6 +172,12 @@ def check_padding_mask(candidate: Callable[..., Any]) -> str:
             "entries, positions 0 … lengths[b] - 1.",
             lambda lengths, t: torch.arange(t)[None, :] < lengths[:, None] - 1,
         ),
+        Mistake(
+            "marks the LAST lengths[b] positions of each row (left padding): in this course the "
+            "sequences are padded on the right, so the real tokens are positions 0 … lengths[b] - 1: "
+            "position < lengths[b].",
+            lambda lengths, t: torch.arange(t)[None, :] >= t - lengths[:, None],
+        ),
     ]
     cases = [([3, 1, 4], 4), ([0, 2], 3), ([5], 5), ([2, 2, 6, 1, 0], 7)]
     for lengths_list, t in cases:
@@ -159,13 +190,36 @@ def check_padding_mask(candidate: Callable[..., Any]) -> str:
                 f"{tuple(expected.shape)}, one row per sequence."
             )
         mask = _expect_bool_mask(got, expected, "padding_mask")
-        expect_close(mask, expected, "Your padding_mask", mistakes=mistakes, args=(lengths, t))
+        expect_close(
+            mask,
+            expected,
+            "Your padding_mask",
+            mistakes=mistakes,
+            args=(lengths, t),
+            diagnose=lambda actual, expected, lengths=lengths: _diagnose_padding(actual, lengths),
+        )
     device = cuda_device()
     if device is not None:
         lengths = torch.tensor([3, 1]).to(device)
         got = call("padding_mask", candidate, lengths, 4, hint=DEVICE_HINT)
         expect_tensor(got, (2, 4), "padding_mask of lengths on cuda", device=device, finite=False)
     return "lengths 0 … t, one row per sequence, dtype bool"
+
+
+def _diagnose_padding(actual: torch.Tensor, lengths: torch.Tensor) -> str:
+    """Row b must hold lengths[b] True entries, all at the start."""
+    counts = actual.cpu().sum(dim=-1).tolist()
+    wanted = lengths.tolist()
+    if counts != wanted:
+        return (
+            f"has {counts} True entries in its rows, but the lengths are {wanted}: row b marks exactly "
+            "the lengths[b] real tokens, positions 0 … lengths[b] - 1 (position < lengths[b]; each row "
+            "uses its own length)."
+        )
+    return (
+        "has the right number of True entries in each row, but not at the start: the real tokens are "
+        "the first lengths[b] positions (padding is on the right)."
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -297,7 +351,7 @@ def _attention_cases() -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, t
     ]
 
 
-@check("attention")
+@check
 def check_attention(candidate: Callable[..., Any]) -> str:
     """Scaled attention with a boolean mask (True = may attend) and bottom-right is_causal."""
     on_out = [Mistake(message, _knob(knobs, 0)) for message, knobs in _ATTENTION_MISTAKES]
@@ -326,6 +380,9 @@ def check_attention(candidate: Callable[..., Any]) -> str:
             args=(q, k, v),
             kwargs=kwargs,
             nonfinite_hint=nonfinite,
+            diagnose=functools.partial(
+                _diagnose_masked_weights, allowed=_allowed(q.cpu(), k.cpu(), mask, is_causal)
+            ),
         )
         expect_close(
             out,
@@ -348,6 +405,55 @@ def check_attention(candidate: Callable[..., Any]) -> str:
         first_output=True,
     )
     return "9 cases (masks of 3 shapes, is_causal with T_q ≤ T_k, both) and gradients"
+
+
+def _allowed(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None, is_causal: bool) -> torch.Tensor:
+    """Which (query, key) pairs may attend, broadcast to the weights' shape (..., T_q, T_k)."""
+    t_q, t_k = q.shape[-2], k.shape[-2]
+    allowed = torch.ones(*q.shape[:-1], t_k, dtype=torch.bool)  # (..., T_q, T_k)
+    if mask is not None:
+        allowed = allowed & mask.cpu()
+    if is_causal:
+        allowed = allowed & reference.causal_mask(t_q, t_k)
+    return allowed
+
+
+def _diagnose_masked_weights(
+    actual: torch.Tensor, expected: torch.Tensor, allowed: torch.Tensor
+) -> str | None:
+    """Where the weights go: to forbidden keys, only to forbidden keys, or NaN in rows that keep keys."""
+    a = actual.detach().to("cpu", torch.float64)
+    if a.shape != allowed.shape:
+        return None
+    if not torch.isfinite(a).all():
+        return (
+            "contain NaN or inf in rows that may attend some keys: a row becomes NaN when every one of "
+            "its scores is -inf (all its keys masked, as with an inverted mask or causal mask) or when "
+            "a score is filled with +inf or NaN. Fill the forbidden scores, where the mask is False, "
+            "with float('-inf'), and keep the allowed ones."
+        )
+    forbidden = a[~allowed]
+    if forbidden.numel() and bool((forbidden.abs() > 1e-6).any()):
+        if bool((a[allowed].abs() <= 1e-6).all()):
+            return (
+                "are 0 exactly where the mask allows a key and positive where it forbids one: the mask "
+                "is inverted. True means the query MAY attend the key, so fill the scores where the "
+                "mask is False: scores.masked_fill(~mask, float('-inf'))."
+            )
+        index = [int(i) for i in (~allowed & (a.abs() > 1e-6)).nonzero()[0]]
+        return (
+            f"give weight to keys that the mask (or is_causal) forbids, for example at index {index}: "
+            "fill those scores with float('-inf') before the softmax, so that their weight is exactly 0."
+        )
+    if not bool(((a.sum(dim=-1) - 1).abs() <= 1e-3).all()):
+        return (
+            "give no weight to forbidden keys, as they should, but their rows do not sum to 1: mask the "
+            "scores (with -inf) before the softmax, not the weights after it."
+        )
+    return (
+        "give no weight to forbidden keys and sum to 1, but the weights of the allowed keys are wrong: "
+        "check the scores q @ kᵀ / √d_k (d_k = q.shape[-1]) and that the softmax runs over the keys."
+    )
 
 
 def _knob(knobs: dict[str, Any], index: int) -> Callable[..., torch.Tensor]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -82,7 +84,7 @@ def _frequency_mistakes() -> list[Mistake]:
     ]
 
 
-@check("rope_frequencies")
+@check
 def check_rope_frequencies(candidate: Callable[..., Any]) -> str:
     """θ_i = base^(-2i/d) for i = 0 … d/2 - 1, in float32 or float64."""
     mistakes = _frequency_mistakes()
@@ -114,8 +116,37 @@ def check_rope_frequencies(candidate: Callable[..., Any]) -> str:
                 f"Your {shown} has dtype {_name(freqs.dtype)}: frequencies are fractions, compute "
                 "them in float32 or float64."
             )
-        expect_close(freqs, expected, f"Your {shown}", mistakes=mistakes, args=(d,), kwargs=kwargs)
+        expect_close(
+            freqs,
+            expected,
+            f"Your {shown}",
+            mistakes=mistakes,
+            args=(d,),
+            kwargs=kwargs,
+            diagnose=functools.partial(_diagnose_frequencies, d=d, base=base or 10000.0),
+        )
     return "d = 6, 8, 64, 128, base 10000 and 500"
+
+
+def _diagnose_frequencies(actual: torch.Tensor, expected: torch.Tensor, d: int, base: float) -> str | None:
+    """Frequencies whose exponents are a multiple of the right ones, or that are not falling."""
+    a = actual.detach().to("cpu", torch.float64)
+    if not torch.isfinite(a).all() or not (a > 0).all():
+        return "has zero, negative or infinite frequencies: θ_i = base^(-2i/d) lies between 1/base and 1."
+    exponents = a.log() / math.log(base)  # (d/2,): yours, as powers of base
+    right = expected.detach().to("cpu", torch.float64).log() / math.log(base)  # -2i/d
+    if abs(float(exponents[0])) > 1e-9:
+        return (
+            f"starts at {float(a[0]):.4g}, but θ_0 = base^0 = 1: pair i = 0 is not rotated faster or "
+            "slower than by its position. Let i run from 0, θ_i = base^(-2i/d)."
+        )
+    factor = float(exponents[1] / right[1])
+    if torch.allclose(exponents, factor * right, atol=1e-9):
+        return (
+            f"has exponents {factor:.3g} times the right ones -2i/d: θ_i = base^(-2i/d) for the pairs "
+            "i = 0 … d/2 - 1. (torch.arange(0, d, 2) already gives the 2i; do not double it again.)"
+        )
+    return None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -260,7 +291,7 @@ def _expect_rope_output(got: Any, x: torch.Tensor, shown: str) -> torch.Tensor:
     return out
 
 
-@check("apply_rope")
+@check
 def check_apply_rope(candidate: Callable[..., Any]) -> str:
     """Interleaved pairs rotated by position·θ_i, positions default to arange(T), x's dtype kept."""
     mistakes = _rope_mistakes()
@@ -284,13 +315,47 @@ def check_apply_rope(candidate: Callable[..., Any]) -> str:
         if x.dtype == torch.float64:  # float32 arithmetic (torch.view_as_complex of x.float()) is fine
             expected = expected.float()
         expect_close(
-            out, expected, f"Your {shown}", mistakes=mistakes, args=(x.cpu(),), kwargs=_on_cpu(kwargs)
+            out,
+            expected,
+            f"Your {shown}",
+            mistakes=mistakes,
+            args=(x.cpu(),),
+            kwargs=_on_cpu(kwargs),
+            diagnose=functools.partial(_diagnose_rope, x=x),
         )
     x, positions = randn(2, 5, 8, dtype=torch.float32), torch.tensor([4, 1, 7, 2, 30])
     expect_gradients(
         "apply_rope", candidate, reference.apply_rope, [x], ("x",), kwargs={"positions": positions}
     )
     return "8 cases (batch axes, odd T, offset and scattered positions, base, 4 dtypes) and gradients"
+
+
+def _diagnose_rope(actual: torch.Tensor, expected: torch.Tensor, x: torch.Tensor) -> str | None:
+    """A rotation keeps the length of every interleaved pair (x[2i], x[2i+1]); name which way it fails."""
+    a = actual.detach().to("cpu", torch.float64)
+    x64 = x.detach().to("cpu", torch.float64)
+    tol = 1e-2 if x.dtype in _HALF else 1e-5
+    pair_norm = (a[..., 0::2] ** 2 + a[..., 1::2] ** 2).sqrt()  # (..., T, d/2)
+    right_norm = (x64[..., 0::2] ** 2 + x64[..., 1::2] ** 2).sqrt()  # (..., T, d/2)
+    if torch.allclose(pair_norm, right_norm, rtol=tol, atol=tol):
+        return (
+            "keeps the length of every pair (x[2i], x[2i+1]), as a rotation does, but rotates the "
+            "pairs by the wrong angles: pair i of the token at position p turns by p·θ_i, with "
+            "θ_i = base^(-2i/d) and p from `positions` (0 … T-1 by default)."
+        )
+    half = a.shape[-1] // 2
+    split_norm = (a[..., :half] ** 2 + a[..., half:] ** 2).sqrt()
+    if torch.allclose(split_norm, right_norm, rtol=tol, atol=tol):
+        return (
+            "is not a rotation of the interleaved pairs (x[2i], x[2i+1]) put back in place: the "
+            "lengths it keeps are those of (out[i], out[i + d/2]). Take the pairs as x[..., 0::2] and "
+            "x[..., 1::2] and put each rotated pair back interleaved (stack on a new last axis, flatten)."
+        )
+    return (
+        "changes the length of the pairs (x[2i], x[2i+1]), so it is not a rotation: for the angle "
+        "φ = p·θ_i the pair becomes (x[2i]·cos φ - x[2i+1]·sin φ, x[2i]·sin φ + x[2i+1]·cos φ), the same "
+        "cos and sin in both, with the two signs as written."
+    )
 
 
 def _on_cpu(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -354,6 +419,11 @@ _MHA_MISTAKES: list[tuple[str, dict[str, Any]]] = [
         "also rotates the values v: RoPE rotates only q and k, so that their dot product sees the "
         "relative position; v is passed on as it is.",
         {"rotate": "qkv"},
+    ),
+    (
+        "rotates q and v but not k: RoPE rotates q and k (so that their dot product sees the "
+        "relative position), and v is passed on as it is.",
+        {"rotate": "qv"},
     ),
     (
         "rotates only q: rotate k as well, by its own positions, so that the score depends on the "
@@ -434,7 +504,7 @@ def _mha_cases() -> list[dict[str, Any]]:
     ]
 
 
-@check("RotaryMultiHeadAttention")
+@check
 def check_RotaryMultiHeadAttention(candidate: Callable[..., Any]) -> str:  # noqa: N802 (exercise name)
     """RoPE on q and k of every head after the split, with positions, base and bias honoured."""
     name = "RotaryMultiHeadAttention"

@@ -6,7 +6,7 @@ load and store (see `_triton_harness`); the FlashAttention check is in `triton_f
 
 from __future__ import annotations
 
-import itertools
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -14,7 +14,8 @@ from typing import Any
 
 import torch
 
-from attn_course.checks._harness import CheckFailed, check, describe_args
+from attn_course.checks._harness import CheckFailed, Mistake, check, describe_args, diagnose_softmax
+from attn_course.checks._simulate import STREAMING_SOFTMAX_MISTAKES
 from attn_course.checks._triton_harness import (
     Mode,
     compare,
@@ -27,7 +28,6 @@ from attn_course.checks._triton_harness import (
     traced_call,
 )
 from attn_course.checks._triton_trace import KernelTrace
-from attn_course.checks.flash import _softmax_wrong
 
 # ---------------------------------------------------------------------------------------------
 # triton_add
@@ -38,35 +38,44 @@ _ADD_BOUNDS_HINT = (
 )
 
 
-@check("triton_add")
+@check
 def check_triton_add(candidate: Callable[..., Any]) -> str:
     """x + y by the learner's add kernel, for lengths that are and are not multiples of any block."""
     mode = kernel_mode("triton_add", candidate)
     dtype = torch.float16 if mode.gpu else torch.float32
     lengths = (1000, 1, 4096, 37)
-    for n in lengths:
-        x = guarded(n, device=mode.device, dtype=dtype)
-        y = guarded(n, device=mode.device, dtype=dtype)
+    for shape in [(n,) for n in lengths] + [(7, 33)]:
+        x = guarded(*shape, device=mode.device, dtype=dtype)
+        y = guarded(*shape, device=mode.device, dtype=dtype)
         result, trace = traced_call("triton_add", candidate, mode, x, y)
         expect_launched("triton_add", trace)
         expect_in_bounds("triton_add", trace, _ADD_BOUNDS_HINT)
+        if isinstance(result, torch.Tensor) and len(shape) > 1 and tuple(result.shape) == (x.numel(),):
+            raise CheckFailed(
+                f"triton_add(x, y) of 2-D tensors of shape {shape} returned a flat tensor of shape "
+                f"{tuple(result.shape)}: the output has the shape of x. Allocate it with "
+                "torch.empty_like(x); the kernel still sees x.numel() elements in memory order."
+            )
         out = expect_result("triton_add", result, x, "triton_add(x, y)")
         expect_all_written(trace, out, _add_coverage_hint(trace, out))
-        mistakes = (
-            (m, f(x, y))
-            for m, f in (
-                ("computes x - y: the kernel should store x + y.", torch.sub),
-                ("computes x * y: the kernel should store x + y.", torch.mul),
-                ("returns x: store x + y into the output, and return the output.", lambda x, y: x),
-                ("returns y: store x + y into the output, and return the output.", lambda x, y: y),
-                ("computes 2·x: load y from y_ptr, not from x_ptr.", lambda x, y: x + x),
-            )
-        )
+        mistakes = [Mistake(message, functools.partial(wrong, x, y)) for message, wrong in _ADD_MISTAKES]
         compare("`triton_add`", out, x + y, mode, mistakes, describe_args((x, y), {}))
     blocks = _block_shapes(trace)
     detail = f" (blocks of {blocks[0][0]})" if blocks else ""
     sizes = ", ".join(map(str, lengths))
-    return f"x + y for lengths {sizes}{detail}, every element written, no access out of bounds."
+    return (
+        f"x + y for lengths {sizes} and a 7×33 matrix{detail}, every element written, no access out of "
+        "bounds."
+    )
+
+
+_ADD_MISTAKES: list[tuple[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]]] = [
+    ("computes x - y: the kernel should store x + y.", torch.sub),
+    ("computes x * y: the kernel should store x + y.", torch.mul),
+    ("returns x: store x + y into the output, and return the output.", lambda x, y: x),
+    ("returns y: store x + y into the output, and return the output.", lambda x, y: y),
+    ("computes 2·x: load y from y_ptr, not from x_ptr.", lambda x, y: x + x),
+]
 
 
 def _add_coverage_hint(trace: KernelTrace | None, out: torch.Tensor) -> str:
@@ -94,52 +103,6 @@ def _block_shapes(trace: KernelTrace | None) -> list[tuple[int, ...]]:
 # triton_softmax
 
 
-def _softmax_other_zero(x: torch.Tensor, block_size: int) -> torch.Tensor:
-    """The softmax a kernel gives when its masked lanes load as 0: they count in the max and sum."""
-    n = x.shape[-1]
-    padded = torch.nn.functional.pad(x, (0, -n % block_size))  # (R, N rounded up)
-    return torch.softmax(padded, dim=-1)[..., :n]  # (R, N)
-
-
-def _softmax_no_max(x: torch.Tensor, block_size: int) -> torch.Tensor:
-    return torch.exp(x) / torch.exp(x).sum(dim=-1, keepdim=True)
-
-
-_SOFTMAX_MISTAKES: list[tuple[str, Callable[[torch.Tensor, int], torch.Tensor]]] = [
-    (
-        "does not rescale the running sum when the maximum grows: multiply it by exp(m_old - m_new) "
-        "before adding the new block's exp(x - m_new).",
-        _softmax_wrong(rescale="none"),
-    ),
-    (
-        "rescales the running sum the wrong way round: when the maximum grows from m_old to m_new the "
-        "old terms shrink by exp(m_old - m_new), a factor below 1; you multiplied by exp(m_new - m_old).",
-        _softmax_wrong(rescale="inverted"),
-    ),
-    (
-        "uses each block's own maximum and never brings the blocks to a common one: keep one running "
-        "maximum, rescale the running sum when it grows, and write exp(x - m) / sum with the final m.",
-        _softmax_wrong(block_max=True),
-    ),
-    (
-        "counts the masked lanes of the last block as 0: they enter the maximum and add exp(0 - m) to "
-        "the sum. Load them as -inf, tl.load(..., mask=cols < n_cols, other=float('-inf')), so that "
-        "they add exp(-inf) = 0.",
-        _softmax_other_zero,
-    ),
-    (
-        "drops the ragged last block: when the row length is not a multiple of block_size the last "
-        "block is shorter, and it counts too. Loop over range(0, n_cols, BLOCK) and mask that block.",
-        _softmax_wrong(tail=False),
-    ),
-    (
-        "does not subtract the maximum: exp overflows for large scores. Keep a running maximum m and "
-        "sum exp(x - m) (notebook 06).",
-        _softmax_no_max,
-    ),
-]
-
-
 @dataclass(frozen=True)
 class _SoftmaxCase:
     """One input of the softmax check."""
@@ -161,6 +124,7 @@ _SOFTMAX_CASES = (
     _SoftmaxCase(3, 7, 16),
     _SoftmaxCase(3, 45, 8, masked_first_block=True),
     _SoftmaxCase(4, 40, 16, stride=64),
+    _SoftmaxCase(3, 40, 16, shift=-1000.0),
 )
 
 
@@ -174,7 +138,7 @@ def _softmax_input(case: _SoftmaxCase, mode: Mode) -> torch.Tensor:
     return x
 
 
-@check("triton_softmax")
+@check
 def check_triton_softmax(candidate: Callable[..., Any]) -> str:
     """Row softmax by the learner's kernel: one program per row streaming it in blocks of block_size."""
     mode = kernel_mode("triton_softmax", candidate)
@@ -194,29 +158,39 @@ def check_triton_softmax(candidate: Callable[..., Any]) -> str:
         )
         out = expect_result("triton_softmax", result, x, "triton_softmax(x)")
         _expect_softmax_structure(trace, x, case, out)
-        if case.shift and not torch.isfinite(out).all():
+        if case.shift < 0 and not torch.isfinite(out).all():
+            raise CheckFailed(
+                f"`triton_softmax` gives inf or NaN for rows of large negative scores (here around "
+                f"{case.shift:g}): exp(x - m) underflows to 0 for every entry when the running maximum m "
+                "does not follow the row (start it at float('-inf'), not 0), and 0 / 0 is NaN."
+                f"\n(Called as {called_as}.)"
+            )
+        if case.shift > 0 and not torch.isfinite(out).all():
             raise CheckFailed(
                 f"`triton_softmax` gives inf or NaN for large scores (here around {case.shift:g}): "
                 "exp(x) overflows float32 beyond x ≈ 88. Subtract the running maximum, exp(x - m), "
                 f"as in notebook 06.\n(Called as {called_as}.)"
             )
         expected = torch.softmax(x.double(), dim=-1)
-        mistakes = ((m, f(x.double(), case.block_size)) for m, f in _SOFTMAX_MISTAKES)
+        mistakes = [
+            Mistake(m.message, functools.partial(m.implementation, x.double(), case.block_size))
+            for m in STREAMING_SOFTMAX_MISTAKES
+        ]
         if case.stride:
             wrong_rows = torch.as_strided(x, x.shape, (case.cols, 1)).double()  # rows read n_cols apart
-            mistakes = itertools.chain(
-                mistakes,
-                [
-                    (
-                        "reads the rows as if they were n_cols apart in memory, but x is a view whose rows "
-                        "are x.stride(0) apart: pass x.stride(0) to the kernel (or call x.contiguous()).",
-                        torch.softmax(wrong_rows, dim=-1),
-                    )
-                ],
+            mistakes.append(
+                Mistake(
+                    "reads the rows as if they were n_cols apart in memory, but x is a view whose rows "
+                    "are x.stride(0) apart: pass x.stride(0) to the kernel (or call x.contiguous()).",
+                    functools.partial(torch.softmax, wrong_rows, dim=-1),
+                )
             )
-        compare("`triton_softmax`", out, expected, mode, mistakes, called_as, nan_means_unknown=True)
+        compare(
+            "`triton_softmax`", out, expected, mode, mistakes, called_as, nan_means_unknown=True,
+            diagnose=functools.partial(diagnose_softmax, dim=-1, x=x),
+        )  # fmt: skip
     traced = " and streams each row in blocks of block_size" if mode.traced else ""
-    inputs = f"{len(_SOFTMAX_CASES)} inputs (ragged rows, huge scores, -inf blocks, a view)"
+    inputs = f"{len(_SOFTMAX_CASES)} inputs (ragged rows, huge and very negative scores, -inf blocks, a view)"
     return f"matches torch.softmax on {inputs}{traced}."
 
 

@@ -12,14 +12,15 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
-from attn_course.checks._harness import CheckFailed, check
+from attn_course.checks._harness import CheckFailed, Mistake, check
+from attn_course.checks._simulate import tiled_attention, tiled_attention_mistakes
 from attn_course.checks._triton_harness import (
     Mode,
     compare,
@@ -39,64 +40,6 @@ from attn_course.checks._triton_trace import KernelTrace
 _BLOCK_SIZES = (16, 32, 64, 128)
 
 
-def _blockwise(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    *,
-    causal: bool,
-    block_m: int,
-    block_n: int,
-    scale: float | None = None,
-    rescale_acc: bool = True,
-    rescale_sum: bool = True,
-    padded_score_zero: bool = False,
-    bound_short: bool = False,
-    strict: bool = False,
-    top_left: bool = False,
-) -> torch.Tensor:
-    """What a FlashAttention kernel with blocks (block_m, block_n) and the given mistakes computes."""
-    q, k, v = (x.detach().to("cpu", torch.float64) for x in (q, k, v))
-    t_q, d = q.shape[-2:]
-    t_k = k.shape[-2]
-    scale = 1 / math.sqrt(d) if scale is None else scale
-    offset = 0 if top_left else t_k - t_q
-    out = torch.empty_like(q)  # (B, H, T_q, d)
-    for r0 in range(0, t_q, block_m):
-        rows = torch.arange(r0, min(r0 + block_m, t_q))  # (Bm,)
-        q_blk = q[..., rows, :]  # (B, H, Bm, d)
-        m = torch.full((*q_blk.shape[:-1], 1), -math.inf, dtype=torch.float64)  # (B, H, Bm, 1)
-        total = torch.zeros_like(m)  # (B, H, Bm, 1)
-        acc = torch.zeros_like(q_blk)  # (B, H, Bm, d)
-        stop = t_k
-        if causal:
-            stop = min(t_k, r0 + offset + (0 if bound_short else block_m))
-        for c0 in range(0, max(stop, 0), block_n):
-            width = block_n if padded_score_zero else min(block_n, t_k - c0)
-            keys = torch.arange(c0, c0 + width)  # (Bn,)
-            inside = keys < t_k  # (Bn,)
-            k_blk = torch.zeros(*k.shape[:-2], width, d, dtype=torch.float64)  # (B, H, Bn, d)
-            v_blk = torch.zeros_like(k_blk)  # (B, H, Bn, d)
-            k_blk[..., inside, :] = k[..., keys[inside], :]
-            v_blk[..., inside, :] = v[..., keys[inside], :]
-            s = q_blk @ k_blk.transpose(-1, -2) * scale  # (B, H, Bm, Bn)
-            if not padded_score_zero:
-                s = s.masked_fill(~inside, -math.inf)
-            if causal:
-                limit = rows[:, None] + offset  # (Bm, 1)
-                allowed = keys[None, :] < limit if strict else keys[None, :] <= limit  # (Bm, Bn)
-                s = s.masked_fill(~allowed, -math.inf)
-            m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))  # (B, H, Bm, 1)
-            m_safe = torch.where(m_new == -math.inf, 0.0, m_new)  # (B, H, Bm, 1)
-            alpha = torch.exp(m - m_safe)  # (B, H, Bm, 1)
-            p = torch.exp(s - m_safe)  # (B, H, Bm, Bn)
-            total = (total * alpha if rescale_sum else total) + p.sum(dim=-1, keepdim=True)
-            acc = (acc * alpha if rescale_acc else acc) + p @ v_blk  # (B, H, Bm, d)
-            m = m_new
-        out[..., rows, :] = acc / total
-    return out
-
-
 def _sdpa_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> torch.Tensor:
     """softmax(QKᵀ/√d)V in float64 with the bottom-right causal mask; NaN for rows that see no key."""
     from attn_course.attention import attention
@@ -109,10 +52,13 @@ def _sdpa_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
 
 def _flash_mistakes(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, blocks: Sequence[tuple[int, int]]
-) -> Iterator[tuple[str, torch.Tensor]]:
-    """(message, what the kernel with that mistake returns), block-size-free mistakes first."""
+) -> list[Mistake]:
+    """The kernel's named mistakes, simulated lazily: block-size-free ones first, then per block shape."""
     d = q.shape[-1]
-    plain = dict(causal=causal, block_m=q.shape[-2], block_n=k.shape[-2])
+
+    def whole(**knobs: Any) -> torch.Tensor:
+        return tiled_attention(q, k, v, causal=causal, block_m=q.shape[-2], block_n=k.shape[-2], **knobs)
+
     scales = (
         (1.0, "does not scale the scores: multiply q·k by 1/√d (sm_scale = 1 / math.sqrt(d))."),
         (1 / d, "scales the scores by 1/d: the scale is 1/√d (math.sqrt(d), not d)."),
@@ -128,54 +74,19 @@ def _flash_mistakes(
             "or drop the log2(e) factor.",
         ),
     )
-    for scale, message in scales:
-        yield message, _blockwise(q, k, v, scale=scale, **plain)
-    if causal:
-        yield (
-            "ignores is_causal: with IS_CAUSAL, set the scores of keys j > i + T_k - T_q to -inf.",
-            _blockwise(q, k, v, causal=False, block_m=q.shape[-2], block_n=k.shape[-2]),
+    found = [Mistake(message, functools.partial(whole, scale=scale)) for scale, message in scales]
+    found += tiled_attention_mistakes(whole, causal, python=False, blocked=False)
+    per_shape = [
+        tiled_attention_mistakes(
+            functools.partial(tiled_attention, q, k, v, causal=causal, block_m=block_m, block_n=block_n),
+            causal,
+            python=False,
+            blocked=True,
         )
-        yield (
-            "masks with < instead of <=: a query may attend to its own position, key j = i + T_k - T_q.",
-            _blockwise(q, k, v, strict=True, **plain),
-        )
-        yield (
-            "aligns the causal mask top-left: with T_q ≠ T_k (here T_q < T_k, queries that come after "
-            "cached keys) query i sits at position i + T_k - T_q, so it may see keys j <= i + T_k - T_q, "
-            "and the loop bound moves by T_k - T_q too.",
-            _blockwise(q, k, v, top_left=True, **plain),
-        )
-    for block_m, block_n in blocks:
-        blocked = dict(causal=causal, block_m=block_m, block_n=block_n)
-        yield (
-            "does not rescale the accumulator when the running maximum grows: before adding this "
-            "block's p @ v, multiply acc by alpha = exp(m_old - m_new), as you do the running sum.",
-            _blockwise(q, k, v, rescale_acc=False, **blocked),
-        )
-        yield (
-            "does not rescale the running sum when the running maximum grows: l = l * alpha + "
-            "tl.sum(p, 1), with alpha = exp(m_old - m_new), as for the accumulator.",
-            _blockwise(q, k, v, rescale_sum=False, **blocked),
-        )
-        yield (
-            "rescales neither the accumulator nor the running sum when the running maximum grows: "
-            "multiply both by alpha = exp(m_old - m_new) before adding the new block.",
-            _blockwise(q, k, v, rescale_acc=False, rescale_sum=False, **blocked),
-        )
-        if not causal:
-            yield (
-                "gives the keys past T_k in the last, ragged key block a score of 0, so they count in "
-                "the softmax: masking their loads is not enough, also set their scores to -inf "
-                "(tl.where(offs_n[None, :] < T_k, s, float('-inf'))).",
-                _blockwise(q, k, v, padded_score_zero=True, **blocked),
-            )
-        if causal:
-            yield (
-                "stops the causal loop one block early: the key block that holds the diagonal is "
-                "never visited. Query block pid_m ends at row (pid_m + 1) * BLOCK_M - 1, so the loop "
-                "must run to hi = min(T_k, (pid_m + 1) * BLOCK_M + T_k - T_q).",
-                _blockwise(q, k, v, bound_short=True, **blocked),
-            )
+        for block_m, block_n in blocks
+    ]
+    found += [mistake for same_kind in zip(*per_shape, strict=True) for mistake in same_kind]
+    return found
 
 
 @dataclass(frozen=True)
@@ -206,6 +117,8 @@ _FLASH_CASES = (
     _FlashCase(1, 1, 20, 50, 32, True),
     _FlashCase(1, 1, 300, 300, 32, False),
     _FlashCase(1, 1, 260, 260, 16, True),
+    _FlashCase(2, 2, 24, 56, 16, True),
+    _FlashCase(2, 2, 40, 72, 16, False),
     _FlashCase(2, 2, 40, 40, 32, True, strided=True),
 )
 
@@ -221,7 +134,7 @@ def _flash_inputs(case: _FlashCase, mode: Mode) -> tuple[torch.Tensor, torch.Ten
     return make(case.t_q), make(case.t_k), make(case.t_k)
 
 
-@check("triton_flash_attention")
+@check
 def check_triton_flash_attention(candidate: Callable[..., Any]) -> str:
     """The learner's FlashAttention kernel against SDPA: ragged, causal, T_q ≠ T_k and strided inputs."""
     mode = kernel_mode("triton_flash_attention", candidate)
@@ -251,7 +164,9 @@ def check_triton_flash_attention(candidate: Callable[..., Any]) -> str:
         tried = [blocks] if blocks else list(itertools.product(_BLOCK_SIZES, repeat=2))
         mistakes = _flash_mistakes(q, k, v, case.causal, tried)
         if case.strided:
-            mistakes = itertools.chain(mistakes, [(_STRIDE_MESSAGE, _as_if_contiguous(q, k, v, case))])
+            mistakes += _stride_mistakes(q, k, v, case)
+        elif case.t_q != case.t_k and case.b * case.h > 1:
+            mistakes.append(Mistake(_KV_STRIDE_MESSAGE, functools.partial(_kv_with_q_strides, q, k, v, case)))
         called_as = f"triton_flash_attention(q, k, v, is_causal={case.causal}) with {case.describe()}"
         compare(
             "`triton_flash_attention`", out, expected, mode, mistakes, called_as,
@@ -275,6 +190,26 @@ _STRIDE_MESSAGE = (
     "(B, T, H, d) order, so row t of head h is not at (b·H + h)·T·d + t·d. Pass q.stride(0), "
     "q.stride(1), q.stride(2) (and k's, v's, out's) to the kernel, or call .contiguous() first."
 )
+
+
+_KV_STRIDE_MESSAGE = (
+    "reads k and v with q's strides: with T_k != T_q the heads of k and v lie T_k·d apart in memory, "
+    "not T_q·d, so every batch·head after the first reads the wrong keys and values. Pass k.stride(0), "
+    "k.stride(1), k.stride(2) for k and v's own strides for v."
+)
+
+
+def _kv_with_q_strides(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, case: _FlashCase) -> torch.Tensor:
+    """What a kernel that indexes k and v with q's strides reads."""
+
+    def misread(x: torch.Tensor) -> torch.Tensor:
+        return torch.as_strided(x, x.shape, q.stride())
+
+    return _sdpa_reference(q, misread(k), misread(v), case.causal)
+
+
+def _stride_mistakes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, case: _FlashCase) -> list[Mistake]:
+    return [Mistake(_STRIDE_MESSAGE, functools.partial(_as_if_contiguous, q, k, v, case))]
 
 
 def _as_if_contiguous(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, case: _FlashCase) -> torch.Tensor:

@@ -239,6 +239,8 @@ def _exercise_results(
                     f"{ename}: {evalue}. Make that cell run without an error.",
                 )
             )
+        elif payload.get("not_graded"):
+            results.append(ExerciseResult.not_graded(name, str(payload.get("message", ""))))
         elif payload.get("passed"):
             results.append(ExerciseResult.success(name, str(payload.get("message", "passed"))))
         else:

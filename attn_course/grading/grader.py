@@ -155,7 +155,7 @@ def grade(
         for learner in graded
         for n in learner.notebooks
         if n.status == "grader_error"
-    )
+    ) + checker_failures(graded)
     out.mkdir(parents=True, exist_ok=True)
     report = GradeReport(
         learners=graded,
@@ -170,6 +170,17 @@ def grade(
     write_gradebook(report, out / GRADEBOOK)
     write_feedback(report, out / FEEDBACK)
     return _with_seconds(report, time.perf_counter() - start)
+
+
+def checker_failures(learners: tuple[LearnerResult, ...]) -> tuple[str, ...]:
+    """Exercises not graded because the course's check failed on them, as 'learner/notebook: ...'."""
+    return tuple(
+        f"{learner.learner}/{n.stem}.ipynb: `{e.exercise}` not graded: {e.message}"
+        for learner in learners
+        for n in learner.notebooks
+        for e in n.exercises
+        if not e.graded
+    )
 
 
 def _with_seconds(report: GradeReport, seconds: float) -> GradeReport:

@@ -184,6 +184,8 @@ def _run_check(check: Any, candidate: Any, watch: _ReferenceWatch) -> tuple[bool
         passed, message = True, ""
     except checks.CheckFailed as failure:
         passed, message = False, str(failure)
+    except checks.CheckerError:  # the checker's own fault: not graded, never the learner's zero
+        raise
     except BaseException as error:  # the learner's code may raise anything, SystemExit included
         passed, message = False, f"calling your code raised {type(error).__name__}: {error}"
     finally:
@@ -207,7 +209,11 @@ def grade_exercise(name: str, namespace: dict[str, Any]) -> None:
         return
     check = getattr(_state["checks"], f"check_{name}")
     watch = _ReferenceWatch(name, _run_check.__code__)
-    passed, message = _run_check(check, candidate, watch)
+    try:
+        passed, message = _run_check(check, candidate, watch)
+    except _state["checks"].CheckerError as error:
+        emit({"exercise": name, "defined": True, "passed": False, "not_graded": True, "message": str(error)})
+        return
     if watch.entered:
         passed, message = False, _reference_message(name, watch.entered, "calls")
     emit({"exercise": name, "defined": True, "passed": passed, "message": message[:3000]})

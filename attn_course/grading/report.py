@@ -41,7 +41,7 @@ def _notebook_section(result: NotebookResult) -> list[str]:
         lines += [f"**Not graded**: {_indent(result.problem)}.", ""]
         return lines + [f"- `{e.exercise}` **not graded**: 0 points" for e in result.exercises] + [""]
     for exercise in result.exercises:
-        state = "passed" if exercise.passed else "**not passed**"
+        state = "passed" if exercise.passed else "**not passed**" if exercise.graded else "**not graded**"
         lines.append(f"- `{exercise.exercise}` {state}: {_indent(exercise.message)}")
     return [*lines, ""]
 

@@ -20,11 +20,18 @@ class ExerciseResult:
     """Points awarded: the exercise's points when passed, else 0."""
     message: str
     """The check's pass line or failure message, or why the exercise could not be graded."""
+    graded: bool = True
+    """False when the course's check itself failed on it (a grader problem, not the learner's)."""
 
     @classmethod
     def failed(cls, exercise: str, message: str) -> ExerciseResult:
         """A zero for `exercise`, with the reason."""
         return cls(exercise, False, 0, message)
+
+    @classmethod
+    def not_graded(cls, exercise: str, message: str) -> ExerciseResult:
+        """No points for `exercise` because the course's checker failed on it; the run reports it."""
+        return cls(exercise, False, 0, message, graded=False)
 
     @classmethod
     def success(cls, exercise: str, message: str) -> ExerciseResult:

@@ -1,0 +1,343 @@
+"""What streaming code computes when it makes a known mistake: one simulator per idea, shared.
+
+`streaming_softmax` is a softmax that reads a row in blocks (notebook 06's `online_softmax`, notebook
+08's softmax kernel); `tiled_attention` is attention over (block_m, block_n) tiles with a running
+maximum, sum and accumulator (notebook 06's `flash_attention`, notebook 08's FlashAttention kernel).
+With their default knobs both compute the right answer (tests check that); each knob is one mistake.
+`STREAMING_SOFTMAX_MISTAKES` and `tiled_attention_mistakes` name them, for every check that streams.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from attn_course.checks._harness import Mistake
+
+# ---------------------------------------------------------------------------------------------
+# streaming softmax
+
+
+def streaming_softmax(
+    x: torch.Tensor,
+    block_size: int,
+    *,
+    rescale: str = "right",
+    block_max: bool = False,
+    tail: bool = True,
+    start_max: float = -math.inf,
+    masked_lanes_zero: bool = False,
+    subtract_max: bool = True,
+) -> torch.Tensor:
+    """softmax(x) over the last axis, read `block_size` entries at a time, with one knob per mistake.
+
+    rescale: "right" (sum · exp(m_old - m_new)), "none" or "inverted" (· exp(m_new - m_old));
+    block_max: each block's exponentials taken against its own maximum; tail: False drops the ragged
+    last block; start_max: where the running maximum starts (0.0 is a mistake for negative rows);
+    masked_lanes_zero: the last block padded with 0 that counts; subtract_max: False uses exp(x).
+    """
+    # without the maximum, overflow is the mistake: compute in x's dtype, as the learner's code does
+    x64 = x.detach().to("cpu", torch.float64 if subtract_max else x.dtype)
+    n = x64.shape[-1]
+    if masked_lanes_zero:
+        x64 = torch.nn.functional.pad(x64, (0, -n % block_size))  # (..., N rounded up): zeros count
+    stop = x64.shape[-1] if tail else n - n % block_size
+    m = torch.full_like(x64[..., :1], start_max)  # (..., 1)
+    denom = torch.zeros_like(m)  # (..., 1)
+    block_maxes = []
+    for start in range(0, stop, block_size):
+        block = x64[..., start : start + block_size]  # (..., B)
+        block_m = block.amax(dim=-1, keepdim=True)  # (..., 1)
+        block_maxes.append(block_m.expand_as(block))
+        m_new = torch.maximum(m, block_m) if subtract_max else torch.zeros_like(m)  # (..., 1)
+        m_safe = torch.where(m_new == -math.inf, 0.0, m_new)  # (..., 1)
+        if block_max:
+            denom = denom + torch.exp(block - block_m).sum(dim=-1, keepdim=True)
+        else:
+            alpha = {
+                "right": torch.exp(m - m_safe),
+                "none": torch.ones_like(m),
+                "inverted": torch.exp(m_safe - m),  # inf while m is -inf: 0 · inf is NaN
+                "inverted-guarded": torch.exp(m_safe - m).nan_to_num(posinf=0.0),
+            }[rescale]
+            denom = denom * alpha + torch.exp(block - m_safe).sum(dim=-1, keepdim=True)
+        m = m_new
+    if block_max:
+        maxes = torch.cat(block_maxes, dim=-1)[..., :n]  # (..., N) or shorter without the tail
+        return (torch.exp(x64[..., : maxes.shape[-1]] - maxes) / denom).to(x.dtype)
+    return (torch.exp(x64[..., :n] - m) / denom).to(x.dtype)  # (..., N)
+
+
+STREAMING_SOFTMAX_MISTAKES = [
+    Mistake(
+        "starts the running maximum at 0 instead of -inf: for a row whose entries are all negative the "
+        "maximum never moves, so exp(x - 0) can underflow to 0 (and 0 / 0 is NaN) for very negative rows. "
+        "Start it at float('-inf').",
+        lambda x, block_size: streaming_softmax(x, block_size, start_max=0.0),
+    ),
+    Mistake(
+        "does not rescale the running sum when the maximum grows: the exponentials summed so far were "
+        "taken relative to the old maximum, so before adding a new block multiply the sum by "
+        "exp(m_old - m_new), then add exp(block - m_new).sum().",
+        lambda x, block_size: streaming_softmax(x, block_size, rescale="none"),
+    ),
+    Mistake(
+        "rescales the running sum the wrong way round: when the maximum grows from m_old to m_new the "
+        "old terms exp(x - m_old) become exp(x - m_new) = exp(x - m_old) · exp(m_old - m_new), a factor "
+        "below 1; you multiplied by exp(m_new - m_old).",
+        lambda x, block_size: streaming_softmax(x, block_size, rescale="inverted"),
+    ),
+    Mistake(
+        "rescales the running sum the wrong way round: when the maximum grows from m_old to m_new the "
+        "old terms exp(x - m_old) become exp(x - m_new) = exp(x - m_old) · exp(m_old - m_new), a factor "
+        "below 1; you multiplied by exp(m_new - m_old).",
+        lambda x, block_size: streaming_softmax(x, block_size, rescale="inverted-guarded"),
+    ),
+    Mistake(
+        "uses each block's own maximum and never brings the blocks to a common one: terms exp(x - m_b) "
+        "of different blocks cannot be added. Keep one running maximum per row, rescale the running sum "
+        "when it grows, and normalise every entry with the final maximum: exp(x - m) / denom.",
+        lambda x, block_size: streaming_softmax(x, block_size, block_max=True),
+    ),
+    Mistake(
+        "drops the ragged last block: when the length is not a multiple of block_size the last block is "
+        "shorter, and it counts too. Loop with range(0, n, block_size) and mask or slice that block "
+        "(x[..., start:start + block_size] simply stops at the end).",
+        lambda x, block_size: streaming_softmax(x, block_size, tail=False),
+    ),
+    Mistake(
+        "counts the padding of the last block (a kernel's masked lanes) as entries of value 0: they "
+        "enter the maximum and add exp(0 - m) to the sum. Padded or masked positions must count as "
+        "-inf (in Triton, tl.load(..., mask=cols < n_cols, other=float('-inf'))), so that they add "
+        "exp(-inf) = 0.",
+        lambda x, block_size: streaming_softmax(x, block_size, masked_lanes_zero=True),
+    ),
+    Mistake(
+        "does not subtract the maximum: exp(x) overflows for large scores and underflows for very "
+        "negative ones. Keep a running maximum m and sum exp(x - m).",
+        lambda x, block_size: streaming_softmax(x, block_size, subtract_max=False),
+    ),
+]
+"""Every named mistake of a streaming softmax, shared by `online_softmax` and `triton_softmax`."""
+
+# ---------------------------------------------------------------------------------------------
+# tiled attention
+
+
+def tiled_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: bool,
+    block_m: int,
+    block_n: int,
+    scale: float | None = None,
+    rescale_acc: bool = True,
+    rescale_sum: bool = True,
+    tail: bool = True,
+    mask: str = "right",
+    bound: str = "last-query",
+    average_blocks: bool = False,
+    padded_score_zero: bool = False,
+    rescale: str = "right",
+    normalise: bool = True,
+) -> torch.Tensor:
+    """Attention over (block_m, block_n) tiles in float64, one knob per mistake; defaults are right.
+
+    mask (causal only): "right" (key j allowed when j <= i + T_k - T_q), "strict" (<), "top-left"
+    (offset 0, for the loop bound too), "skip-diagonal" (only key blocks wholly allowed are visited),
+    "blocks-only" (blocks above the diagonal skipped, no mask inside the others), "none".
+    bound (causal only): where the key loop stops: "last-query" (right), "first-query" (the bound
+    computed from the block's first query, hi = qs + T_k - T_q + 1), "no-offset" (hi = qs + block_m),
+    "one-block-short" (hi = qs + T_k - T_q). tail: False drops the ragged last key block;
+    padded_score_zero: the keys past T_k in the last block score 0 and count; average_blocks: a
+    softmax per key block, averaged;
+    rescale: "right" (alpha = exp(m_old - m_new)), "inverted" (exp(m_new - m_old)) or "old-max" (p
+    taken against the maximum before this block); normalise: False returns acc without dividing.
+    """
+    q, k, v = (x.detach().to("cpu", torch.float64) for x in (q, k, v))
+    t_q, d = q.shape[-2:]
+    t_k = k.shape[-2]
+    scale = 1 / math.sqrt(d) if scale is None else scale
+    causal = causal and mask != "none"
+    offset = 0 if mask == "top-left" else t_k - t_q
+    key_stop = t_k if tail else t_k - t_k % block_n
+    out = q.new_empty((*q.shape[:-1], v.shape[-1]))  # (..., T_q, d_v)
+    for qs in range(0, t_q, block_m):
+        qe = min(qs + block_m, t_q)
+        rows = torch.arange(qs, qe)  # (Bm,)
+        q_blk = q[..., qs:qe, :]  # (..., Bm, d)
+        m = q.new_full((*q_blk.shape[:-1], 1), -math.inf)  # (..., Bm, 1)
+        total = torch.zeros_like(m)  # (..., Bm, 1)
+        acc = q.new_zeros((*q_blk.shape[:-1], v.shape[-1]))  # (..., Bm, d_v)
+        block_outs = []
+        stop = key_stop
+        if causal:
+            last = {"last-query": qs + block_m, "first-query": qs + 1, "one-block-short": qs}.get(bound)
+            stop = min(key_stop, qs + block_m if last is None else last + offset)
+        for ks in range(0, max(stop, 0), block_n):
+            if causal and mask == "skip-diagonal" and min(ks + block_n, t_k) - 1 > qs + offset:
+                continue
+            width = block_n if padded_score_zero else min(block_n, t_k - ks)
+            keys = torch.arange(ks, ks + width)  # (Bn,)
+            inside = keys < t_k  # (Bn,)
+            k_blk = q.new_zeros((*k.shape[:-2], width, d))  # (..., Bn, d)
+            v_blk = q.new_zeros((*v.shape[:-2], width, v.shape[-1]))  # (..., Bn, d_v)
+            k_blk[..., inside, :] = k[..., keys[inside], :]
+            v_blk[..., inside, :] = v[..., keys[inside], :]
+            s = q_blk @ k_blk.transpose(-1, -2) * scale  # (..., Bm, Bn)
+            if not padded_score_zero:
+                s = s.masked_fill(~inside, -math.inf)
+            if causal and mask not in ("skip-diagonal", "blocks-only"):
+                limit = rows[:, None] + offset  # (Bm, 1)
+                allowed = keys[None, :] < limit if mask == "strict" else keys[None, :] <= limit  # (Bm, Bn)
+                s = s.masked_fill(~allowed, -math.inf)
+            if average_blocks:
+                block_outs.append(torch.softmax(s, dim=-1) @ v_blk)  # (..., Bm, d_v)
+                continue
+            m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))  # (..., Bm, 1)
+            m_safe = torch.where(m_new == -math.inf, 0.0, m_new)  # (..., Bm, 1)
+            alpha = torch.exp(m_safe - m) if rescale == "inverted" else torch.exp(m - m_safe)  # (..., Bm, 1)
+            p = torch.exp(s - (m if rescale == "old-max" else m_safe))  # (..., Bm, Bn)
+            total = (total * alpha if rescale_sum else total) + p.sum(dim=-1, keepdim=True)
+            acc = (acc * alpha if rescale_acc else acc) + p @ v_blk  # (..., Bm, d_v)
+            m = m_new
+        if average_blocks:
+            out[..., qs:qe, :] = torch.stack(block_outs).mean(dim=0)
+        else:
+            out[..., qs:qe, :] = acc / total if normalise else acc
+    return out
+
+
+_BLOCK_FREE = ({"mask": "none"}, {"mask": "strict"}, {"mask": "top-left"})
+"""Knobs whose result does not depend on the block sizes."""
+
+
+def tiled_attention_mistakes(
+    simulate: Callable[..., torch.Tensor], causal: bool, *, python: bool, blocked: bool | None = None
+) -> list[Mistake]:
+    """The named mistakes of tiled attention; `simulate(**knobs)` computes one on the check's inputs.
+
+    `python`: the messages speak of notebook 06's loops (else of notebook 08's kernel). `blocked`:
+    None for all of them, False for those whose result does not depend on the block sizes (the
+    causal mask's kind), True for the others (which a caller tries for each block shape).
+    """
+    return [
+        Mistake(message, functools.partial(simulate, **knobs))
+        for knobs, message in tiled_attention_table(causal, python=python)
+        if blocked is None or (knobs in _BLOCK_FREE) != blocked
+    ]
+
+
+def tiled_attention_table(causal: bool, *, python: bool) -> list[tuple[dict[str, Any], str]]:
+    """(knobs of `tiled_attention`, message) of every named mistake, for causal or plain attention."""
+    acc = "the output accumulator" if python else "the accumulator acc"
+    total = "the running sum" if python else "the running sum l"
+    bound = "(qs + block) + T_k - T_q" if python else "(pid_m + 1) * BLOCK_M + T_k - T_q"
+    table: list[tuple[dict[str, Any], str]] = [
+        (
+            {"rescale_acc": False},
+            f"does not rescale {acc} when the running maximum grows: it holds sums of exp(s - m_old)·v, "
+            "so multiply it by alpha = exp(m_old - m_new) before adding p @ v_block, exactly as you "
+            "rescale the running sum.",
+        ),
+        (
+            {"rescale_sum": False},
+            f"does not rescale {total} (the softmax denominator) when the running maximum grows: "
+            "multiply it by alpha = exp(m_old - m_new) before adding the block's p.sum(-1), as you do "
+            "for the accumulator.",
+        ),
+        (
+            {"rescale_acc": False, "rescale_sum": False},
+            "rescales neither the running sum nor the accumulator when the maximum grows: terms "
+            "computed with an old maximum must be multiplied by alpha = exp(m_old - m_new) before new "
+            "ones are added.",
+        ),
+        (
+            {"rescale": "inverted"},
+            "rescales the wrong way round: when the running maximum grows from m_old to m_new the old "
+            "terms exp(s - m_old) become exp(s - m_new) = exp(s - m_old) · exp(m_old - m_new), so alpha "
+            "= exp(m_old - m_new), a factor at most 1; you used exp(m_new - m_old) (which is inf while "
+            "m_old is still -inf, hence NaN). The same NaN comes from p = exp(s - m_old) taken before "
+            "the maximum is updated: compute m_new first, then p = exp(s - m_new).",
+        ),
+        (
+            {"normalise": False},
+            "never divides by the running sum: after the last key block the output of each query row is "
+            "acc / l (the accumulated p @ v over the softmax's denominator).",
+        ),
+        (
+            {"average_blocks": True},
+            "averages a softmax per key block: each block's softmax sums to 1 on its own, so averaging "
+            "them weighs a block of unimportant keys like a block of important ones. Keep a running "
+            "maximum, sum and accumulator per query row across the blocks and divide once at the end.",
+        ),
+        (
+            {"tail": False},
+            "drops the ragged last key block: when T_k is not a multiple of the block size the last "
+            "block is shorter and still counts. Loop with range(0, T_k, block) and slice (or mask) it.",
+        ),
+    ]
+    if causal:  # the loop bounds first: a bound that stops early can look like a dropped tail
+        return _causal_table(bound) + table
+    table.append(
+        (
+            {"padded_score_zero": True},
+            "gives the keys past T_k in the last, ragged key block a score of 0, so they count in "
+            "the softmax: masking their loads is not enough, also set their scores to -inf "
+            "(tl.where(offs_n[None, :] < T_k, s, float('-inf'))).",
+        )
+    )
+    return table
+
+
+def _causal_table(bound: str) -> list[tuple[dict[str, Any], str]]:
+    return [
+        (
+            {"mask": "none"},
+            "ignores is_causal=True: inside each block, mask with -inf the keys after the query's "
+            "position (key j allowed when j <= i + T_k - T_q).",
+        ),
+        (
+            {"mask": "strict"},
+            "masks the diagonal too: query i may attend key i + T_k - T_q, its own position. Keep key j "
+            "when j <= i + T_k - T_q (<=, not <).",
+        ),
+        (
+            {"mask": "top-left"},
+            "aligns the causal mask top-left: with T_q != T_k the queries are the LAST T_q positions "
+            "(bottom-right alignment, as in attention and causal_mask), so query i sits at position "
+            "i + T_k - T_q and may attend key j when j <= i + T_k - T_q; the loop bound moves by "
+            "T_k - T_q too.",
+        ),
+        (
+            {"bound": "first-query"},
+            "stops the causal key loop at a bound computed from the block's FIRST query: the last "
+            "query of the block, row qs + block - 1, sees keys up to qs + block - 1 + T_k - T_q, so "
+            f"loop to min(T_k, {bound}). (It only shows when T_k - T_q is not a multiple of the block "
+            "size.)",
+        ),
+        (
+            {"bound": "no-offset"},
+            "stops the causal key loop at the block's own rows, without T_k - T_q: with more keys than "
+            "queries the queries are the last T_q positions, so the block's last query sees keys up to "
+            f"qs + block - 1 + T_k - T_q. Loop to min(T_k, {bound}).",
+        ),
+        (
+            {"bound": "one-block-short"},
+            "stops the causal loop one block early: the key block that holds the diagonal is never "
+            "visited. The block's last query sees keys up to its row + T_k - T_q, so loop to "
+            f"min(T_k, {bound}).",
+        ),
+        (
+            {"mask": "blocks-only"},
+            "skips the blocks above the diagonal but does not mask inside the blocks that cross it: a "
+            "block holding the diagonal still contains keys after some of its queries; mask them with "
+            "-inf (key j allowed when j <= i + T_k - T_q).",
+        ),
+    ]

@@ -1,0 +1,268 @@
+"""Right solutions written as a learner writes them, and mistakes made from them by text edits.
+
+A wrong case is a correct learner solution with some text replaced (`learner(SOURCE, name, (old,
+new), ...)`), never the checker's own simulator with a knob turned: a check must name the mistake
+in a learner's code, not recognise itself. Each replacement must match exactly once, so that an
+edit of a template cannot silently turn a wrong case into a right one. (Triton kernels are in
+`triton_variants.py`, imported from files because Triton reads a kernel's source.)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+PRELUDE = """
+import math
+
+import torch
+import torch.nn.functional as F
+from einops import rearrange
+from torch import nn
+"""
+
+SCORES = """
+def dot_product_scores(q, k):
+    return q @ k.transpose(-2, -1)
+"""
+
+SOFTMAX = """
+def softmax(x, dim=-1):
+    x_max = x.max(dim=dim, keepdim=True).values
+    exps = torch.exp(x - x_max)
+    total = exps.sum(dim=dim, keepdim=True)
+    return exps / total
+"""
+
+DOT_PRODUCT_ATTENTION = """
+def dot_product_attention(q, k, v):
+    scores = q @ k.transpose(-2, -1)
+    weights = torch.softmax(scores, dim=-1)
+    out = weights @ v
+    return out, weights
+"""
+
+SCALED = """
+def scaled_dot_product_attention(q, k, v):
+    d_k = q.shape[-1]
+    scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)
+    weights = torch.softmax(scores, dim=-1)
+    out = weights @ v
+    return out, weights
+"""
+
+VARIANCE = """
+def score_variance(d_k, n_samples=20_000, scaled=False):
+    q = torch.randn(n_samples, d_k)
+    k = torch.randn(n_samples, d_k)
+    scores = (q * k).sum(dim=-1)
+    if scaled:
+        scores = scores / math.sqrt(d_k)
+    return scores.var().item()
+"""
+
+CAUSAL = """
+def causal_mask(t_q, t_k=None, device=None):
+    if t_k is None:
+        t_k = t_q
+    rows = torch.arange(t_q, device=device)[:, None] + (t_k - t_q)
+    cols = torch.arange(t_k, device=device)[None, :]
+    return cols <= rows
+"""
+
+PADDING = """
+def padding_mask(lengths, t):
+    positions = torch.arange(t, device=lengths.device)
+    return positions[None, :] < lengths[:, None]
+"""
+
+ATTENTION = """
+def attention(q, k, v, mask=None, is_causal=False):
+    t_q, t_k = q.shape[-2], k.shape[-2]
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if is_causal:
+        causal = torch.ones(t_q, t_k, dtype=torch.bool, device=q.device).tril(diagonal=t_k - t_q)
+        mask = causal if mask is None else mask & causal
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    return weights @ v, weights
+"""
+
+SPLIT = """
+def split_heads(x, n_heads):
+    b, t, d_model = x.shape
+    d = d_model // n_heads
+    return x.view(b, t, n_heads, d).transpose(1, 2)
+"""
+
+MERGE = """
+def merge_heads(x):
+    b, h, t, d = x.shape
+    return x.transpose(1, 2).reshape(b, t, h * d)
+"""
+
+MHA = """
+class MultiHeadAttention(nn.Module):
+    def __init__(self, d_model, n_heads, bias=True):
+        super().__init__()
+        self.n_heads = n_heads
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
+        self.out = nn.Linear(d_model, d_model, bias=bias)
+
+    def forward(self, x, mask=None, is_causal=False):
+        b, t, d_model = x.shape
+        d_k = d_model // self.n_heads
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        q = q.view(b, t, self.n_heads, d_k).transpose(1, 2)
+        k = k.view(b, t, self.n_heads, d_k).transpose(1, 2)
+        v = v.view(b, t, self.n_heads, d_k).transpose(1, 2)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)
+        if mask is not None:
+            scores = scores.masked_fill(~mask.unsqueeze(-3), float("-inf"))
+        if is_causal:
+            causal = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
+            scores = scores.masked_fill(~causal, float("-inf"))
+        weights = torch.softmax(scores, dim=-1)
+        out = (weights @ v).transpose(1, 2).reshape(b, t, d_model)
+        return self.out(out)
+"""
+
+FREQUENCIES = """
+def rope_frequencies(d, base=10000.0):
+    i = torch.arange(0, d, 2, dtype=torch.float64)
+    return base ** (-i / d)
+"""
+
+APPLY_ROPE = """
+def apply_rope(x, positions=None, base=10000.0):
+    t, d = x.shape[-2], x.shape[-1]
+    if positions is None:
+        positions = torch.arange(t, device=x.device)
+    i = torch.arange(0, d, 2, dtype=torch.float64, device=x.device)
+    theta = base ** (-i / d)
+    angles = positions.to(torch.float64)[:, None] * theta[None, :]
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    x_even, x_odd = x[..., 0::2], x[..., 1::2]
+    out_even = x_even * cos - x_odd * sin
+    out_odd = x_even * sin + x_odd * cos
+    return torch.stack([out_even, out_odd], dim=-1).flatten(-2)
+"""
+
+ROTARY = (
+    APPLY_ROPE
+    + """
+class RotaryMultiHeadAttention(nn.Module):
+    def __init__(self, d_model, n_heads, bias=True, base=10000.0):
+        super().__init__()
+        self.n_heads, self.base = n_heads, base
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
+        self.out = nn.Linear(d_model, d_model, bias=bias)
+
+    def forward(self, x, mask=None, is_causal=False, positions=None):
+        b, t, d_model = x.shape
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        q, k, v = (rearrange(z, "b t (h d) -> b h t d", h=self.n_heads) for z in (q, k, v))
+        q = apply_rope(q, positions, self.base)
+        k = apply_rope(k, positions, self.base)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        allowed = torch.ones(t, t, dtype=torch.bool, device=x.device)
+        if is_causal:
+            allowed = allowed.tril()
+        if mask is not None:
+            allowed = allowed & mask.unsqueeze(-3)
+        scores = scores.masked_fill(~allowed, float("-inf"))
+        out = torch.softmax(scores, dim=-1) @ v
+        return self.out(rearrange(out, "b h t d -> b t (h d)"))
+"""
+)
+
+ONLINE_SOFTMAX = """
+def online_softmax(x, block_size):
+    n = x.shape[-1]
+    m = torch.full(x.shape[:-1] + (1,), float("-inf"), dtype=x.dtype)
+    total = torch.zeros(x.shape[:-1] + (1,), dtype=x.dtype)
+    for start in range(0, n, block_size):
+        block = x[..., start:start + block_size]
+        m_new = torch.maximum(m, block.max(dim=-1, keepdim=True).values)
+        total = total * torch.exp(m - m_new) + torch.exp(block - m_new).sum(dim=-1, keepdim=True)
+        m = m_new
+    return torch.exp(x - m) / total
+"""
+
+FLASH = """
+def flash_attention(q, k, v, is_causal=False, block_size=64):
+    t_q, t_k, d = q.shape[-2], k.shape[-2], q.shape[-1]
+    scale = 1 / math.sqrt(d)
+    out = torch.empty(q.shape[:-1] + (v.shape[-1],), dtype=q.dtype, device=q.device)
+    for qs in range(0, t_q, block_size):
+        qe = min(qs + block_size, t_q)
+        q_blk = q[..., qs:qe, :]
+        m = torch.full(q_blk.shape[:-1] + (1,), float("-inf"), dtype=q.dtype, device=q.device)
+        l = torch.zeros_like(m)
+        acc = torch.zeros(q_blk.shape[:-1] + (v.shape[-1],), dtype=q.dtype, device=q.device)
+        hi = min(t_k, qe + t_k - t_q) if is_causal else t_k
+        for ks in range(0, hi, block_size):
+            ke = min(ks + block_size, t_k)
+            s = q_blk @ k[..., ks:ke, :].transpose(-2, -1) * scale
+            if is_causal:
+                rows = torch.arange(qs, qe, device=q.device)[:, None] + (t_k - t_q)
+                cols = torch.arange(ks, ke, device=q.device)[None, :]
+                s = s.masked_fill(cols > rows, float("-inf"))
+            m_new = torch.maximum(m, s.max(dim=-1, keepdim=True).values)
+            p = torch.exp(s - m_new)
+            alpha = torch.exp(m - m_new)
+            l = l * alpha + p.sum(dim=-1, keepdim=True)
+            acc = acc * alpha + p @ v[..., ks:ke, :]
+            m = m_new
+        out[..., qs:qe, :] = acc / l
+    return out
+"""
+
+KV_CACHE = """
+class KVCache:
+    def __init__(self):
+        self.keys = {}
+        self.values = {}
+
+    def length(self, layer):
+        if layer not in self.keys:
+            return 0
+        return self.keys[layer].shape[-2]
+
+    def append(self, layer, k, v):
+        if layer in self.keys:
+            self.keys[layer] = torch.cat([self.keys[layer], k], dim=-2)
+            self.values[layer] = torch.cat([self.values[layer], v], dim=-2)
+        else:
+            self.keys[layer] = k
+            self.values[layer] = v
+        return self.keys[layer], self.values[layer]
+"""
+
+CACHED = """
+from attn_course.attention import attention
+from attn_course.heads import merge_heads
+from attn_course.rope import apply_rope
+
+
+def cached_attention(attn, x, cache, layer):
+    t_new = x.shape[-2]
+    t_past = cache.length(layer)
+    positions = torch.arange(t_past, t_past + t_new, device=x.device)
+    q, k, v = attn.project(x)
+    q = apply_rope(q, positions, attn.base)
+    k = apply_rope(k, positions, attn.base)
+    keys, values = cache.append(layer, k, v)
+    out, _ = attention(q, keys, values, is_causal=True)
+    return attn.out(merge_heads(out))
+"""
+
+
+def learner(source: str, name: str, *edits: tuple[str, str]) -> Any:
+    """`name` defined by `source` with each (old, new) text replacement applied once."""
+    for old, new in edits:
+        assert source.count(old) == 1, f"{old!r} should occur once in the solution"
+        source = source.replace(old, new)
+    scope: dict[str, Any] = {}
+    exec(compile(PRELUDE + source, f"<learner's {name}>", "exec"), scope)
+    return scope[name]
