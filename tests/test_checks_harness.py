@@ -131,7 +131,7 @@ def test_in_jupyter_a_failed_check_shows_its_message_without_traceback():
     assert "CheckerError (not your mistake)" in broken.traceback[0] and "ZeroDivisionError" in broken.evalue
     other = notebook.cells[4].outputs[0]
     assert other.ename == "ZeroDivisionError" and len(other.traceback) > 1  # other errors untouched
-    (passed,) = notebook.cells[4].outputs
+    (passed,) = notebook.cells[5].outputs
     assert passed.name == "stdout" and passed.text.startswith(f"{GREEN}check_causal_mask passed{RESET}: ")
     assert pass_detail(passed.text, "causal_mask") == passed.text.split(": ", 1)[1].strip()
 

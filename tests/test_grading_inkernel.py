@@ -168,7 +168,7 @@ def test_the_grader_lists_exercises_not_graded_and_feedback_says_so():
     )
     report = GradeReport((learner,), ("dot_product_scores", "softmax"), 2, failures=failures)
     assert "`softmax` not graded" in summary(report)
-    assert "`softmax` not graded: the checker" in feedback_text(learner, 2)
+    assert "`softmax` **not graded**: the checker" in feedback_text(learner, 2)
 
 
 @pytest.mark.parametrize("label", sorted(EXPECTED))
