@@ -6,6 +6,7 @@ Introduced in 04_multi_head_attention.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from einops import rearrange
 from torch import nn
 
@@ -39,13 +40,19 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
 
 @exercise("04_multi_head_attention", 3)
 class MultiHeadAttention(nn.Module):
-    """Multi-head self-attention with the parameters of torch.nn.MultiheadAttention.
+    """Multi-head attention with the parameters of torch.nn.MultiheadAttention.
 
     `qkv` projects to [q | k | v] along the last axis (like `in_proj_weight`), `out` is the
     output projection W^O (like `out_proj`). `mask` is a boolean mask (True = may attend)
-    that broadcasts to (b, t, t) and applies to every head, as in `attention`.
+    that broadcasts to (b, t_q, t_k) and applies to every head, as in `attention`.
+
+    Self-attention by default; given a `context` (b, t_k, d_model), cross-attention
+    (encoder-decoder attention, MultiHead(Q, K, V) with K = V = the context): queries from x,
+    keys and values from the context, with the same W^Q, W^K, W^V.
 
     >>> MultiHeadAttention(d_model=12, n_heads=3)(torch.ones(2, 5, 12), is_causal=True).shape
+    torch.Size([2, 5, 12])
+    >>> MultiHeadAttention(d_model=12, n_heads=3)(torch.ones(2, 5, 12), context=torch.ones(2, 9, 12)).shape
     torch.Size([2, 5, 12])
 
     Introduced in 04_multi_head_attention.
@@ -59,9 +66,18 @@ class MultiHeadAttention(nn.Module):
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
         self.out = nn.Linear(d_model, d_model, bias=bias)
 
-    def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Queries, keys and values per head, each (b, h, t, d_k)."""
-        q, k, v = self.qkv(x).chunk(3, dim=-1)  # each (b, t, d_model)
+    def project(
+        self, x: torch.Tensor, context: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Queries of x, keys and values of `context` (x itself by default) per head, (b, h, t, d_k)."""
+        if context is None:
+            q, k, v = self.qkv(x).chunk(3, dim=-1)  # each (b, t, d_model)
+        else:  # cross-attention: W^Q on x, W^K and W^V on the context
+            sizes = [self.d_model, 2 * self.d_model]
+            w_q, w_kv = self.qkv.weight.split(sizes)  # (d_model, d_model), (2·d_model, d_model)
+            b_q, b_kv = (None, None) if self.qkv.bias is None else self.qkv.bias.split(sizes)
+            q = F.linear(x, w_q, b_q)  # (b, t_q, d_model)
+            k, v = F.linear(context, w_kv, b_kv).chunk(2, dim=-1)  # each (b, t_k, d_model)
         return split_heads(q, self.n_heads), split_heads(k, self.n_heads), split_heads(v, self.n_heads)
 
     def attend(
@@ -72,23 +88,31 @@ class MultiHeadAttention(nn.Module):
         mask: torch.Tensor | None = None,
         is_causal: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Attention of every head; returns the layer's output (b, t, d_model) and weights (b, h, t, t)."""
+        """Attention of every head; the layer's output (b, t_q, d_model) and weights (b, h, t_q, t_k)."""
         head_mask = None if mask is None else mask.unsqueeze(-3)  # (b, 1, t_q, t_k): same for all heads
-        out, weights = attention(q, k, v, mask=head_mask, is_causal=is_causal)  # (b, h, t, d_k), (b, h, t, t)
-        return self.out(merge_heads(out)), weights  # (b, t, d_model), (b, h, t, t)
+        out, weights = attention(q, k, v, mask=head_mask, is_causal=is_causal)  # (b,h,t_q,d_k), (b,h,t_q,t_k)
+        return self.out(merge_heads(out)), weights  # (b, t_q, d_model), (b, h, t_q, t_k)
 
     def forward(
-        self, x: torch.Tensor, mask: torch.Tensor | None = None, is_causal: bool = False
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        is_causal: bool = False,
+        context: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Self-attention of x (b, t, d_model) -> (b, t, d_model)."""
-        q, k, v = self.project(x)  # each (b, h, t, d_k)
+        """Attention of x (b, t_q, d_model) to itself or to `context` (b, t_k, d_model); (b, t_q, d_model)."""
+        q, k, v = self.project(x, context)  # (b, h, t_q, d_k), then (b, h, t_k, d_k) twice
         return self.attend(q, k, v, mask=mask, is_causal=is_causal)[0]
 
     def head_weights(
-        self, x: torch.Tensor, mask: torch.Tensor | None = None, is_causal: bool = False
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        is_causal: bool = False,
+        context: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """The attention weights of every head, (b, h, t, t), for drawing."""
-        q, k, v = self.project(x)  # each (b, h, t, d_k)
+        """The attention weights of every head, (b, h, t_q, t_k), for drawing."""
+        q, k, v = self.project(x, context)  # (b, h, t_q, d_k), then (b, h, t_k, d_k) twice
         return self.attend(q, k, v, mask=mask, is_causal=is_causal)[1]
 
 

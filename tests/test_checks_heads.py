@@ -140,7 +140,7 @@ class PlainMHA(nn.Module):
             return x.view(b, t, d_model // h, h).permute(0, 3, 1, 2)
         return x.view(b, t, h, d_model // h).transpose(1, 2)
 
-    def forward(self, x, mask=None, is_causal=False):
+    def forward(self, x, mask=None, is_causal=False, context=None):
         b, t, d_model = x.shape
         qkv = self.qkv(x)
         if self.order == "per-head":
@@ -148,6 +148,8 @@ class PlainMHA(nn.Module):
         else:
             chunks = dict(zip(self.order, qkv.split(d_model, dim=-1), strict=True))
             q, k, v = (self.heads(chunks[name]) for name in "qkv")
+        if context is not None:
+            _, k, v = (self.heads(part) for part in self.qkv(context).split(d_model, dim=-1))
         d_k = q.shape[-1]
         divisor = {"d_k": math.sqrt(d_k), "d_model": math.sqrt(d_model), "none": 1.0}[self.scale]
         scores = q @ k.transpose(-2, -1) / divisor
@@ -176,8 +178,11 @@ class SdpaMHA(nn.Module):
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
         self.out = nn.Linear(d_model, d_model, bias=bias)
 
-    def forward(self, x, mask=None, is_causal=False):
+    def forward(self, x, mask=None, is_causal=False, context=None):
         q, k, v = rearrange(self.qkv(x), "b t (three h d) -> three b h t d", three=3, h=self.n_heads)
+        if context is not None:
+            pattern = "b t (three h d) -> three b h t d"
+            _, k, v = rearrange(self.qkv(context), pattern, three=3, h=self.n_heads)
         if mask is None:
             out = F.scaled_dot_product_attention(q, k, v, is_causal=is_causal)
         else:
@@ -198,8 +203,11 @@ class OwnAttentionMHA(nn.Module):
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
         self.out = nn.Linear(d_model, d_model, bias=bias)
 
-    def forward(self, x, mask=None, is_causal=False):
+    def forward(self, x, mask=None, is_causal=False, context=None):
         q, k, v = (reference.split_heads(part, self.n_heads) for part in self.qkv(x).chunk(3, dim=-1))
+        if context is not None:
+            parts = self.qkv(context).chunk(3, dim=-1)
+            _, k, v = (reference.split_heads(part, self.n_heads) for part in parts)
         mask = None if mask is None else mask[..., None, :, :]
         out, _ = reference.attention(q, k, v, mask=mask, is_causal=is_causal)
         return self.out(reference.merge_heads(out))
@@ -214,8 +222,10 @@ class LoopMHA(nn.Module):
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
         self.out = nn.Linear(d_model, d_model, bias=bias)
 
-    def forward(self, x, mask=None, is_causal=False):
+    def forward(self, x, mask=None, is_causal=False, context=None):
         q, k, v = self.qkv(x).chunk(3, dim=-1)
+        if context is not None:
+            _, k, v = self.qkv(context).chunk(3, dim=-1)
         d_k = q.shape[-1] // self.n_heads
         heads = []
         for i in range(self.n_heads):
@@ -243,8 +253,8 @@ class NotAModule:
     def __init__(self, d_model, n_heads, bias=True):
         self.layer = reference.MultiHeadAttention(d_model, n_heads, bias)
 
-    def __call__(self, x, mask=None, is_causal=False):
-        return self.layer(x, mask, is_causal)
+    def __call__(self, x, mask=None, is_causal=False, context=None):
+        return self.layer(x, mask, is_causal, context)
 
 
 class SeparateProjections(nn.Module):
@@ -296,16 +306,67 @@ class HeadsNotMerged(OwnAttentionMHA):
 
 
 class Detached(PlainMHA):
-    def forward(self, x, mask=None, is_causal=False):
+    def forward(self, x, mask=None, is_causal=False, context=None):
         with torch.no_grad():
-            return super().forward(x, mask, is_causal)
+            return super().forward(x, mask, is_causal, context)
 
 
 class ViewAfterTranspose(PlainMHA):
     """Correct; .view after .transpose would fail, so it uses .contiguous()."""
 
+    def forward(self, x, mask=None, is_causal=False, context=None):
+        return super().forward(x.contiguous(), mask, is_causal, context)
+
+
+class SplitWeights(nn.Module):
+    """Correct: W^Q, W^K, W^V cut out of self.qkv.weight and applied with F.linear, as torch does."""
+
+    def __init__(self, d_model, n_heads, bias=True):
+        super().__init__()
+        self.n_heads = n_heads
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
+        self.out = nn.Linear(d_model, d_model, bias=bias)
+
+    def forward(self, x, mask=None, is_causal=False, context=None):
+        context = x if context is None else context
+        w_q, w_k, w_v = self.qkv.weight.chunk(3)
+        b_q, b_k, b_v = self.qkv.bias.chunk(3) if self.qkv.bias is not None else (None, None, None)
+        q, k, v = F.linear(x, w_q, b_q), F.linear(context, w_k, b_k), F.linear(context, w_v, b_v)
+        q, k, v = (rearrange(z, "b t (h d) -> b h t d", h=self.n_heads) for z in (q, k, v))
+        mask = None if mask is None else mask.unsqueeze(-3)
+        out, _ = reference.attention(q, k, v, mask=mask, is_causal=is_causal)
+        return self.out(rearrange(out, "b h t d -> b t (h d)"))
+
+
+class IgnoresContext(nn.Module):
+    """A learner's layer that takes `context` but still projects keys and values from x."""
+
+    def __init__(self, d_model, n_heads, bias=True):
+        super().__init__()
+        self.n_heads = n_heads
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
+        self.out = nn.Linear(d_model, d_model, bias=bias)
+
+    def forward(self, x, mask=None, is_causal=False, context=None):
+        q, k, v = self.qkv(x).chunk(3, dim=-1)  # k and v of x, whatever the context
+        q, k, v = (rearrange(z, "b t (h d) -> b h t d", h=self.n_heads) for z in (q, k, v))
+        mask = None if mask is None else mask.unsqueeze(-3)
+        out, _ = reference.attention(q, k, v, mask=mask, is_causal=is_causal)
+        return self.out(rearrange(out, "b h t d -> b t (h d)"))
+
+
+class QueriesFromContext(IgnoresContext):
+    """Takes everything, queries too, from the context when there is one."""
+
+    def forward(self, x, mask=None, is_causal=False, context=None):
+        return super().forward(x if context is None else context, mask, is_causal)
+
+
+class NoContext(PlainMHA):
+    """Self-attention only: forward has no `context` argument."""
+
     def forward(self, x, mask=None, is_causal=False):
-        return super().forward(x.contiguous(), mask, is_causal)
+        return super().forward(x, mask, is_causal)
 
 
 CORRECT = [
@@ -324,6 +385,7 @@ CORRECT = [
     pytest.param(check_MultiHeadAttention, OwnAttentionMHA, id="mha-own-attention"),
     pytest.param(check_MultiHeadAttention, LoopMHA, id="mha-loop-over-heads"),
     pytest.param(check_MultiHeadAttention, ViewAfterTranspose, id="mha-contiguous"),
+    pytest.param(check_MultiHeadAttention, SplitWeights, id="mha-split-weights-cross"),
 ]
 
 
@@ -459,13 +521,31 @@ WRONG = [
     pytest.param(
         check_MultiHeadAttention,
         NoIsCausal,
-        "The signature is forward(self, x, mask=None, is_causal=False)",
+        "The signature is forward(self, x, mask=None, is_causal=False, context=None)",
         id="mha-no-is-causal-argument",
     ),
     pytest.param(
         check_MultiHeadAttention, HeadsNotMerged, "Those are the heads before merging", id="mha-unmerged"
     ),
     pytest.param(check_MultiHeadAttention, Detached, "No gradient flows", id="mha-detached"),
+    pytest.param(
+        check_MultiHeadAttention,
+        IgnoresContext,
+        "takes the keys and values from x instead of from `context`",
+        id="mha-cross-ignores-context",
+    ),
+    pytest.param(
+        check_MultiHeadAttention,
+        QueriesFromContext,
+        "one row per context token",
+        id="mha-cross-queries-from-context",
+    ),
+    pytest.param(
+        check_MultiHeadAttention,
+        NoContext,
+        "The signature is forward(self, x, mask=None, is_causal=False, context=None)",
+        id="mha-cross-no-context-argument",
+    ),
 ]
 
 

@@ -47,11 +47,11 @@ def scaled_attention_preallocated(q, k, v):
 
 
 class MultiHeadAttentionCpuMask(reference.MultiHeadAttention):
-    def forward(self, x, mask=None, is_causal=False):
+    def forward(self, x, mask=None, is_causal=False, context=None):
         if is_causal:
             causal = torch.ones(x.shape[1], x.shape[1], dtype=torch.bool).tril()  # (t, t) on the CPU
             mask = causal if mask is None else mask & causal
-        return super().forward(x, mask=mask)
+        return super().forward(x, mask=mask, context=context)
 
 
 def apply_rope_cpu_frequencies(x, positions=None, base=10000.0):

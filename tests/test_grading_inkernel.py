@@ -42,8 +42,10 @@ LEARNER = textwrap.dedent(
             self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
             self.out = nn.Linear(d_model, d_model, bias=bias)
 
-        def forward(self, x, mask=None, is_causal=False):
+        def forward(self, x, mask=None, is_causal=False, context=None):
             q, k, v = self.qkv(x).chunk(3, dim=-1)  # each (b, t, d_model)
+            if context is not None:  # cross-attention: keys and values from the context
+                _, k, v = self.qkv(context).chunk(3, dim=-1)  # each (b, t_k, d_model)
             q, k, v = (rearrange(z, "b t (h d) -> b h t d", h=self.n_heads) for z in (q, k, v))
             mask = None if mask is None else mask.unsqueeze(-3)  # (b, 1, t, t)
             out, _ = attention(q, k, v, mask=mask, is_causal=is_causal)  # (b, h, t, d_k)
@@ -60,8 +62,8 @@ LEARNER = textwrap.dedent(
             self.inner = heads.MultiHeadAttention(d_model, n_heads, bias)
             self.qkv, self.out = self.inner.qkv, self.inner.out
 
-        def forward(self, x, mask=None, is_causal=False):
-            return self.inner(x, mask=mask, is_causal=is_causal)
+        def forward(self, x, mask=None, is_causal=False, context=None):
+            return self.inner(x, mask=mask, is_causal=is_causal, context=context)
 
 
     class OwnRotary(heads.MultiHeadAttention):  # builds on notebook 04's layer: allowed

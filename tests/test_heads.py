@@ -65,6 +65,26 @@ def test_padding_mask_matches_torch_key_padding_mask(d_model, n_heads, bias, is_
     torch.testing.assert_close(got[real], expected[real], **TOLERANCE[dtype])
 
 
+@pytest.mark.parametrize(("d_model", "n_heads", "bias"), LAYERS)
+@pytest.mark.parametrize(("t_q", "t_k"), [(4, 9), (9, 4)])
+def test_cross_attention_matches_torch_with_other_keys_and_values(d_model, n_heads, bias, t_q, t_k) -> None:
+    ours, theirs = twin_layers(d_model, n_heads, bias, torch.float64, seed=2)
+    x = torch.randn(3, t_q, d_model, dtype=torch.float64)  # (b, t_q, d_model): the queries' sequence
+    context = torch.randn(3, t_k, d_model, dtype=torch.float64)  # (b, t_k, d_model): keys and values
+    real = padding_mask(torch.tensor([t_k, t_k - 1, 2]), t_k)  # (b, t_k): the context's padding
+    expected, _ = theirs(x, context, context, key_padding_mask=~real, need_weights=False)  # (b, t_q, d_model)
+    got = ours(x, mask=real[:, None, :], context=context)  # (b, t_q, d_model)
+    torch.testing.assert_close(got, expected, **TOLERANCE[torch.float64])
+    assert ours.head_weights(x, context=context).shape == (3, n_heads, t_q, t_k)
+
+
+def test_without_context_keys_and_values_come_from_x() -> None:
+    torch.manual_seed(4)
+    layer = MultiHeadAttention(12, 3).double()
+    x = torch.randn(2, 5, 12, dtype=torch.float64)  # (b, t, d_model)
+    torch.testing.assert_close(layer(x, is_causal=True), layer(x, is_causal=True, context=x))
+
+
 @pytest.mark.parametrize("mask_shape", [(2, 5, 5), (5, 5), (2, 1, 5)])
 def test_mask_of_each_broadcast_shape_applies_to_every_head(mask_shape) -> None:
     torch.manual_seed(3)

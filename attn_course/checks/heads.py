@@ -347,9 +347,46 @@ def check_MultiHeadAttention(candidate: Callable[..., Any]) -> str:
     _compare(
         layer, ref(x, is_causal=True), params, 3, x, None, True, "(12, 3) in float32", "with is_causal=True"
     )
+    _expect_cross_attention(candidate)
     _expect_layer_gradients(candidate)
     _expect_runs_on_cuda(candidate)
-    return "3 layers (with and without bias, one head), is_causal, 3 kinds of mask, float32, gradients"
+    return (
+        "3 layers (with and without bias, one head), is_causal, 3 kinds of mask, float32, "
+        "cross-attention (4 queries, 7 context tokens), gradients"
+    )
+
+
+_SIGNATURE = "The signature is forward(self, x, mask=None, is_causal=False, context=None)."
+
+_CONTEXT_IGNORED = (
+    "takes the keys and values from x instead of from `context`: with a context, only the queries "
+    "come from x; the keys and values are projections of the context, for example "
+    "_, k, v = self.qkv(context).chunk(3, dim=-1), so that each head's scores are (t_q, t_k)."
+)
+
+
+def _expect_cross_attention(candidate: Callable[..., Any]) -> None:
+    """With a context of t_k != t_q tokens: queries from x, keys and values from the context."""
+    layer, ref, _ = _build_pair(candidate, 12, 3, True, torch.float64)
+    x, context = randn(2, 4, 12), randn(2, 7, 12)  # (b, t_q, d_model), (b, t_k, d_model)
+    padding = reference.padding_mask(torch.tensor([7, 5]), 7)[:, None, :]  # (b, 1, t_k): the context's
+    when = {
+        "raised TypeError": f"{_SIGNATURE} With a context, keys and values come from it.",
+        "must match the size of tensor": "With a context the scores are (b, h, t_q, t_k) and the context's "
+        "padding mask (b, 1, t_k) broadcasts against them; scores of (b, h, t_q, t_q) mean that k and v "
+        "still come from x: take them from self.qkv(context).",
+    }
+    for mask, label in ((None, "without mask"), (padding, "with the context's (b, 1, t_k) padding mask")):
+        kwargs: dict[str, Any] = {"context": context} | ({} if mask is None else {"mask": mask})
+        result = _call_with_hints("MultiHeadAttention.forward", layer, x, when=when, **kwargs)
+        what = f"Your MultiHeadAttention(12, 3) output for 4 queries and a context of 7 tokens, {label},"
+        hints = {
+            (2, 7, 12): "That is one row per context token: the output has one row per query of x, "
+            "(b, t_q, d_model). Take q from self.qkv(x), and k, v from self.qkv(context).",
+        }
+        out = expect_tensor(result, (2, 4, 12), what, finite=False, hints=hints)
+        ignored = Mistake(_CONTEXT_IGNORED, lambda x, context, mask=None: ref(x, mask=mask))
+        expect_close(out, ref(x, **kwargs), what, mistakes=[ignored], args=(x,), kwargs=kwargs)
 
 
 def _expect_runs_on_cuda(candidate: Callable[..., Any]) -> None:
@@ -465,7 +502,7 @@ def _call_forward(layer: nn.Module, x: torch.Tensor, mask: torch.Tensor | None, 
         kwargs["mask"] = mask
     if is_causal:
         kwargs["is_causal"] = True
-    when = {"raised TypeError": "The signature is forward(self, x, mask=None, is_causal=False)."}
+    when = {"raised TypeError": _SIGNATURE}
     if mask is not None:
         when["must match the size of tensor"] = _BROADCAST_HINT
     return _call_with_hints("MultiHeadAttention.forward", layer, x, when=when, **kwargs)
