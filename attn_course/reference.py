@@ -11,13 +11,25 @@ from attn_course.attention import (
     scaled_dot_product_attention,
     softmax,
 )
+from attn_course.backward import attention_backward, softmax_backward
 from attn_course.experiments import score_variance
-from attn_course.flash import flash_attention, online_softmax
+from attn_course.flash import (
+    FlashAttentionFunction,
+    flash_attention,
+    flash_attention_backward,
+    flash_attention_forward,
+    online_softmax,
+)
 from attn_course.heads import MultiHeadAttention, merge_heads, split_heads
 from attn_course.kv_cache import KVCache, cached_attention
 from attn_course.masking import causal_mask, padding_mask
 from attn_course.rope import RotaryMultiHeadAttention, apply_rope, rope_frequencies
-from attn_course.triton_ops import triton_add, triton_flash_attention, triton_softmax
+from attn_course.triton_ops import (
+    triton_add,
+    triton_flash_attention,
+    triton_flash_attention_backward,
+    triton_softmax,
+)
 
 EXERCISES: dict[str, tuple[str, ...]] = {
     "01_dot_product_attention": ("dot_product_scores", "softmax", "dot_product_attention"),
@@ -28,21 +40,32 @@ EXERCISES: dict[str, tuple[str, ...]] = {
     "06_flash_attention": ("online_softmax", "flash_attention"),
     "07_kv_cache": ("KVCache", "cached_attention"),
     "08_triton_flash_attention": ("triton_add", "triton_softmax", "triton_flash_attention"),
+    "09_backward": (
+        "softmax_backward",
+        "attention_backward",
+        "flash_attention_backward",
+        "FlashAttentionFunction",
+        "triton_flash_attention_backward",
+    ),
 }
 """The exercises of each notebook, in the order they appear."""
 
 __all__ = [
     "EXERCISES",
+    "FlashAttentionFunction",
     "KVCache",
     "MultiHeadAttention",
     "RotaryMultiHeadAttention",
     "apply_rope",
     "attention",
+    "attention_backward",
     "cached_attention",
     "causal_mask",
     "dot_product_attention",
     "dot_product_scores",
     "flash_attention",
+    "flash_attention_backward",
+    "flash_attention_forward",
     "merge_heads",
     "online_softmax",
     "padding_mask",
@@ -50,8 +73,10 @@ __all__ = [
     "scaled_dot_product_attention",
     "score_variance",
     "softmax",
+    "softmax_backward",
     "split_heads",
     "triton_add",
     "triton_flash_attention",
+    "triton_flash_attention_backward",
     "triton_softmax",
 ]

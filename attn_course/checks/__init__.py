@@ -7,6 +7,12 @@ importing this package shows a failed check as its message alone, without a trac
 
 from attn_course.checks._harness import CheckFailed
 from attn_course.checks._notebook import show_failures_without_traceback
+from attn_course.checks.backward import (
+    check_attention_backward,
+    check_flash_attention_backward,
+    check_FlashAttentionFunction,
+    check_softmax_backward,
+)
 from attn_course.checks.basics import (
     check_dot_product_attention,
     check_dot_product_scores,
@@ -20,17 +26,21 @@ from attn_course.checks.kv_cache import check_cached_attention, check_KVCache
 from attn_course.checks.masking import check_attention, check_causal_mask, check_padding_mask
 from attn_course.checks.rope import check_apply_rope, check_rope_frequencies, check_RotaryMultiHeadAttention
 from attn_course.checks.triton import check_triton_add, check_triton_softmax
+from attn_course.checks.triton_backward import check_triton_flash_attention_backward
 from attn_course.checks.triton_flash import check_triton_flash_attention
 
 __all__ = [
     "CheckFailed",
     "check_apply_rope",
     "check_attention",
+    "check_attention_backward",
     "check_cached_attention",
     "check_causal_mask",
     "check_dot_product_attention",
     "check_dot_product_scores",
     "check_flash_attention",
+    "check_flash_attention_backward",
+    "check_FlashAttentionFunction",
     "check_KVCache",
     "check_merge_heads",
     "check_online_softmax",
@@ -41,9 +51,11 @@ __all__ = [
     "check_scaled_dot_product_attention",
     "check_score_variance",
     "check_softmax",
+    "check_softmax_backward",
     "check_split_heads",
     "check_triton_add",
     "check_triton_flash_attention",
+    "check_triton_flash_attention_backward",
     "check_triton_softmax",
 ]
 
