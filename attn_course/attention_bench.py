@@ -448,6 +448,7 @@ def _measure_row(
 ) -> BenchRow:
     largest = None
     base = {**base, "backward": config.backward}
+    fn = make_provider(name, config.block_size)  # an unknown name is an error, not a skipped row
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
@@ -456,7 +457,6 @@ def _measure_row(
                     name, q, k, v, causal, config.block_size, config.repeats, config.max_seconds
                 )
             else:
-                fn = make_provider(name, config.block_size)
                 seconds, peak = measure(fn, q, k, v, causal, config.repeats, config.max_seconds)
         except (RuntimeError, NotImplementedError, ValueError) as error:  # a refused backend, OOM
             if q.device.type == "cuda":
@@ -598,11 +598,18 @@ def _backward_targets(
         parts.append(f"naive / tiled largest tensor = {ratio:.1f}× (target ≥ 16×)")
     if naive and tiled and tiled.peak_bytes:
         parts.append(f"naive / tiled peak memory = {naive.peak_bytes / tiled.peak_bytes:.1f}×")
-    slopes = memory_slopes([r for r in rows if r.causal and r.d == d and r.dtype == dtype])
+    measured = [r for r in rows if r.causal and r.d == d and r.dtype == dtype]
+    slopes = memory_slopes(measured)
     for provider in ("tiled", "naive"):
         slope = slopes.get((provider, dtype, d, True))
         if slope is not None:
             parts.append(f"{provider} peak memory slope in T = {slope:.2f} (target: tiled 1, naive 2)")
+    tiled_rows = sorted((r for r in measured if r.provider == "tiled" and r.peak_bytes), key=lambda r: r.t)
+    pairs = zip(tiled_rows, tiled_rows[1:], strict=False)
+    steps = {(b.peak_bytes - a.peak_bytes) // (b.t - a.t) for a, b in pairs}
+    if len(tiled_rows) >= 3 and len(steps) == 1:  # the tiles are a constant: slope 1 once it is taken off
+        parts.append(f"tiled peak memory is affine in T: {steps.pop():,} bytes more per token (slope 1 above "
+                     "its constant tiles)")  # fmt: skip
     if kernel and sdpa:
         ratio = sdpa.seconds / kernel.seconds
         parts.append(f"triton / {sdpa.provider} backward throughput = {ratio:.2f}× (GPU target ≥ 0.6×)")
