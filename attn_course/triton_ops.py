@@ -167,12 +167,13 @@ def triton_flash_attention(
 def backward_config(
     head_dim: int, device: torch.device | str, capability: tuple[int, int] | None = None
 ) -> KernelConfig:
-    """Block sizes of the backward kernels: smaller than the forward's, as each program holds more.
+    """Block sizes of the backward kernels: at most 64×64, as each program holds more than the forward's.
 
     A backward program keeps two (BLOCK, d) accumulators and loads four (BLOCK, d) tiles per step
-    (q, dO and k, v), against the forward's one and two, so its blocks are halved where the
-    forward's would not fit: 32 on the CPU, 64×64 (d ≤ 64) or 32×32 on a GPU
-    (tests/test_triton_compile.py checks the shared memory of each choice for sm_75, sm_80 and sm_90).
+    (q, dO and k, v), against the forward's one and two: 32×32 on the CPU (as the forward), 64×64 on
+    a GPU, but 32×32 for d = 128 on a T4 (sm_75, 64 KiB of shared memory per program). Compiled
+    offline, they need 48 KiB on a T4, 32 / 72 KiB (d = 64 / 128) on an A100 and 48 / 96 KiB on an
+    H100 (tests/test_triton_compile.py checks each against its GPU's limit).
 
     >>> backward_config(64, "cpu")
     KernelConfig(block_m=32, block_n=32, num_warps=4, num_stages=2)
