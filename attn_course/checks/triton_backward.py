@@ -20,7 +20,6 @@ from attn_course import reference
 from attn_course.checks._harness import CheckFailed, check
 from attn_course.checks._triton_harness import (
     Mode,
-    close,
     expect_all_written,
     expect_in_bounds,
     expect_launched,
@@ -50,6 +49,23 @@ _CASES = (  # (B, H, T_q, T_k, d, is_causal, strided)
     (2, 2, 40, 40, 32, True, True),
 )
 """Square and ragged lengths, causal with T_q < T_k, T_q > T_k, several blocks, (B, T, H, d) views."""
+
+
+def close(actual: torch.Tensor, expected: torch.Tensor, gpu: bool) -> bool:
+    """Whether a gradient matches: float32 tolerances, or on a GPU float16's, relative to its size.
+
+    In float16 the kernels round P and dS to float16 before their products, so the error grows
+    with the gradient's size; 3% of its largest entry is far below what any named mistake changes.
+    """
+    a = actual.detach().to("cpu", torch.float64)
+    e = expected.detach().to("cpu", torch.float64)
+    if not torch.equal(torch.isnan(a), torch.isnan(e)):
+        return False
+    finite = ~torch.isnan(e)
+    if gpu:
+        size = max(1.0, e[finite].abs().max().item()) if finite.any() else 1.0
+        return bool(torch.allclose(a[finite], e[finite], atol=3e-2 * size, rtol=3e-2))
+    return bool(torch.allclose(a[finite], e[finite], atol=2e-5, rtol=1e-4))
 
 
 def _inputs(case: tuple, mode: Mode) -> tuple[torch.Tensor, ...]:
