@@ -11,7 +11,13 @@ Peak memory is what the call allocates beyond its inputs: on CUDA from
 `torch.cuda.max_memory_allocated`, on the CPU from a `PeakMemoryTracker`, which follows every
 tensor the call creates until it is freed.
 
-Introduced in 06_flash_attention.
+With `BenchConfig.backward` (`attn-course bench --backward`, notebook 09) each provider's backward
+pass is timed instead, from the same forward: autograd through naive attention ("naive") and
+through SDPA ("sdpa-<backend>"), `flash_attention_backward` from the forward's out and lse
+("tiled"), and notebook 09's Triton backward ("triton", compiled only). Peak memory and the largest
+tensor are then those of a whole training step's attention, forward and backward.
+
+Introduced in 06_flash_attention (the backward in 09_backward).
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ from torch.utils._pytree import tree_flatten
 from attn_course.attention import attention
 from attn_course.cost import AllocationTracker, fit_power_law
 from attn_course.device import SDPA_BACKEND_MEMBERS, cpu_name
-from attn_course.flash import flash_attention
+from attn_course.flash import flash_attention, flash_attention_backward, flash_attention_forward
 
 PEAK_TFLOPS: dict[str, dict[str, float]] = {
     # dense tensor-core peaks (no sparsity) from the vendors' data sheets; float32 without TF32
@@ -69,15 +75,20 @@ def peak_tflops(device_name: str, dtype: torch.dtype | str) -> float | None:
     return None
 
 
-def attention_flops(b: int, h: int, t: int, d: int, causal: bool = False) -> int:
+def attention_flops(b: int, h: int, t: int, d: int, causal: bool = False, backward: bool = False) -> int:
     """FLOPs of attention's two matrix products, 4·B·H·T²·d, halved when causal.
+
+    The backward's five products (dV = PᵀdO, dP = dO Vᵀ, dQ = dS K, dK = dSᵀQ and recomputing
+    S = QKᵀ) count 2.5 times the forward's two: 10·B·H·T²·d with `backward`.
 
     >>> attention_flops(1, 8, 4096, 64, causal=True) / 1e9
     17.179869184
+    >>> attention_flops(1, 8, 4096, 64, causal=True, backward=True) / 1e9
+    42.94967296
 
     Introduced in 06_flash_attention.
     """
-    flops = 4 * b * h * t * t * d
+    flops = (10 if backward else 4) * b * h * t * t * d
     return flops // 2 if causal else flops
 
 
@@ -157,6 +168,10 @@ class BenchRow:
     """Peak memory the call allocated beyond its inputs."""
     skipped: str = ""
     """Why the provider did not run here (empty when it ran)."""
+    backward: bool = False
+    """Whether the backward pass was timed (then peak_bytes covers forward and backward)."""
+    largest_bytes: int | None = None
+    """The largest single tensor the call created (CPU only; None where not measured)."""
 
 
 @dataclass(frozen=True)
@@ -180,6 +195,8 @@ class BenchConfig:
     """... and fewer when they would take longer than this, at least one."""
     threads: int | None = None
     """CPU threads torch uses meanwhile (None: as set); 1 keeps timings steady on a shared machine."""
+    backward: bool = False
+    """Time each provider's backward pass instead of its forward (notebook 09)."""
 
 
 def providers_for(config: BenchConfig) -> list[str]:
@@ -235,6 +252,82 @@ def _triton_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_caus
         if type(error).__module__.startswith("triton"):  # e.g. OutOfResources: too little shared memory
             raise RuntimeError(f"{type(error).__name__}: {error}") from error
         raise
+
+
+def prepare_backward(
+    name: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool, block_size: int = 256
+) -> Callable[[], Any]:
+    """Run `name`'s forward on (q, k, v) once; return a call that runs its backward pass, again and again.
+
+    The gradient of the output is a fixed random tensor. "naive" and "sdpa-<backend>" go back
+    through autograd's graph (kept for the next call), "tiled" calls `flash_attention_backward`
+    with the forward's out and lse, "triton" notebook 09's kernels (compiled only).
+
+    Introduced in 09_backward.
+    """
+    grad_out = torch.randn(q.shape, generator=torch.Generator().manual_seed(1)).to(q.device, q.dtype)
+    if name == "tiled":
+        with torch.no_grad():
+            out, lse = flash_attention_forward(q, k, v, is_causal=is_causal, block_size=block_size)
+        return lambda: flash_attention_backward(q, k, v, out, lse, grad_out, is_causal, block_size)
+    if name == "triton":
+        _triton_attention(q, k, v, is_causal)  # the reasons to skip, where it cannot be timed
+        from attn_course.triton_ops import triton_flash_attention_backward, triton_flash_attention_forward
+
+        out, lse = triton_flash_attention_forward(q, k, v, is_causal=is_causal)
+        return lambda: triton_flash_attention_backward(q, k, v, out, lse, grad_out, is_causal=is_causal)
+    forward = make_provider(name, block_size)
+    leaves = [x.detach().requires_grad_(True) for x in (q, k, v)]
+    with torch.enable_grad():
+        out = forward(*leaves, is_causal)
+    return lambda: torch.autograd.grad(out, leaves, grad_out, retain_graph=True)
+
+
+def measure_backward(
+    name: str,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    is_causal: bool,
+    block_size: int = 256,
+    repeats: int = 5,
+    max_seconds: float = 1.0,
+) -> tuple[float, int, int | None]:
+    """(median seconds of one backward after a warm-up, peak bytes, largest tensor of forward and backward).
+
+    The memory is measured on a fresh forward and one backward, so that it counts what a training
+    step's attention holds: for autograd through naive attention the saved probabilities, for the
+    tiled backward its tiles and the lse. The largest tensor is measured on the CPU only.
+
+    Introduced in 09_backward.
+    """
+    device = q.device
+    backward = prepare_backward(name, q, k, v, is_causal, block_size)
+    start = time.perf_counter()
+    backward()
+    _sync(device)
+    first = time.perf_counter() - start
+    times = []
+    for _ in range(max(1, min(repeats, int(max_seconds / max(first, 1e-9))))):
+        start = time.perf_counter()
+        backward()
+        _sync(device)
+        times.append(time.perf_counter() - start)
+    del backward
+    largest = None
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+        before = torch.cuda.memory_allocated(device)
+        prepare_backward(name, q, k, v, is_causal, block_size)()
+        _sync(device)
+        peak = torch.cuda.max_memory_allocated(device) - before
+    else:
+        with PeakMemoryTracker() as tracker:
+            prepare_backward(name, q, k, v, is_causal, block_size)()
+        peak, largest = tracker.peak, max(tracker.allocations, default=0)
+    times.sort()
+    return times[len(times) // 2], peak, largest
 
 
 def _sync(device: torch.device) -> None:
@@ -353,21 +446,29 @@ def _measure_row(
     device_name: str,
     dtype: torch.dtype,
 ) -> BenchRow:
-    fn = make_provider(name, config.block_size)
+    largest = None
+    base = {**base, "backward": config.backward}
+    fn = make_provider(name, config.block_size)  # an unknown name is an error, not a skipped row
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            seconds, peak = measure(fn, q, k, v, causal, config.repeats, config.max_seconds)
+            if config.backward:
+                seconds, peak, largest = measure_backward(
+                    name, q, k, v, causal, config.block_size, config.repeats, config.max_seconds
+                )
+            else:
+                seconds, peak = measure(fn, q, k, v, causal, config.repeats, config.max_seconds)
         except (RuntimeError, NotImplementedError, ValueError) as error:  # a refused backend, OOM
             if q.device.type == "cuda":
                 torch.cuda.empty_cache()
             return BenchRow(**base, seconds=None, tflops=None, percent_of_peak=None, peak_bytes=None,
                             skipped=_reason(error, caught))  # fmt: skip
     b, h, t, d = q.shape
-    tflops = attention_flops(b, h, t, d, causal) / seconds / 1e12
+    tflops = attention_flops(b, h, t, d, causal, backward=config.backward) / seconds / 1e12
     peak_device = peak_tflops(device_name, dtype) if q.device.type == "cuda" else None
     percent = 100 * tflops / peak_device if peak_device else None
-    return BenchRow(**base, seconds=seconds, tflops=tflops, percent_of_peak=percent, peak_bytes=peak)
+    return BenchRow(**base, seconds=seconds, tflops=tflops, percent_of_peak=percent, peak_bytes=peak,
+                    largest_bytes=largest)  # fmt: skip
 
 
 def format_table(rows: Sequence[BenchRow]) -> str:
@@ -459,6 +560,11 @@ def target_summary(rows: Sequence[BenchRow], t: int | None = None, d: int | None
         )
         naive, tiled, kernel = at.get("naive"), at.get("tiled"), at.get("triton")
         parts = []
+        if any(r.backward for r in at.values()):
+            head = f"backward, causal, d={d}, T={t}, {dtype}:"
+            parts = _backward_targets(naive, tiled, kernel, sdpa, rows, d, dtype)
+            lines.append(head + ("\n  " + "\n  ".join(parts) if parts else " nothing to compare"))
+            continue
         if tiled and sdpa:
             ratio = tiled.seconds / sdpa.seconds
             parts.append(f"tiled / {sdpa.provider} time = {ratio:.2f}× (target ≤ 2×)")
@@ -476,6 +582,38 @@ def target_summary(rows: Sequence[BenchRow], t: int | None = None, d: int | None
             parts.append(f"{sdpa.provider} at {sdpa.percent_of_peak:.1f}% of the device's peak")
         lines.append(head + ("\n  " + "\n  ".join(parts) if parts else " nothing to compare"))
     return "\n".join(lines)
+
+
+def _backward_targets(
+    naive: BenchRow | None, tiled: BenchRow | None, kernel: BenchRow | None, sdpa: BenchRow | None,
+    rows: Sequence[BenchRow], d: int, dtype: str,
+) -> list[str]:  # fmt: skip
+    """Notebook 09's targets: the tiled backward against SDPA's, its memory against naive autograd's."""
+    parts = []
+    if tiled and sdpa:
+        ratio = tiled.seconds / sdpa.seconds
+        parts.append(f"tiled backward / {sdpa.provider} backward time = {ratio:.2f}× (target ≤ 2×)")
+    if naive and tiled and tiled.largest_bytes:
+        ratio = naive.largest_bytes / tiled.largest_bytes
+        parts.append(f"naive / tiled largest tensor = {ratio:.1f}× (target ≥ 16×)")
+    if naive and tiled and tiled.peak_bytes:
+        parts.append(f"naive / tiled peak memory = {naive.peak_bytes / tiled.peak_bytes:.1f}×")
+    measured = [r for r in rows if r.causal and r.d == d and r.dtype == dtype]
+    slopes = memory_slopes(measured)
+    for provider in ("tiled", "naive"):
+        slope = slopes.get((provider, dtype, d, True))
+        if slope is not None:
+            parts.append(f"{provider} peak memory slope in T = {slope:.2f} (target: tiled 1, naive 2)")
+    tiled_rows = sorted((r for r in measured if r.provider == "tiled" and r.peak_bytes), key=lambda r: r.t)
+    pairs = zip(tiled_rows, tiled_rows[1:], strict=False)
+    steps = {(b.peak_bytes - a.peak_bytes) // (b.t - a.t) for a, b in pairs}
+    if len(tiled_rows) >= 3 and len(steps) == 1:  # the tiles are a constant: slope 1 once it is taken off
+        parts.append(f"tiled peak memory is affine in T: {steps.pop():,} bytes more per token (slope 1 above "
+                     "its constant tiles)")  # fmt: skip
+    if kernel and sdpa:
+        ratio = sdpa.seconds / kernel.seconds
+        parts.append(f"triton / {sdpa.provider} backward throughput = {ratio:.2f}× (GPU target ≥ 0.6×)")
+    return parts
 
 
 def default_config(device: torch.device | str, quick: bool = False, with_triton: bool = False) -> BenchConfig:
@@ -539,8 +677,10 @@ __all__ = [
     "attention_flops",
     "default_config",
     "format_table",
+    "measure_backward",
     "memory_slopes",
     "peak_tflops",
+    "prepare_backward",
     "run_and_save",
     "run_bench",
     "target_summary",

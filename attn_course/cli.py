@@ -163,6 +163,7 @@ def _bench(args: argparse.Namespace) -> int:
         "repeats": args.repeats,
         "threads": args.threads,
         "providers": args.providers,
+        "backward": args.backward or None,
     }
     config = dataclasses.replace(config, **{k: tuple(v) if isinstance(v, list) else v
                                             for k, v in chosen.items() if v is not None})  # fmt: skip
@@ -258,6 +259,9 @@ def build_parser() -> argparse.ArgumentParser:
     ben.add_argument("--providers", nargs="+", metavar="NAME",
                      help="naive, tiled, sdpa (every backend), sdpa-<flash|efficient|cudnn|math>, triton "
                      "(default: naive tiled sdpa, and triton on cuda)")  # fmt: skip
+    ben.add_argument("--backward", action="store_true",
+                     help="time each provider's backward pass (notebook 09): autograd through naive "
+                     "attention and SDPA, the tiled flash_attention_backward, triton on cuda")  # fmt: skip
     ben.add_argument("--quick", action="store_true", help="a tiny run: T 256 and 512, d 64, one repeat")
     ben.add_argument("--out", type=Path, default=Path("bench-results"), metavar="DIR",
                      help="folder for the JSON, CSV and plots (default: bench-results)")  # fmt: skip

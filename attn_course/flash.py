@@ -8,7 +8,13 @@ running sum `denom` and an output accumulator `acc`, and divides by `denom` at t
 than one (block, block) tile of scores per head, and also returns the log-sum-exp of each row's
 scores, which is what a backward pass needs to recompute the probabilities.
 
-Introduced in 06_flash_attention.
+`flash_attention_backward` is FlashAttention's backward (Dao, 2023): for each block of keys it
+streams the blocks of queries, recomputes each tile's probabilities P = exp(S - lse) from the
+forward's log-sum-exp, and accumulates dK and dV for the key block and dQ for the query block,
+with D = rowsum(dO ∘ O) in place of rowsum(dP ∘ P). `FlashAttentionFunction` joins the two in a
+`torch.autograd.Function` that saves only q, k, v, out and lse.
+
+Introduced in 06_flash_attention (the forward) and 09_backward (the backward).
 """
 
 from __future__ import annotations
@@ -123,3 +129,107 @@ def flash_attention(
     Introduced in 06_flash_attention.
     """
     return flash_attention_forward(q, k, v, is_causal=is_causal, block_size=block_size)[0]
+
+
+@exercise("09_backward", 3)
+def flash_attention_backward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    grad_out: torch.Tensor,
+    is_causal: bool = False,
+    block_size: int = 64,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dq, dk, dv) of attention from the forward's out and lse, one (block, block) tile at a time.
+
+    q (..., T_q, d), k (..., T_k, d), v (..., T_k, d_v), out and grad_out (..., T_q, d_v), lse
+    (..., T_q) as `flash_attention_forward` returns it. The causal mask is bottom-right aligned;
+    query blocks that no key of a key block may be seen by are skipped. Never holds a T_q × T_k
+    tensor: per step one tile of scores, probabilities and their gradients.
+
+    >>> q, k, v = torch.randn(2, 50, 16), torch.randn(2, 70, 16), torch.randn(2, 70, 8)
+    >>> out, lse = flash_attention_forward(q, k, v, is_causal=True, block_size=32)
+    >>> dq, dk, dv = flash_attention_backward(q, k, v, out, lse, torch.randn(2, 50, 8), True, 32)
+    >>> dq.shape, dk.shape, dv.shape
+    (torch.Size([2, 50, 16]), torch.Size([2, 70, 16]), torch.Size([2, 70, 8]))
+
+    Introduced in 09_backward.
+    """
+    if block_size < 1:
+        raise ValueError(f"block_size must be at least 1, got {block_size}")
+    t_q, d = q.shape[-2:]
+    t_k = k.shape[-2]
+    offset = t_k - t_q  # query i sits at key position i + offset (bottom-right alignment)
+    scale = 1.0 / math.sqrt(d)
+    delta = (grad_out * out).sum(dim=-1, keepdim=True)  # (..., T_q, 1): D = rowsum(dO ∘ O)
+    lse = lse.unsqueeze(-1)  # (..., T_q, 1)
+    dq = torch.zeros_like(q)  # (..., T_q, d): accumulated over the key blocks
+    dk = torch.empty_like(k)  # (..., T_k, d)
+    dv = torch.empty_like(v)  # (..., T_k, d_v)
+    for ks in range(0, t_k, block_size):
+        ke = min(ks + block_size, t_k)
+        k_blk, v_blk = k[..., ks:ke, :], v[..., ks:ke, :]  # (..., Bk, d), (..., Bk, d_v)
+        dk_blk = torch.zeros_like(k_blk)  # (..., Bk, d): accumulated over the query blocks
+        dv_blk = torch.zeros_like(v_blk)  # (..., Bk, d_v)
+        first_row = max(ks - offset, 0) if is_causal else 0  # the first query that may see key ks
+        for qs in range(first_row // block_size * block_size, t_q, block_size):
+            qe = min(qs + block_size, t_q)
+            q_blk, do_blk = q[..., qs:qe, :], grad_out[..., qs:qe, :]  # (..., Bq, d), (..., Bq, d_v)
+            s = q_blk @ k_blk.transpose(-1, -2) * scale  # (..., Bq, Bk)
+            if is_causal and ke - 1 > qs + offset:  # the tile crosses the diagonal: mask inside it
+                rows = torch.arange(qs + offset, qe + offset, device=q.device)  # (Bq,) positions
+                cols = torch.arange(ks, ke, device=q.device)  # (Bk,)
+                s = s.masked_fill(cols[None, :] > rows[:, None], -math.inf)  # (..., Bq, Bk)
+            p = torch.exp(s - lse[..., qs:qe, :])  # (..., Bq, Bk): the forward's probabilities
+            dv_blk += p.transpose(-1, -2) @ do_blk  # (..., Bk, d_v)
+            dp = do_blk @ v_blk.transpose(-1, -2)  # (..., Bq, Bk)
+            ds = p * (dp - delta[..., qs:qe, :])  # (..., Bq, Bk): gradient of the scaled scores
+            dq[..., qs:qe, :] += ds @ k_blk * scale  # (..., Bq, d)
+            dk_blk += ds.transpose(-1, -2) @ q_blk * scale  # (..., Bk, d)
+        dk[..., ks:ke, :] = dk_blk
+        dv[..., ks:ke, :] = dv_blk
+    return dq, dk, dv  # (..., T_q, d), (..., T_k, d), (..., T_k, d_v)
+
+
+@exercise("09_backward", 4)
+class FlashAttentionFunction(torch.autograd.Function):
+    """Tiled attention with FlashAttention's backward: `.apply(q, k, v, is_causal, block_size)`.
+
+    The forward saves q, k, v, out and the log-sum-exp only (linear in T); the backward recomputes
+    the probabilities tile by tile from them.
+
+    >>> q, k, v = (torch.randn(2, 40, 8, requires_grad=True) for _ in range(3))
+    >>> FlashAttentionFunction.apply(q, k, v, True, 16).sum().backward()
+    >>> q.grad.shape
+    torch.Size([2, 40, 8])
+
+    Introduced in 09_backward.
+    """
+
+    @staticmethod
+    def forward(
+        ctx: torch.autograd.function.FunctionCtx,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        is_causal: bool = False,
+        block_size: int = 64,
+    ) -> torch.Tensor:
+        """Attention (..., T_q, d_v) by `flash_attention_forward`; saves q, k, v, out and lse."""
+        out, lse = flash_attention_forward(q, k, v, is_causal=is_causal, block_size=block_size)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.is_causal, ctx.block_size = is_causal, block_size
+        return out
+
+    @staticmethod
+    def backward(
+        ctx: torch.autograd.function.FunctionCtx, grad_out: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, None, None]:
+        """(dq, dk, dv) by `flash_attention_backward`; no gradient for is_causal and block_size."""
+        q, k, v, out, lse = ctx.saved_tensors
+        dq, dk, dv = flash_attention_backward(
+            q, k, v, out, lse, grad_out, is_causal=ctx.is_causal, block_size=ctx.block_size
+        )
+        return dq, dk, dv, None, None

@@ -1,10 +1,10 @@
-"""The course's Triton kernels: a warm-up add, a streaming row softmax, and the FlashAttention forward.
+"""The course's Triton kernels: a warm-up add, a streaming row softmax, FlashAttention forward and backward.
 
 This module needs Triton, and imports it after `setup_triton()`; `attn_course.triton_ops` wraps each kernel
 in a function that allocates the output, picks the grid and launches it, and says how to get
 Triton where it is missing. Every kernel takes raw pointers and strides, so it works on views.
 
-Introduced in 08_triton_flash_attention.
+Introduced in 08_triton_flash_attention (the backward kernels in 09_backward).
 """
 
 from attn_course.triton_support import setup_triton
@@ -151,3 +151,138 @@ def flash_attention_kernel(
     tl.store(out_ptrs, out.to(out_ptr.dtype.element_ty), mask=(offs_m[:, None] < t_q) & d_inside)
     lse = (m + tl.log2(total)) / 1.4426950408889634  # (BLOCK_M,): natural log-sum-exp of the scores
     tl.store(lse_ptr + pid_bh * t_q + offs_m, lse, mask=offs_m < t_q)
+
+
+# ---------------------------------------------------------------------------------------------
+# The backward pass (notebook 09): two kernels, no atomics.
+#
+# `flash_attention_backward_dkdv_kernel` has one program per (key block, batch·head): it keeps its
+# keys, values and the accumulators dK and dV on chip and streams the query blocks that may see its
+# keys. `flash_attention_backward_dq_kernel` has one program per (query block, batch·head) and
+# streams the key blocks its queries may see, accumulating dQ. Both recompute the tile's
+# probabilities from the forward's log-sum-exp: P = exp(S - lse). Splitting dQ off costs the two
+# products that recompute S and dP a second time, and buys a result without atomic adds
+# (deterministic, and the same in the interpreter as on a GPU). D = rowsum(dO ∘ O) comes in
+# precomputed, one float32 per query row, like the lse.
+
+
+@triton.jit
+def flash_attention_backward_dkdv_kernel(
+    q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr,
+    stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
+    stride_vb, stride_vh, stride_vn, stride_dob, stride_doh, stride_dom,
+    stride_dkb, stride_dkh, stride_dkn,
+    heads, t_q, t_k, sm_scale,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+):  # fmt: skip
+    """One program per (key block, batch·head): dK and dV of BLOCK_N keys, over the queries that see them.
+
+    Works on the transposed tile (keys × queries), so that dV += Pᵀ dO and dK += dSᵀ Q are plain
+    products. Queries sit at positions i + t_k - t_q (bottom-right causal alignment); with
+    IS_CAUSAL the loop starts at the first query block that may see the block's first key.
+    """
+    pid_n = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // heads
+    h = pid_bh % heads
+    offset = t_k - t_q
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)  # (BLOCK_N,): key rows
+    offs_m = tl.arange(0, BLOCK_M)  # (BLOCK_M,)
+    offs_d = tl.arange(0, BLOCK_D)  # (BLOCK_D,)
+    d_inside = offs_d[None, :] < HEAD_DIM  # (1, BLOCK_D)
+    kv_mask = (offs_n[:, None] < t_k) & d_inside  # (BLOCK_N, BLOCK_D)
+    k = tl.load(k_ptr + b * stride_kb + h * stride_kh + offs_n[:, None] * stride_kn + offs_d[None, :],
+                mask=kv_mask, other=0.0)  # (BLOCK_N, BLOCK_D)  # fmt: skip
+    v = tl.load(v_ptr + b * stride_vb + h * stride_vh + offs_n[:, None] * stride_vn + offs_d[None, :],
+                mask=kv_mask, other=0.0)  # (BLOCK_N, BLOCK_D)  # fmt: skip
+    q_head = q_ptr + b * stride_qb + h * stride_qh
+    do_head = do_ptr + b * stride_dob + h * stride_doh
+    dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)  # (BLOCK_N, BLOCK_D)
+    dv = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)  # (BLOCK_N, BLOCK_D)
+    qk_scale = sm_scale * 1.4426950408889634  # 1/√d and the change to base 2 in one factor
+
+    lo = 0
+    if IS_CAUSAL:
+        lo = tl.maximum(pid_n * BLOCK_N - offset, 0) // BLOCK_M * BLOCK_M  # first query block seeing a key
+    for start_m in range(lo, t_q, BLOCK_M):
+        rows = start_m + offs_m  # (BLOCK_M,): query positions
+        q_mask = (rows[:, None] < t_q) & d_inside  # (BLOCK_M, BLOCK_D)
+        q_ptrs = q_head + rows[:, None] * stride_qm + offs_d[None, :]  # (BLOCK_M, BLOCK_D)
+        do_ptrs = do_head + rows[:, None] * stride_dom + offs_d[None, :]  # (BLOCK_M, BLOCK_D)
+        q = tl.load(q_ptrs, mask=q_mask, other=0.0)  # (BLOCK_M, BLOCK_D)
+        do = tl.load(do_ptrs, mask=q_mask, other=0.0)  # (BLOCK_M, BLOCK_D)
+        lse = tl.load(lse_ptr + pid_bh * t_q + rows, mask=rows < t_q, other=0.0)  # (BLOCK_M,)
+        delta = tl.load(delta_ptr + pid_bh * t_q + rows, mask=rows < t_q, other=0.0)  # (BLOCK_M,)
+        s_t = tl.dot(k, tl.trans(q)) * qk_scale  # (BLOCK_N, BLOCK_M): scores, base 2, transposed
+        allowed = (offs_n[:, None] < t_k) & (rows[None, :] < t_q)  # (BLOCK_N, BLOCK_M)
+        if IS_CAUSAL:
+            allowed = allowed & (offs_n[:, None] <= rows[None, :] + offset)
+        p_t = tl.where(allowed, tl.exp2(s_t - lse[None, :] * 1.4426950408889634), 0.0)  # (BLOCK_N, BLOCK_M)
+        dv += tl.dot(p_t.to(do.dtype), do)  # (BLOCK_N, BLOCK_D): Pᵀ dO
+        dp_t = tl.dot(v, tl.trans(do))  # (BLOCK_N, BLOCK_M): (dO Vᵀ)ᵀ
+        ds_t = tl.where(allowed, p_t * (dp_t - delta[None, :]), 0.0)  # (BLOCK_N, BLOCK_M): dSᵀ
+        dk += tl.dot(ds_t.to(q.dtype), q)  # (BLOCK_N, BLOCK_D): dSᵀ Q, scaled once at the end
+
+    dk_ptrs = dk_ptr + b * stride_dkb + h * stride_dkh + offs_n[:, None] * stride_dkn + offs_d[None, :]
+    dv_ptrs = dv_ptr + b * stride_dkb + h * stride_dkh + offs_n[:, None] * stride_dkn + offs_d[None, :]
+    tl.store(dk_ptrs, (dk * sm_scale).to(dk_ptr.dtype.element_ty), mask=kv_mask)
+    tl.store(dv_ptrs, dv.to(dv_ptr.dtype.element_ty), mask=kv_mask)
+
+
+@triton.jit
+def flash_attention_backward_dq_kernel(
+    q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr,
+    stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
+    stride_vb, stride_vh, stride_vn, stride_dob, stride_doh, stride_dom,
+    stride_dqb, stride_dqh, stride_dqm,
+    heads, t_q, t_k, sm_scale,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+):  # fmt: skip
+    """One program per (query block, batch·head): dQ of BLOCK_M queries, over the keys they see.
+
+    With IS_CAUSAL the key loop stops after the block's last visible key, as in the forward.
+    """
+    pid_m = tl.num_programs(0) - 1 - tl.program_id(0)  # the longest causal rows first
+    pid_bh = tl.program_id(1)
+    b = pid_bh // heads
+    h = pid_bh % heads
+    offset = t_k - t_q
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # (BLOCK_M,): query rows
+    offs_n = tl.arange(0, BLOCK_N)  # (BLOCK_N,)
+    offs_d = tl.arange(0, BLOCK_D)  # (BLOCK_D,)
+    d_inside = offs_d[None, :] < HEAD_DIM  # (1, BLOCK_D)
+    q_mask = (offs_m[:, None] < t_q) & d_inside  # (BLOCK_M, BLOCK_D)
+    q = tl.load(q_ptr + b * stride_qb + h * stride_qh + offs_m[:, None] * stride_qm + offs_d[None, :],
+                mask=q_mask, other=0.0)  # (BLOCK_M, BLOCK_D)  # fmt: skip
+    do = tl.load(do_ptr + b * stride_dob + h * stride_doh + offs_m[:, None] * stride_dom + offs_d[None, :],
+                 mask=q_mask, other=0.0)  # (BLOCK_M, BLOCK_D)  # fmt: skip
+    lse = tl.load(lse_ptr + pid_bh * t_q + offs_m, mask=offs_m < t_q, other=0.0)  # (BLOCK_M,)
+    delta = tl.load(delta_ptr + pid_bh * t_q + offs_m, mask=offs_m < t_q, other=0.0)  # (BLOCK_M,)
+    k_head = k_ptr + b * stride_kb + h * stride_kh
+    v_head = v_ptr + b * stride_vb + h * stride_vh
+    dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)  # (BLOCK_M, BLOCK_D)
+    qk_scale = sm_scale * 1.4426950408889634
+
+    hi = t_k
+    if IS_CAUSAL:
+        hi = tl.maximum(tl.minimum(t_k, (pid_m + 1) * BLOCK_M + offset), 0)  # one past the last visible key
+    for start_n in range(0, hi, BLOCK_N):
+        cols = start_n + offs_n  # (BLOCK_N,): key positions
+        kv_mask = (cols[:, None] < t_k) & d_inside  # (BLOCK_N, BLOCK_D)
+        k_ptrs = k_head + cols[:, None] * stride_kn + offs_d[None, :]  # (BLOCK_N, BLOCK_D)
+        v_ptrs = v_head + cols[:, None] * stride_vn + offs_d[None, :]  # (BLOCK_N, BLOCK_D)
+        k = tl.load(k_ptrs, mask=kv_mask, other=0.0)  # (BLOCK_N, BLOCK_D)
+        v = tl.load(v_ptrs, mask=kv_mask, other=0.0)  # (BLOCK_N, BLOCK_D)
+        s = tl.dot(q, tl.trans(k)) * qk_scale  # (BLOCK_M, BLOCK_N): scores, base 2
+        allowed = (cols[None, :] < t_k) & (offs_m[:, None] < t_q)  # (BLOCK_M, BLOCK_N)
+        if IS_CAUSAL:
+            allowed = allowed & (cols[None, :] <= offs_m[:, None] + offset)
+        p = tl.where(allowed, tl.exp2(s - lse[:, None] * 1.4426950408889634), 0.0)  # (BLOCK_M, BLOCK_N)
+        dp = tl.dot(do, tl.trans(v))  # (BLOCK_M, BLOCK_N): dO Vᵀ
+        ds = tl.where(allowed, p * (dp - delta[:, None]), 0.0)  # (BLOCK_M, BLOCK_N)
+        dq += tl.dot(ds.to(k.dtype), k)  # (BLOCK_M, BLOCK_D): dS K, scaled once at the end
+
+    dq_ptrs = dq_ptr + b * stride_dqb + h * stride_dqh + offs_m[:, None] * stride_dqm + offs_d[None, :]
+    tl.store(dq_ptrs, (dq * sm_scale).to(dq_ptr.dtype.element_ty), mask=q_mask)

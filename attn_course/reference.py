@@ -22,6 +22,7 @@ TOPICS = (
     "flash",
     "kv_cache",
     "triton_ops",
+    "backward",
 )
 """The topic modules that hold exercises (a new notebook's topic module is added here)."""
 

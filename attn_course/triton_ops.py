@@ -4,7 +4,7 @@ Each function takes tensors on a CUDA GPU (the kernel is compiled) or on the CPU
 through Triton's interpreter, see `attn_course.triton_support`). Where Triton is not installed
 they raise a RuntimeError that says how to get it.
 
-Introduced in 08_triton_flash_attention.
+Introduced in 08_triton_flash_attention (the backward, `triton_flash_attention_backward`, in 09_backward).
 """
 
 from __future__ import annotations
@@ -168,6 +168,101 @@ def triton_flash_attention(
     return triton_flash_attention_forward(q, k, v, is_causal=is_causal)[0]
 
 
+def backward_config(
+    head_dim: int, device: torch.device | str, capability: tuple[int, int] | None = None
+) -> KernelConfig:
+    """Block sizes of the backward kernels: at most 64×64, as each program holds more than the forward's.
+
+    A backward program keeps two (BLOCK, d) accumulators and loads four (BLOCK, d) tiles per step
+    (q, dO and k, v), against the forward's one and two: 32×32 on the CPU (as the forward), 64×64 on
+    a GPU, but 32×32 for d = 128 on a T4 (sm_75, 64 KiB of shared memory per program). Compiled
+    offline, they need 48 KiB on a T4, 32 / 72 KiB (d = 64 / 128) on an A100 and 48 / 96 KiB on an
+    H100 (tests/test_triton_compile.py checks each against its GPU's limit).
+
+    >>> backward_config(64, "cpu")
+    KernelConfig(block_m=32, block_n=32, num_warps=4, num_stages=2)
+    >>> backward_config(128, "cuda", capability=(9, 0))
+    KernelConfig(block_m=64, block_n=64, num_warps=8, num_stages=2)
+
+    Introduced in 09_backward.
+    """
+    if torch.device(device).type == "cpu":
+        return KernelConfig(32, 32)
+    capability = capability or torch.cuda.get_device_capability(device)
+    if capability < (8, 0):
+        return KernelConfig(64, 64, num_warps=4, num_stages=1) if head_dim <= 64 else KernelConfig(32, 32)
+    if head_dim <= 64:
+        return KernelConfig(64, 64, num_warps=4, num_stages=2)
+    return KernelConfig(64, 64, num_warps=8, num_stages=2)
+
+
+@exercise("09_backward", 5)
+def triton_flash_attention_backward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    grad_out: torch.Tensor,
+    is_causal: bool = False,
+    config: KernelConfig | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """FlashAttention's backward by two Triton kernels: (dq, dk, dv), each like its input.
+
+    q (B, H, T_q, d), k and v (B, H, T_k, d), out and grad_out (B, H, T_q, d) and lse (B, H, T_q) from
+    the forward (`triton_flash_attention_forward` or `attn_course.flash.flash_attention_forward`).
+    D = rowsum(dO ∘ O) is computed here in float32; `flash_attention_backward_dkdv_kernel` then
+    writes dK and dV, one program per key block, and `flash_attention_backward_dq_kernel` writes dQ,
+    one program per query block. Bottom-right causal mask.
+
+    Introduced in 09_backward.
+    """
+    require_triton()
+    from attn_course.kernels import (
+        flash_attention_backward_dkdv_kernel,
+        flash_attention_backward_dq_kernel,
+        triton,
+    )
+
+    _require_same_layout(q, k, v)
+    require_device(q)
+    if out.shape != q.shape or grad_out.shape != q.shape or lse.shape != q.shape[:-1]:
+        raise ValueError(
+            f"out and grad_out must be shaped like q {tuple(q.shape)} and lse like {tuple(q.shape[:-1])}; "
+            f"got out {tuple(out.shape)}, grad_out {tuple(grad_out.shape)}, lse {tuple(lse.shape)}"
+        )
+    q, k, v, grad_out = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, k, v, grad_out))
+    b, h, t_q, d = q.shape
+    t_k = k.shape[2]
+    delta = (grad_out.float() * out.float()).sum(dim=-1).contiguous()  # (B, H, T_q): D = rowsum(dO ∘ O)
+    lse = lse.float().contiguous()  # (B, H, T_q)
+    dq = torch.empty(q.shape, device=q.device, dtype=q.dtype)  # (B, H, T_q, d), contiguous
+    dk = torch.empty(k.shape, device=q.device, dtype=q.dtype)  # (B, H, T_k, d)
+    dv = torch.empty(k.shape, device=q.device, dtype=q.dtype)  # (B, H, T_k, d), strides of dk
+    config = config or backward_config(d, q.device)
+    common = (
+        q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
+        v.stride(0), v.stride(1), v.stride(2), grad_out.stride(0), grad_out.stride(1), grad_out.stride(2),
+    )  # fmt: skip
+    sizes = (h, t_q, t_k, 1.0 / math.sqrt(d))
+    constants = dict(
+        HEAD_DIM=d, BLOCK_D=max(16, triton.next_power_of_2(d)), BLOCK_M=config.block_m,
+        BLOCK_N=config.block_n, IS_CAUSAL=is_causal, num_warps=config.num_warps,
+        num_stages=config.num_stages,
+    )  # fmt: skip
+    if t_k:
+        flash_attention_backward_dkdv_kernel[(triton.cdiv(t_k, config.block_n), b * h)](
+            q, k, v, grad_out, lse, delta, dk, dv, *common, dk.stride(0), dk.stride(1), dk.stride(2),
+            *sizes, **constants,
+        )  # fmt: skip
+    if t_q:
+        flash_attention_backward_dq_kernel[(triton.cdiv(t_q, config.block_m), b * h)](
+            q, k, v, grad_out, lse, delta, dq, *common, dq.stride(0), dq.stride(1), dq.stride(2),
+            *sizes, **constants,
+        )  # fmt: skip
+    return dq, dk, dv
+
+
 def _require_same_layout(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         raise ValueError("q, k and v must be 4-D: (batch, heads, length, head dim)")
@@ -182,10 +277,12 @@ def _require_same_layout(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> N
 
 __all__ = [
     "KernelConfig",
+    "backward_config",
     "default_config",
     "flash_attention_launch",
     "triton_add",
     "triton_flash_attention",
+    "triton_flash_attention_backward",
     "triton_flash_attention_forward",
     "triton_softmax",
 ]

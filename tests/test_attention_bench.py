@@ -107,3 +107,38 @@ def test_target_summary_reads_the_ratios():
     summary = bench.target_summary(rows)
     assert "tiled / sdpa-flash time = 1.50×" in summary
     assert "naive / tiled peak memory = 32.0×" in summary
+
+
+def test_each_backward_provider_gives_attentions_gradients():
+    q, k, v = (torch.randn(1, 2, 40, 16, dtype=torch.float64) for _ in range(3))
+    results = {name: bench.prepare_backward(name, q, k, v, True, block_size=16)()
+               for name in ("naive", "tiled", "sdpa-math")}  # fmt: skip
+    for name in ("tiled", "sdpa-math"):
+        for mine, ref in zip(results[name], results["naive"], strict=True):
+            torch.testing.assert_close(mine, ref, atol=1e-10, rtol=1e-8)
+
+
+def test_bench_backward_times_the_backward_and_sees_naive_memory_grow_twice_as_fast(tmp_path, capsys):
+    args = "bench --backward --device cpu --lengths 64 128 256 --head-dims 16 --causal yes --heads 1"
+    args += " --block-size 32"
+    code = main([*args.split(), "--repeats", "1", "--providers", "naive", "tiled", "sdpa-flash",
+                 "--out", str(tmp_path)])  # fmt: skip
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "backward, causal, d=16, T=256, float32" in printed
+    assert (
+        "naive / tiled largest tensor" in printed and "tiled backward / sdpa-flash backward time" in printed
+    )
+    rows = bench.read_json(tmp_path / "bench.json")
+    assert all(r.backward and r.seconds > 0 and r.largest_bytes > 0 for r in rows)
+    naive = {r.t: r for r in rows if r.provider == "naive"}
+    tiled = {r.t: r for r in rows if r.provider == "tiled"}
+    assert naive[256].largest_bytes == 4 * 256 * 256  # the probabilities autograd keeps
+    assert tiled[256].largest_bytes * 16 <= naive[256].largest_bytes
+    slopes = bench.memory_slopes(rows)
+    assert slopes[("naive", "float32", 16, True)] == pytest.approx(2.0, abs=0.2)
+    assert "tiled peak memory is affine in T" in printed
+
+
+def test_backward_flops_are_two_and_a_half_forwards():
+    assert bench.attention_flops(2, 3, 64, 16, backward=True) == 2.5 * bench.attention_flops(2, 3, 64, 16)

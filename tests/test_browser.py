@@ -2,7 +2,7 @@
 
 `make lab` opens the learner's working copy: here a temporary one, holding a notebook a learner
 already worked on (which must come out untouched) and, in solutions/, the solutions of notebooks
-02, 07 and 08 (the versions in which every cell must run clean; 07 at its quick-run budget, which
+02, 07, 08 and 09 (the versions in which every cell must run clean; 07 at its quick-run budget, which
 the test suite sets); `make lab` copies the other student notebooks in. Nothing here writes into the
 repository except the screenshots, which go to test-output/browser/ (git-ignored; set
 ATTN_COURSE_TEST_OUTPUT to put them elsewhere). The browser is Debian's chromium, never a
@@ -127,7 +127,8 @@ def lab(tmp_path_factory) -> Iterator[Lab]:
     exercise.source = exercise.source.replace(STUB, LEARNER_SOFTMAX)
     nbformat.write(notebook, mine)
     learner_work = {mine: mine.read_bytes()}
-    for name in ("02_scaling.ipynb", "07_kv_cache.ipynb", "08_triton_flash_attention.ipynb"):
+    solutions = ("02_scaling", "07_kv_cache", "08_triton_flash_attention", "09_backward")
+    for name in (f"{stem}.ipynb" for stem in solutions):
         shutil.copy(ROOT / "solutions" / name, root / "solutions")
     for name, values in SETTINGS.items():
         (base / "settings" / name).parent.mkdir(parents=True, exist_ok=True)
@@ -349,6 +350,23 @@ def test_notebook_08_runs_its_triton_kernels_through_the_interpreter_in_jupyterl
     OUTPUT.mkdir(parents=True, exist_ok=True)
     page.get_by_text("check_triton_flash_attention passed").scroll_into_view_if_needed()
     page.screenshot(path=OUTPUT / "08_triton_flash_attention.png")
+
+
+def test_notebook_09_runs_its_gradient_checks_in_jupyterlab(lab, page):
+    # Interpreted as on a learner's laptop (its first cell turns the interpreter on), at the quick budget.
+    path = "solutions/09_backward.ipynb"
+    open_and_run_all(page, lab, path)
+    saved = save_and_read(page, lab, path)
+    assert_no_errors_and_every_plot_shown(page, saved)
+    names = ("softmax_backward", "attention_backward", "flash_attention_backward", "FlashAttentionFunction",
+             "triton_flash_attention_backward")  # fmt: skip
+    for name in names:
+        assert page.get_by_text(f"✅ {name} passed").count() == 1, name
+    printed = "".join(out.get("text", "") for cell in saved.cells for out in cell.get("outputs", []))
+    assert "first 10 losses: largest difference" in printed  # the decoder trained with the Function
+    OUTPUT.mkdir(parents=True, exist_ok=True)
+    page.get_by_text("✅ FlashAttentionFunction passed").scroll_into_view_if_needed()
+    page.screenshot(path=OUTPUT / "09_backward.png")
 
 
 def open_scratch_notebook(page, lab: Lab, name: str, source: str) -> None:

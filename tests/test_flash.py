@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from attn_course import flash
 from attn_course.attention import attention
 from attn_course.attention_bench import PeakMemoryTracker
 from attn_course.flash import flash_attention, flash_attention_forward, online_softmax
@@ -85,3 +86,65 @@ def test_flash_attention_never_holds_the_score_matrix():
 def test_block_size_must_be_positive():
     with pytest.raises(ValueError, match="block_size"):
         flash_attention(torch.ones(3, 2), torch.ones(3, 2), torch.ones(3, 2), block_size=0)
+
+
+# ---------------------------------------------------------------------------------------------
+# The backward (notebook 09)
+
+
+@pytest.mark.parametrize(
+    ("q_shape", "t_k", "is_causal", "block_size"),
+    [
+        ((2, 3, 37, 8), 37, True, 8),
+        ((2, 20, 8), 45, True, 16),
+        ((1, 2, 50, 8), 30, False, 7),
+        ((9, 4), 9, True, 64),
+    ],
+)
+def test_flash_attention_backward_gives_autograds_gradients(q_shape, t_k, is_causal, block_size):
+    q = torch.randn(q_shape, dtype=torch.float64, requires_grad=True)
+    k = torch.randn(*q_shape[:-2], t_k, q_shape[-1], dtype=torch.float64, requires_grad=True)
+    v = torch.randn(*q_shape[:-2], t_k, 5, dtype=torch.float64, requires_grad=True)
+    expected_out = attention(q, k, v, is_causal=is_causal)[0]  # (..., T_q, 5)
+    grad_out = torch.randn_like(expected_out)
+    expected = torch.autograd.grad(expected_out, (q, k, v), grad_out)
+    out, lse = flash.flash_attention_forward(q.detach(), k.detach(), v.detach(), is_causal, block_size)
+    grads = flash.flash_attention_backward(q.detach(), k.detach(), v.detach(), out, lse, grad_out, is_causal,
+                                           block_size)  # fmt: skip
+    for mine, ref in zip(grads, expected, strict=True):
+        torch.testing.assert_close(mine, ref, atol=1e-10, rtol=1e-8)
+
+
+def test_flash_attention_function_passes_gradcheck_and_saves_only_linear_tensors():
+    q, k, v = (torch.randn(1, 2, n, 4, dtype=torch.float64, requires_grad=True) for n in (6, 9, 9))
+    assert torch.autograd.gradcheck(
+        lambda q, k, v: flash.FlashAttentionFunction.apply(q, k, v, True, 4), (q, k, v)
+    )
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda x: saved.append(x) or x, lambda x: x):
+        flash.FlashAttentionFunction.apply(q, k, v, True, 4)
+    assert [tuple(x.shape) for x in saved] == [
+        (1, 2, 6, 4),
+        (1, 2, 9, 4),
+        (1, 2, 9, 4),
+        (1, 2, 6, 4),
+        (1, 2, 6),
+    ]
+
+
+def test_a_decoder_with_the_function_trains_like_the_course_attention():
+    import copy
+
+    from attn_course.backward import use_attention
+    from attn_course.decoder import DecoderConfig, TinyDecoder
+    from attn_course.induction import train_induction
+
+    torch.manual_seed(0)
+    course = TinyDecoder(DecoderConfig(vocab_size=16, n_layers=2, n_heads=2, d_model=16, d_mlp=32))
+    tiled = use_attention(
+        copy.deepcopy(course), lambda q, k, v, c: flash.FlashAttentionFunction.apply(q, k, v, c, 8)
+    )
+    runs = [
+        train_induction(m, 5, batch=8, seq_len=24, periods=(3, 6), progress=False) for m in (course, tiled)
+    ]
+    assert runs[0].losses == pytest.approx(runs[1].losses, abs=1e-5)

@@ -14,6 +14,7 @@ import math
 import pytest
 import torch
 from check_assertions import assert_accepted, assert_rejected
+from test_checks_backward import flash_backward_query_blocks_outside
 from test_checks_flash import einsum_preallocated
 
 from attn_course import checks, reference
@@ -93,6 +94,7 @@ DEVICE_CASES = {  # exercise: (learner-like version that forgets the device, wha
     "RotaryMultiHeadAttention": (RotaryCpuPositions, "Create new tensors (default positions, masks)"),
     "flash_attention": (einsum_preallocated, "Create new tensors (running max, sum, accumulator, masks)"),
     "cached_attention": (cached_attention_cpu_positions, "Create new tensors (positions) on x.device"),
+    "flash_attention_backward": (flash_backward_query_blocks_outside, "Create new tensors (dq, dk, dv"),
 }
 CAUGHT_ON_THE_CPU_TOO = {"causal_mask": "pass device=device"}  # by the meta device
 
@@ -132,6 +134,7 @@ def folder(tmp_path_factory):
 
 def _triton_cases() -> dict[str, tuple[str, str, list[tuple[str, str]], str]]:
     """name: (template, function, replacements, phrase); an empty phrase means: accepted."""
+    from backward_variants import TRITON_BACKWARD
     from test_checks_triton import UNTRACED_REJECTED
     from triton_variants import ADD, FLASH, SOFTMAX
 
@@ -148,6 +151,10 @@ def _triton_cases() -> dict[str, tuple[str, str, list[tuple[str, str]], str]]:
     }  # fmt: skip
     for name, (pairs, phrase) in UNTRACED_REJECTED.items():
         cases[f"flash, {name}"] = (FLASH, "triton_flash_attention", pairs, phrase)
+    backward = "triton_flash_attention_backward"
+    cases["backward, right"] = (TRITON_BACKWARD, backward, [], "")
+    cases["backward, no scale in dQ"] = (TRITON_BACKWARD, backward, [("(dq * sm_scale).to(", "dq.to(")],
+                                         "forgets the 1/√d scale in dQ")  # fmt: skip
     return cases
 
 
@@ -155,7 +162,7 @@ TRITON_CASES = [
     "add, right", "add, subtracts", "softmax, right", "softmax, sum not rescaled", "flash, right",
     "flash, blocks of 64×16", "flash, accumulator not rescaled, blocks of 64×16 found by search",
     "flash, causal bound one block short", "flash, ragged value loads unmasked read the NaN after the inputs",
-    "flash, no scale",
+    "flash, no scale", "backward, right", "backward, no scale in dQ",
 ]  # fmt: skip
 
 
@@ -184,6 +191,8 @@ def test_the_triton_checks_judge_compiled_kernels(name, folder, capsys):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", ["triton_add", "triton_softmax", "triton_flash_attention"])
+@pytest.mark.parametrize(
+    "name", ["triton_add", "triton_softmax", "triton_flash_attention", "triton_flash_attention_backward"]
+)
 def test_the_triton_checks_accept_the_package_kernels_compiled(name, capsys):
     assert_accepted(_check(name), getattr(reference, name), capsys)

@@ -180,3 +180,13 @@ def test_reference_use_is_refused_and_own_code_passes(graded, label):
     assert result["passed"] is passed, result
     if not passed:
         assert phrase in result["message"], result["message"]
+
+
+def test_an_autograd_function_reference_has_code_keys_and_is_refused():
+    # A torch.autograd.Function subclass holds a generated _backward_cls that points back to it: the
+    # reference of notebook 09's FlashAttentionFunction must not send the key search round in circles.
+    from attn_course import reference
+    from attn_course.grading import inkernel
+
+    keys = inkernel._code_keys(reference.FlashAttentionFunction)
+    assert {name for _, _, name in keys} == {"forward", "backward"}

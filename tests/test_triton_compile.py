@@ -1,9 +1,9 @@
-"""Notebook 08's kernels compile for a T4, an A100 and an H100, and fit their shared memory, without a GPU.
+"""Notebook 08's and 09's kernels compile for a T4, an A100 and an H100 and fit their shared memory, no GPU.
 
 The rest of the test suite runs the kernels through Triton's interpreter, which accepts code the
 compiler refuses (and knows no shared-memory limit). This test compiles the package's kernels at
-the block sizes `default_config` picks, and the solution notebook's kernels at its wrapper's, to
-cubins with the ptxas that Triton's wheel ships (tests/triton_offline_compile.py).
+the block sizes `default_config` and `backward_config` pick, and the solution notebooks' kernels at
+their wrappers', to cubins with the ptxas that Triton's wheel ships (tests/triton_offline_compile.py).
 """
 
 from __future__ import annotations
@@ -39,11 +39,12 @@ def test_every_kernel_compiles_for_every_architecture(compiled):
     failures = [f"{r['source']} {r['kernel']} sm_{r['arch']}: {r['error']}" for r in compiled if "error" in r]
     assert not failures, "\n".join(failures)
     assert {r["arch"] for r in compiled} == {75, 80, 90}
+    backward = ("flash_attention_backward_dkdv_kernel", "flash_attention_backward_dq_kernel")
     assert {(r["source"], r["kernel"]) for r in compiled} == {
         (source, kernel)
         for source in ("package", "notebook")
         for kernel in ("add_kernel", "softmax_kernel", "flash_attention_kernel")
-    }
+    } | {(source, kernel) for source in ("package", "notebook 09") for kernel in backward}
     assert all(r.get("cubin_bytes", 0) > 0 for r in compiled)
 
 
@@ -59,3 +60,10 @@ def test_the_package_kernel_pipelines_its_key_and_value_loads_on_ampere_and_hopp
     # computed (cp.async); a kernel written so that Triton cannot pipeline them is much slower.
     flash = [r for r in compiled if r["source"] == "package" and r["kernel"] == "flash_attention_kernel"]
     assert all(r["async_copies"] > 0 for r in flash if r["arch"] >= 80 and "error" not in r), flash
+
+
+def test_the_backward_kernels_compile_at_both_head_dims_for_every_architecture(compiled):
+    backward = [r for r in compiled if "backward" in r["kernel"]]
+    assert {(r["source"], r["arch"], r["constexprs"]["HEAD_DIM"]) for r in backward} == {
+        (source, arch, d) for source in ("package", "notebook 09") for arch in (75, 80, 90) for d in (64, 128)
+    }

@@ -212,3 +212,48 @@ def test_an_old_triton_with_a_new_numpy_is_explained_before_any_kernel_runs(monk
         check_triton_add(lambda x, y: x + y)
     monkeypatch.setattr("numpy.__version__", "2.3.5")
     assert triton_support.triton_status().problem is None
+
+
+# ---------------------------------------------------------------------------------------------
+# The backward (notebook 09)
+
+
+@pytest.mark.parametrize(
+    ("b", "h", "t_q", "t_k", "d", "is_causal", "blocks"),
+    [
+        (1, 2, 64, 64, 32, True, (32, 32)),
+        (2, 1, 37, 70, 48, True, (16, 32)),
+        (1, 2, 70, 37, 16, False, (32, 16)),
+        (1, 1, 50, 50, 64, True, (64, 64)),
+    ],
+)
+def test_the_triton_backward_gives_autograds_gradients(b, h, t_q, t_k, d, is_causal, blocks):
+    from attn_course.triton_ops import (
+        KernelConfig,
+        triton_flash_attention_backward,
+        triton_flash_attention_forward,
+    )
+
+    q, k, v = (torch.randn(b, h, t, d, requires_grad=True) for t in (t_q, t_k, t_k))  # (B, H, T, d)
+    grad_out = torch.randn(b, h, t_q, d)
+    expected = torch.autograd.grad(attention(q, k, v, is_causal=is_causal)[0], (q, k, v), grad_out)
+    out, lse = triton_flash_attention_forward(q.detach(), k.detach(), v.detach(), is_causal=is_causal)
+    config = KernelConfig(*blocks)
+    grads = triton_flash_attention_backward(q.detach(), k.detach(), v.detach(), out, lse, grad_out, is_causal,
+                                            config=config)  # fmt: skip
+    for mine, ref in zip(grads, expected, strict=True):
+        torch.testing.assert_close(mine, ref, atol=2e-5, rtol=1e-4)
+
+
+def test_the_triton_backward_takes_views_and_refuses_misshapen_arguments():
+    from attn_course.triton_ops import triton_flash_attention_backward, triton_flash_attention_forward
+
+    q, k, v, grad_out = (torch.randn(2, 40, 3, 16).transpose(1, 2) for _ in range(4))  # (B, H, T, d) views
+    out, lse = triton_flash_attention_forward(q, k, v, is_causal=True)
+    grads = triton_flash_attention_backward(q, k, v, out, lse, grad_out, is_causal=True)
+    leaves = [x.contiguous().requires_grad_(True) for x in (q, k, v)]
+    expected = torch.autograd.grad(attention(*leaves, is_causal=True)[0], leaves, grad_out)
+    for mine, ref in zip(grads, expected, strict=True):
+        torch.testing.assert_close(mine, ref, atol=2e-5, rtol=1e-4)
+    with pytest.raises(ValueError, match="lse like"):
+        triton_flash_attention_backward(q, k, v, out, lse[..., :-1], grad_out)

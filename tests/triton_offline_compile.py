@@ -1,12 +1,13 @@
-"""Compile notebook 08's kernels for NVIDIA GPUs without a GPU, and print what each one needs.
+"""Compile notebook 08's and 09's kernels for NVIDIA GPUs without a GPU, and print what each one needs.
 
 Run as a script with TRITON_INTERPRET=0 (tests/test_triton_compile.py does that; unset, importing
 the package would turn the interpreter on, as there is no GPU). Triton lowers a kernel to PTX and
 assembles it with the ptxas its wheel ships, so a kernel that would not compile on Colab's T4
 (sm_75), an A100 (sm_80) or an H100 (sm_90), or that needs more shared memory than a program may
 have there, fails here too. Compiled: the package's kernels
-at the block sizes `triton_ops.default_config` picks, and the solution notebook's own kernels at the
-block sizes its wrapper picks on a GPU. Prints one JSON object per compiled kernel.
+at the block sizes `triton_ops.default_config` (forward) and `triton_ops.backward_config` (backward)
+pick, and the solution notebooks' own kernels at the block sizes their wrappers pick on a GPU. Prints
+one JSON object per compiled kernel.
 """
 
 from __future__ import annotations
@@ -19,20 +20,25 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SOLUTION = ROOT / "solutions" / "08_triton_flash_attention.ipynb"
+SOLUTIONS = {
+    "notebook": ROOT / "solutions" / "08_triton_flash_attention.ipynb",
+    "notebook 09": ROOT / "solutions" / "09_backward.ipynb",
+}
+"""Where the `source` of a job that is not the package's finds its kernels."""
+BACKWARD_KERNELS = ("flash_attention_backward_dkdv_kernel", "flash_attention_backward_dq_kernel")
 ARCHITECTURES = {75: (7, 5), 80: (8, 0), 90: (9, 0)}
 
 
-def solution_kernels() -> object:
-    """The @triton.jit cells of the solution notebook, markers dropped, imported as a module."""
+def solution_kernels(source: str) -> object:
+    """The @triton.jit cells of a solution notebook, markers dropped, imported as a module."""
     import nbformat
 
-    notebook = nbformat.read(SOLUTION, as_version=4)
+    notebook = nbformat.read(SOLUTIONS[source], as_version=4)
     parts = ["import math", "import torch", "import triton", "import triton.language as tl"]
     for cell in notebook.cells:
         if cell.cell_type == "code" and "@triton.jit" in cell.source and "### BEGIN SOLUTION" in cell.source:
             parts.append("\n".join(line for line in cell.source.split("\n") if "### " not in line))
-    path = Path(tempfile.mkdtemp()) / "notebook_08_solution.py"
+    path = Path(tempfile.mkdtemp()) / f"{SOLUTIONS[source].stem}_solution.py"
     path.write_text("\n\n".join(parts))
     spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
@@ -49,14 +55,14 @@ def compile_one(job: dict) -> dict:
     if job["source"] == "package":
         from attn_course import kernels as module
     else:
-        module = solution_kernels()
+        module = solution_kernels(job["source"])
     kernel = getattr(module, job["kernel"])
     constexprs = job["constexprs"]
     signature = {}
     for name in kernel.arg_names:
         if name in constexprs:
             signature[name] = "constexpr"
-        elif name == "lse_ptr":
+        elif name in ("lse_ptr", "delta_ptr"):
             signature[name] = "*fp32"
         elif name.endswith("_ptr"):
             signature[name] = "*" + job["dtype"]
@@ -84,7 +90,7 @@ def compile_one(job: dict) -> dict:
 
 def jobs() -> list[dict]:
     """Every kernel and configuration to compile."""
-    from attn_course.triton_ops import default_config
+    from attn_course.triton_ops import backward_config, default_config
 
     found = []
     for arch, capability in ARCHITECTURES.items():
@@ -103,6 +109,20 @@ def jobs() -> list[dict]:
                 dict(source="notebook", kernel="flash_attention_kernel", arch=arch, dtype="fp16",
                      constexprs=blocks, num_warps=4, num_stages=2)  # fmt: skip
             )
+    for arch, capability in ARCHITECTURES.items():  # notebook 09: the backward kernels
+        for head_dim in (64, 128):
+            config = backward_config(head_dim, "cuda", capability=capability)
+            blocks = {"HEAD_DIM": head_dim, "BLOCK_D": head_dim, "IS_CAUSAL": True}
+            for kernel in BACKWARD_KERNELS:
+                found.append(
+                    dict(source="package", kernel=kernel, arch=arch, dtype="fp16",
+                         constexprs={**blocks, "BLOCK_M": config.block_m, "BLOCK_N": config.block_n},
+                         num_warps=config.num_warps, num_stages=config.num_stages)  # fmt: skip
+                )
+                found.append(  # the notebook's wrapper: 32×32 on a GPU
+                    dict(source="notebook 09", kernel=kernel, arch=arch, dtype="fp16",
+                         constexprs={**blocks, "BLOCK_M": 32, "BLOCK_N": 32}, num_warps=4, num_stages=2)
+                )  # fmt: skip
     for source in ("package", "notebook"):
         for kernel, block in (("add_kernel", 1024), ("softmax_kernel", 64)):
             found.append(

@@ -87,6 +87,8 @@ def _code_keys(obj: Any) -> set[tuple[str, int, str]]:
     if isinstance(obj, type):
         keys: set[tuple[str, int, str]] = set()
         for value in vars(obj).values():
+            if isinstance(value, type):  # an autograd.Function's generated _backward_cls points back
+                continue
             keys |= _code_keys(getattr(value, "__func__", value))
         return keys
     code = getattr(obj, "__code__", None)

@@ -1,0 +1,902 @@
+"""Checks for notebook 09: softmax's and attention's gradients, FlashAttention's backward and its Function.
+
+Gradients are compared with autograd through the course's `attention` in float64. When they
+differ, the check first tries the known mistakes, each simulated by `_tiled_backward` (a tiled
+backward with one slip) on the same inputs; when none matches, it says which of dq, dk and dv is
+wrong and where: only in rows whose tile crosses the causal diagonal, only in the ragged last
+block, in some blocks, or everywhere. `check_flash_attention_backward` also watches every tensor
+the candidate creates, as notebook 06's check does, and `check_FlashAttentionFunction` every
+tensor the forward saves for the backward.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import torch
+
+from attn_course import reference
+from attn_course.checks._harness import (
+    CheckFailed,
+    call,
+    check,
+    cuda_device,
+    difference,
+    expect_tensor,
+    is_close,
+    randn,
+)
+from attn_course.checks.flash import _FUSED, _OpRecorder
+
+Grads = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+NAMES = ("dq", "dk", "dv")
+
+# ---------------------------------------------------------------------------------------------
+# What a backward with one mistake computes
+
+
+def _tiled_backward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    grad_out: torch.Tensor,
+    is_causal: bool,
+    block_m: int,
+    block_n: int,
+    *,
+    delta: str = "out",
+    probs: str = "lse",
+    lse_rows: str = "query",
+    scale_q: float = 1.0,
+    scale_k: float = 1.0,
+    mask: str = "right",
+    accumulate_q: bool = True,
+    accumulate_kv: bool = True,
+    transpose_ds: bool = False,
+    transpose_p: bool = True,
+    tail: bool = True,
+) -> Grads:
+    """(dq, dk, dv) of a tiled backward (key blocks outside, query blocks inside) with the given slips.
+
+    delta: "out" (rowsum(dO ∘ O), right), "none" (dS = P ∘ dP), "tile" (rowsum(dP ∘ P) of this tile
+    only), "dp" (rowsum(dP), without P). probs: "lse" (exp(S - lse), right), "tile-max" (exp(S - the
+    tile's row max)), "raw" (exp(S)). lse_rows: "query" (right) or "key" (the lse of the key block's
+    rows). scale_q, scale_k: factors on top of the right 1/√d of dQ and dK. mask: "right",
+    "none" (no mask in the recomputation, every block visited), "blocks-only" (blocks above the
+    diagonal skipped, none masked inside), "top-left" (j <= i), "top-left-all" (j <= i in the forward
+    too), "ignored" (no mask in the forward either).
+    With one block each way it is the naive backward.
+    """
+    q, k, v, grad_out = (x.detach().to("cpu", torch.float64) for x in (q, k, v, grad_out))
+    is_causal = is_causal and mask != "ignored"
+    t_q, d = q.shape[-2:]
+    t_k = k.shape[-2]
+    scale = 1.0 / math.sqrt(d)
+    offset = 0 if mask in ("top-left", "top-left-all") else t_k - t_q
+    scores = q @ k.transpose(-1, -2) * scale  # (..., T_q, T_k): the forward's, for out and lse
+    if is_causal:
+        forward_offset = offset if mask == "top-left-all" else t_k - t_q
+        keep = torch.ones(t_q, t_k, dtype=torch.bool).tril(forward_offset)  # (T_q, T_k)
+        scores = scores.masked_fill(~keep, -math.inf)
+    lse = scores.logsumexp(dim=-1)  # (..., T_q)
+    out = torch.softmax(scores, dim=-1) @ v  # (..., T_q, d_v)
+    lse = lse.unsqueeze(-1)  # (..., T_q, 1)
+    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    stop = t_k if tail else t_k - t_k % block_n
+    for ks in range(0, stop, block_n):
+        ke = min(ks + block_n, t_k)
+        k_blk, v_blk = k[..., ks:ke, :], v[..., ks:ke, :]  # (..., Bk, d), (..., Bk, d_v)
+        for qs in range(0, t_q, block_m):
+            qe = min(qs + block_m, t_q)
+            causal = is_causal and mask != "none"
+            if causal and ks > qe - 1 + offset:
+                continue  # every key of the block lies after every query of the block
+            q_blk, do_blk = q[..., qs:qe, :], grad_out[..., qs:qe, :]  # (..., Bq, d), (..., Bq, d_v)
+            s = q_blk @ k_blk.transpose(-1, -2) * scale  # (..., Bq, Bk)
+            if causal and mask != "blocks-only":
+                rows = torch.arange(qs, qe)[:, None] + offset  # (Bq, 1)
+                s = s.masked_fill(torch.arange(ks, ke)[None, :] > rows, -math.inf)  # (..., Bq, Bk)
+            if probs == "lse":
+                row_lse = lse[..., qs:qe, :] if lse_rows == "query" else lse[..., ks:ke, :]  # (..., Bq, 1)
+                p = torch.exp(s - row_lse)  # (..., Bq, Bk)
+            elif probs == "tile-max":
+                p = torch.exp(s - s.amax(dim=-1, keepdim=True))  # (..., Bq, Bk)
+            else:
+                p = torch.exp(s)  # (..., Bq, Bk)
+            dv_tile = p.transpose(-1, -2) @ do_blk if transpose_p else p @ do_blk  # (..., Bk, d_v)
+            dp = do_blk @ v_blk.transpose(-1, -2)  # (..., Bq, Bk)
+            if delta == "out":
+                row_delta = (grad_out[..., qs:qe, :] * out[..., qs:qe, :]).sum(
+                    -1, keepdim=True
+                )  # (..., Bq, 1)
+            elif delta == "tile":
+                row_delta = (dp * p).sum(dim=-1, keepdim=True)  # (..., Bq, 1)
+            elif delta == "dp":
+                row_delta = dp.sum(dim=-1, keepdim=True)  # (..., Bq, 1)
+            else:
+                row_delta = torch.zeros_like(dp[..., :1])  # (..., Bq, 1)
+            ds = p * (dp - row_delta)  # (..., Bq, Bk)
+            ds_q, ds_k = (ds.transpose(-1, -2), ds) if transpose_ds else (ds, ds.transpose(-1, -2))
+            dq_tile = ds_q @ k_blk * scale * scale_q  # (..., Bq, d)
+            dk_tile = ds_k @ q_blk * scale * scale_k  # (..., Bk, d)
+            if accumulate_q:
+                dq[..., qs:qe, :] += dq_tile
+            else:
+                dq[..., qs:qe, :] = dq_tile
+            if accumulate_kv:
+                dk[..., ks:ke, :] += dk_tile
+                dv[..., ks:ke, :] += dv_tile
+            else:
+                dk[..., ks:ke, :] = dk_tile
+                dv[..., ks:ke, :] = dv_tile
+    return dq, dk, dv
+
+
+Slip = tuple[str, dict[str, Any]]
+"""(message, keyword arguments of `_tiled_backward`)."""
+
+_SCALE_SLIPS: list[Slip] = [
+    (
+        "forgets the 1/√d scale in dQ: S = QKᵀ/√d, so dQ = dS K / √d (the scale of the forward comes back "
+        "in the backward).",
+        dict(scale_q=None),
+    ),
+    ("forgets the 1/√d scale in dK: S = QKᵀ/√d, so dK = dSᵀ Q / √d.", dict(scale_k=None)),
+    (
+        "forgets the 1/√d scale in both dQ and dK: S = QKᵀ/√d, so dQ = dS K / √d and dK = dSᵀ Q / √d.",
+        dict(scale_q=None, scale_k=None),
+    ),
+    (
+        "applies the 1/√d scale twice in dQ: once is enough, dQ = dS K / √d (dS is the gradient of the "
+        "scaled scores, so it carries no scale of its own).",
+        dict(scale_q="twice"),
+    ),
+    ("applies the 1/√d scale twice in dK: once is enough, dK = dSᵀ Q / √d.", dict(scale_k="twice")),
+    (
+        "applies the 1/√d scale twice in dQ and dK: dS is the gradient of the scaled scores S = QKᵀ/√d, "
+        "so dQ = dS K / √d and dK = dSᵀ Q / √d, each scaled once.",
+        dict(scale_q="twice", scale_k="twice"),
+    ),
+]
+
+_COMMON_SLIPS: list[Slip] = [
+    (
+        "leaves out the D term: dS = P ∘ (dP − D) with D_i = Σ_j dP_ij P_ij, one number per query row "
+        "(softmax's backward), not P ∘ dP.",
+        dict(delta="none"),
+    ),
+    (
+        "subtracts rowsum(dP) instead of rowsum(dP ∘ P): D_i = Σ_j P_ij dP_ij weighs each entry of dP by its "
+        "probability.",
+        dict(delta="dp"),
+    ),
+    *_SCALE_SLIPS,
+    (
+        "transposes dS the wrong way round: dQ = dS K (dS is (T_q, T_k)) and dK = dSᵀ Q.",
+        dict(transpose_ds=True),
+    ),
+    (
+        "computes dV = P dO: the values' gradient collects over the queries, dV = Pᵀ dO (transpose P).",
+        dict(transpose_p=False),
+    ),
+    (
+        "ignores is_causal: with is_causal=True the probabilities are the causal ones, the scores of keys "
+        "j > i + T_k − T_q set to −inf before the softmax (then their P, and their dS, are 0).",
+        dict(mask="ignored"),
+    ),
+    (
+        "ignores is_causal in the backward: the probabilities must be the forward's, with the scores of keys "
+        "j > i + T_k − T_q set to −inf before the exp (then their P, and their dS, are 0).",
+        dict(mask="none"),
+    ),
+    (
+        "aligns the causal mask top-left: with T_q ≠ T_k query i sits at position i + T_k − T_q and may see "
+        "keys j <= i + T_k − T_q (bottom-right, as in the forward).",
+        dict(mask="top-left"),
+    ),
+    (
+        "aligns the causal mask top-left: with T_q ≠ T_k the queries are the last T_q positions, so query i "
+        "may see keys j <= i + T_k − T_q (bottom-right, as `attention` and `causal_mask` do).",
+        dict(mask="top-left-all"),
+    ),
+]
+
+_TILED_SLIPS: list[Slip] = [
+    (
+        "computes D from the tile's dP ∘ P: that sums over one key block only. D_i = Σ_j dP_ij P_ij over "
+        "all keys, which equals rowsum(dO ∘ O): compute it once, before the loops, as "
+        "(grad_out * out).sum(-1).",
+        dict(delta="tile"),
+    ),
+    (
+        "uses the unnormalised exp(S − m) (the tile's row maximum) instead of the probabilities: "
+        "P = exp(S − lse), with the log-sum-exp the forward returned for each query row.",
+        dict(probs="tile-max"),
+    ),
+    (
+        "uses exp(S) instead of the probabilities: P = exp(S − lse), with the log-sum-exp the forward "
+        "returned for each query row.",
+        dict(probs="raw"),
+    ),
+    (
+        "uses the lse of the key block's rows: the lse belongs to the queries, so the tile needs "
+        "lse[..., qs:qe] (the query block's rows), as grad_out and D do.",
+        dict(lse_rows="key"),
+    ),
+    (
+        "applies the causal mask in the forward but not in the recomputation: inside a tile that crosses "
+        "the diagonal, set the scores of keys j > i + T_k − T_q to −inf before P = exp(S − lse), or those "
+        "keys get gradients the forward never gave them weight for.",
+        dict(mask="blocks-only"),
+    ),
+    (
+        "does not accumulate dQ over the key blocks: each key block adds its dS K to the query block's rows "
+        "(dq[..., qs:qe, :] += ...), it does not replace what the earlier key blocks gave.",
+        dict(accumulate_q=False),
+    ),
+    (
+        "does not accumulate dK and dV over the query blocks: each query block adds its dSᵀ Q and Pᵀ dO to "
+        "the key block's accumulators (dk_block += ...), it does not replace them.",
+        dict(accumulate_kv=False),
+    ),
+    (
+        "drops the ragged last key block: when T_k is not a multiple of block_size the last block is shorter "
+        "and still counts. Loop with range(0, T_k, block_size).",
+        dict(tail=False),
+    ),
+]
+
+
+def _slip_grads(
+    slip: dict[str, Any],
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    grad_out: torch.Tensor,
+    is_causal: bool,
+    block_m: int,
+    block_n: int,
+) -> Grads:
+    d = q.shape[-1]
+    factors = {None: math.sqrt(d), "twice": 1 / math.sqrt(d), 1.0: 1.0}
+    kwargs = dict(slip)
+    for key in ("scale_q", "scale_k"):
+        kwargs[key] = factors[kwargs.get(key, 1.0)]
+    return _tiled_backward(q, k, v, grad_out, is_causal, block_m, block_n, **kwargs)
+
+
+def _grads_close(actual: Sequence[torch.Tensor], expected: Sequence[torch.Tensor]) -> bool:
+    return all(is_close(a, e.to(a.dtype)) for a, e in zip(actual, expected, strict=True))
+
+
+def _diagnose(
+    what: str,
+    actual: Grads,
+    expected: Grads,
+    slips: Iterable[Slip],
+    inputs: tuple[torch.Tensor, ...],
+    is_causal: bool,
+    blocks: tuple[int, int],
+    called_as: str,
+    plain_passed: bool = False,
+) -> None:
+    """Raise naming the first slip whose gradients `actual` matches; else say where `actual` is wrong.
+
+    `plain_passed`: the same function passed the cases without the causal mask.
+    """
+    where = f"\n(Called as {called_as}.)"
+    for message, slip in slips:
+        try:
+            wrong = _slip_grads(slip, *inputs, is_causal, *blocks)
+        except RuntimeError:  # a slip that cannot run on these shapes (a transpose of a non-square tile)
+            continue
+        if not _grads_close(wrong, expected) and _grads_close(actual, wrong):
+            raise CheckFailed(f"{what} {message}{where}")
+    found = _locate(actual, expected, inputs, is_causal, blocks)
+    if is_causal and plain_passed:
+        found += (
+            "\nThe cases with is_causal=False passed, so the mistake is in the causal part: the mask inside "
+            "the tiles that cross the diagonal (key j allowed when j <= i + T_k − T_q, the scores of the "
+            "others −inf before P = exp(S − lse)) or the blocks the loops skip."
+        )
+    raise CheckFailed(f"{what} {found}{where}")
+
+
+def _locate(
+    actual: Grads, expected: Grads, inputs: tuple[torch.Tensor, ...], is_causal: bool, blocks: tuple[int, int]
+) -> str:
+    """Which of dq, dk, dv is wrong, and in which rows: causal tiles, the ragged end, some blocks, all."""
+    wrong = [i for i in range(3) if not is_close(actual[i], expected[i].to(actual[i].dtype))]
+    right = [NAMES[i] for i in range(3) if i not in wrong]
+    first = wrong[0]
+    a, e = actual[first], expected[first]
+    for i in wrong:
+        if not torch.isfinite(actual[i]).all() and torch.isfinite(expected[i]).all():
+            a, e, first = actual[i], expected[i], i
+            break
+    gap = (a.detach().double().cpu() - e.double().cpu()).abs().nan_to_num(nan=math.inf)  # (..., T, d)
+    per_row = gap.reshape(-1, *gap.shape[-2:]).amax(dim=(0, 2))  # (T,): the largest gap of each row
+    bad_rows = torch.nonzero(per_row > 1e-4 + 1e-4 * e.abs().max().item()).flatten().tolist()
+    q, k = inputs[0], inputs[1]
+    t_q, t_k = q.shape[-2], k.shape[-2]
+    is_query_side = first == 0
+    length, block = (t_q, blocks[0]) if is_query_side else (t_k, blocks[1])
+    side = "query" if is_query_side else "key"
+    names = ", ".join(NAMES[i] for i in wrong[:-1]) + (" and " if len(wrong) > 1 else "") + NAMES[wrong[-1]]
+    verb = "it is" if len(wrong) == 1 else "they are"
+    head = f"gives the wrong {names}" + (
+        f" ({' and '.join(right)} {'is' if len(right) == 1 else 'are'} right)" if right else ""
+    )
+    nonfinite = "" if torch.isfinite(a).all() else " (it holds NaN or inf)"
+    rows = f"{side} rows {min(bad_rows)}–{max(bad_rows)}" if bad_rows else f"the {side} rows"
+    if not bad_rows or len(bad_rows) == length:
+        place = f"in every {side} row{nonfinite}"
+    elif is_causal and _in_diagonal_tiles(bad_rows, is_query_side, t_q, t_k, blocks):
+        place = f"only in {rows}, whose tiles cross the causal diagonal{nonfinite}"
+    elif min(bad_rows) >= length - length % block and length % block:
+        place = (
+            f"only in {rows}, the last, ragged {side} block{nonfinite}: slices past the end stop at the "
+            "end, and that shorter block counts too"
+        )
+    elif block < length:
+        touched = sorted({r // block for r in bad_rows})
+        place = f"only in {side} blocks {touched} of {math.ceil(length / block)} ({rows}){nonfinite}"
+    else:
+        place = f"in {rows}{nonfinite}"
+    return f"{head}: {verb} wrong {place}. For {NAMES[first]}, {difference(a, e)}"
+
+
+def _in_diagonal_tiles(
+    rows: list[int], query_side: bool, t_q: int, t_k: int, blocks: tuple[int, int]
+) -> bool:
+    """Whether every row lies in a block that shares a tile with the causal diagonal."""
+    block_m, block_n = blocks
+    offset = t_k - t_q
+    diagonal = set()
+    for qs in range(0, t_q, block_m):
+        qe = min(qs + block_m, t_q)
+        for ks in range(0, t_k, block_n):
+            ke = min(ks + block_n, t_k)
+            if ks <= qe - 1 + offset and ke - 1 > qs + offset:  # some keys of the tile masked, some not
+                diagonal.add(qs // block_m if query_side else ks // block_n)
+    block = block_m if query_side else block_n
+    return bool(diagonal) and all(r // block in diagonal for r in rows)
+
+
+def _autograd_grads(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, grad_out: torch.Tensor, is_causal: bool
+) -> Grads:
+    """Gradients of attention by autograd through the course's `attention`, in float64."""
+    leaves = [x.detach().to("cpu", torch.float64).requires_grad_(True) for x in (q, k, v)]
+    out = reference.attention(*leaves, is_causal=is_causal)[0]  # (..., T_q, d_v)
+    dq, dk, dv = torch.autograd.grad(out, leaves, grad_out.detach().to("cpu", torch.float64))
+    return dq, dk, dv
+
+
+def _expect_three(name: str, result: Any, like: Sequence[torch.Tensor], what: str) -> Grads:
+    """Require (dq, dk, dv) shaped and placed like (q, k, v); name a wrong count, order or shape."""
+    if isinstance(result, torch.Tensor) or not isinstance(result, tuple | list) or len(result) != 3:
+        raise CheckFailed(
+            f"`{name}` should return a tuple (dq, dk, dv), one gradient per input, but returned "
+            f"{_what_is(result)}. End with `return dq, dk, dv`."
+        )
+    shapes = [tuple(x.shape) for x in like]
+    got = [tuple(r.shape) if isinstance(r, torch.Tensor) else None for r in result]
+    if got != shapes and sorted(map(str, got)) == sorted(map(str, shapes)):
+        raise CheckFailed(
+            f"`{name}` returned its gradients in the wrong order (shapes {got}): return (dq, dk, dv), "
+            f"shaped like (q, k, v): {shapes}."
+        )
+    grads = tuple(
+        expect_tensor(r, x.shape, f"{n} of {what}", device=x.device, finite=False)
+        for r, x, n in zip(result, like, NAMES, strict=True)
+    )
+    return grads  # type: ignore[return-value]
+
+
+def _what_is(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"one tensor of shape {tuple(value.shape)}"
+    if isinstance(value, tuple | list):
+        return f"a {type(value).__name__} of {len(value)} items"
+    return f"{type(value).__name__}"
+
+
+# ---------------------------------------------------------------------------------------------
+# softmax_backward
+
+_SOFTMAX_CASES = [  # (shape, dim, dtype)
+    ((4, 7), -1, torch.float64),
+    ((2, 5, 6), 1, torch.float64),
+    ((2, 3, 5), -1, torch.float32),
+    ((9,), 0, torch.float64),
+]
+
+
+def _softmax_slip(kind: str) -> Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]:
+    def slip(p: torch.Tensor, grad_p: torch.Tensor, dim: int) -> torch.Tensor:
+        if kind == "no-sum":
+            return p * grad_p
+        if kind == "sum-of-grad":
+            return p * (grad_p - grad_p.sum(dim=dim, keepdim=True))
+        if kind == "no-outer-p":
+            return grad_p - (grad_p * p).sum(dim=dim, keepdim=True)
+        return p * (grad_p - (grad_p * p).sum(dim=-1, keepdim=True))  # "last-dim"
+
+    return slip
+
+
+_SOFTMAX_SLIPS = [
+    (
+        "multiplies grad_p by p and stops: softmax's Jacobian is diag(p) − p pᵀ, so the p pᵀ part gives a "
+        "second "
+        "term, dx = p ∘ (grad_p − Σ_j grad_p_j p_j).",
+        "no-sum",
+    ),
+    (
+        "subtracts the plain sum of grad_p: the term from p pᵀ is Σ_j grad_p_j p_j, each entry weighed by "
+        "its "
+        "probability: dx = p ∘ (grad_p − (grad_p * p).sum(dim, keepdim=True)).",
+        "sum-of-grad",
+    ),
+    (
+        "forgets the outer factor p: dx = p ∘ (grad_p − Σ_j grad_p_j p_j) (the Jacobian's rows are scaled by "
+        "p_i).",
+        "no-outer-p",
+    ),
+    (
+        "sums over the last axis instead of the `dim` it was given: use dim in the sum (keepdim=True).",
+        "last-dim",
+    ),
+]
+
+
+@check
+def check_softmax_backward(candidate: Callable[..., Any]) -> str:
+    """Compare with autograd through torch.softmax, on several axes and dtypes."""
+    for shape, dim, dtype in _SOFTMAX_CASES:
+        x = randn(*shape, dtype=dtype, scale=2.0)
+        p = torch.softmax(x, dim=dim)
+        grad_p = randn(*shape, dtype=dtype)
+        result = call(
+            "softmax_backward",
+            candidate,
+            p,
+            grad_p,
+            dim=dim,
+            hint="The sum over `dim` needs keepdim=True to broadcast against p.",
+        )
+        what = f"Your softmax_backward(p of shape {shape}, grad_p, dim={dim})"
+        out = expect_tensor(
+            result,
+            shape,
+            what,
+            finite=False,
+            hints={
+                tuple(
+                    s for i, s in enumerate(shape) if i != dim % len(shape)
+                ): "That is one number per row: return the gradient dx, shaped like p.",
+            },
+        )
+        leaf = x.clone().requires_grad_(True)
+        (expected,) = torch.autograd.grad(torch.softmax(leaf, dim=dim), leaf, grad_p)
+        if is_close(out, expected):
+            continue
+        for message, kind in _SOFTMAX_SLIPS:
+            wrong = _softmax_slip(kind)(p, grad_p, dim)
+            if not is_close(wrong, expected) and is_close(out, wrong):
+                raise CheckFailed(f"{what} {message}")
+        raise CheckFailed(f"{what} is wrong: {difference(out, expected)}")
+    return "4 shapes, dim=-1, 1 and 0, float32 and float64, against autograd"
+
+
+# ---------------------------------------------------------------------------------------------
+# attention_backward
+
+_ATTENTION_CASES = [  # (q shape, T_k, d_v, is_causal)
+    ((2, 3, 6, 8), 6, 8, False),
+    ((1, 2, 9, 8), 5, 6, False),
+    ((2, 6, 8), 6, 8, True),
+    ((2, 5, 8), 9, 4, True),
+    ((7, 16), 7, 16, True),
+]
+"""Batch axes or none, T_q < T_k causal (bottom-right), T_q > T_k, d_v ≠ d."""
+
+
+@check
+def check_attention_backward(candidate: Callable[..., Any]) -> str:
+    """Compare (dq, dk, dv) with autograd through attention; name the slips of the backward's formulas."""
+    for q_shape, t_k, d_v, is_causal in _ATTENTION_CASES:
+        q = randn(*q_shape)
+        k = randn(*q_shape[:-2], t_k, q_shape[-1])
+        v = randn(*q_shape[:-2], t_k, d_v)
+        grad_out = randn(*q_shape[:-1], d_v)
+        _compare_naive(candidate, q, k, v, grad_out, is_causal)
+    q, k, v = (randn(2, 2, 10, 8, dtype=torch.float32) for _ in range(3))
+    _compare_naive(candidate, q, k, v, randn(2, 2, 10, 8, dtype=torch.float32), True)
+    return "6 shapes (batch axes, T_q ≠ T_k, causal bottom-right, float32) against autograd"
+
+
+def _compare_naive(
+    candidate: Callable[..., Any],
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    grad_out: torch.Tensor,
+    is_causal: bool,
+) -> None:
+    result = call("attention_backward", candidate, q, k, v, grad_out, is_causal=is_causal)
+    shapes = f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
+    what = f"Your attention_backward({shapes}, grad_out, is_causal={is_causal})"
+    grads = _expect_three("attention_backward", result, (q, k, v), what)
+    expected = _autograd_grads(q, k, v, grad_out, is_causal)
+    if _grads_close(grads, expected):
+        return
+    blocks = (q.shape[-2], k.shape[-2])  # one tile: the whole matrices
+    _diagnose(
+        what,
+        grads,
+        expected,
+        _COMMON_SLIPS,
+        (q, k, v, grad_out),
+        is_causal,
+        blocks,
+        f"attention_backward({shapes}, grad_out, is_causal={is_causal})",
+        plain_passed=is_causal,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# flash_attention_backward
+
+_FLASH_CASES = [  # (q shape, T_k, d_v, is_causal, block_size)
+    ((1, 2, 32, 8), 32, 8, False, 8),
+    ((2, 3, 37, 8), 37, 5, False, 8),
+    ((2, 29, 8), 45, 6, False, 16),
+    ((1, 2, 32, 8), 32, 8, True, 8),
+    ((1, 2, 37, 8), 37, 8, True, 8),
+    ((2, 21, 8), 45, 4, True, 8),
+    ((3, 20, 4), 20, 4, True, 1),
+    ((2, 20, 8), 20, 8, True, 64),
+    ((30, 8), 30, 8, True, 7),
+]
+"""Square tiles, ragged tails, T_q < T_k (causal bottom-right) and T_q > T_k, block_size 1 and
+longer than the sequence, and no batch axis; the cases without the causal mask first, so that a
+mistake in the causal part alone is seen as such."""
+
+_FLASH_HINT = (
+    "Each tile needs the lse, D and grad_out of its query rows (lse[..., qs:qe]) and the keys and "
+    "values of its key block; the last block of each may be shorter."
+)
+
+
+@check
+def check_flash_attention_backward(candidate: Callable[..., Any]) -> str:
+    """Compare with autograd through attention (ragged, causal, T_q ≠ T_k); reject a T_q × T_k tensor."""
+    for q_shape, t_k, d_v, is_causal, block_size in _FLASH_CASES:
+        q = randn(*q_shape)
+        k = randn(*q_shape[:-2], t_k, q_shape[-1])
+        v = randn(*q_shape[:-2], t_k, d_v)
+        grad_out = randn(*q_shape[:-1], d_v)
+        _compare_flash(candidate, q, k, v, grad_out, is_causal, block_size, plain_passed=is_causal)
+    q, k, v, grad_out = (randn(2, 24, 8, dtype=torch.float32, scale=s) for s in (4.0, 4.0, 1.0, 1.0))
+    _compare_flash(candidate, q, k, v, grad_out, True, 8, plain_passed=True)
+    _expect_tiled(candidate)
+    _expect_runs_on_cuda(candidate)
+    return "9 shapes (ragged, T_q ≠ T_k, causal, block_size 1 and > T), float32, never T_q×T_k"
+
+
+def _compare_flash(
+    candidate: Callable[..., Any],
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    grad_out: torch.Tensor,
+    is_causal: bool,
+    block_size: int,
+    plain_passed: bool = False,
+) -> None:
+    out, lse = reference.flash_attention_forward(q, k, v, is_causal=is_causal, block_size=block_size)
+    kwargs = {"is_causal": is_causal, "block_size": block_size}
+    result = call(
+        "flash_attention_backward", candidate, q, k, v, out, lse, grad_out, hint=_FLASH_HINT, **kwargs
+    )
+    shapes = f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
+    flags = f"is_causal={is_causal}, block_size={block_size}"
+    called = f"flash_attention_backward({shapes}, out, lse, grad_out, {flags})"
+    what = f"Your {called}"
+    grads = _expect_three("flash_attention_backward", result, (q, k, v), what)
+    expected = _autograd_grads(q, k, v, grad_out, is_causal)
+    if _grads_close(grads, expected):
+        return
+    block = (min(block_size, q.shape[-2]), min(block_size, k.shape[-2]))
+    _diagnose(
+        what,
+        grads,
+        expected,
+        [*_COMMON_SLIPS, *_TILED_SLIPS],
+        (q, k, v, grad_out),
+        is_causal,
+        block,
+        called,
+        plain_passed,
+    )
+
+
+def _expect_tiled(candidate: Callable[..., Any]) -> None:
+    """Run once under an op recorder: no fused attention, no tensor of T_q·T_k elements or more."""
+    t = 128
+    block_size = 32
+    for is_causal in (False, True):
+        q, k, v, grad_out = (randn(1, 1, t, 8) for _ in range(4))  # each (1, 2, T, 8)
+        out, lse = reference.flash_attention_forward(q, k, v, is_causal=is_causal, block_size=block_size)
+        with _OpRecorder() as recorder:
+            call(
+                "flash_attention_backward",
+                candidate,
+                q,
+                k,
+                v,
+                out,
+                lse,
+                grad_out,
+                is_causal=is_causal,
+                block_size=block_size,
+            )
+        for name, _, outputs in recorder.ops:
+            if any(part in name for part in _FUSED):
+                raise CheckFailed(
+                    f"Your flash_attention_backward calls torch's fused attention ({name}): the exercise is "
+                    "to write the tiled backward yourself, recomputing each tile's P from the lse."
+                )
+            for numel, dtype in outputs:
+                if numel >= t * t:
+                    what = "a causal mask" if dtype == torch.bool else "a tensor"
+                    raise CheckFailed(
+                        f"Your flash_attention_backward, called with T_q = T_k = {t} and block_size="
+                        f"{block_size} (is_causal={is_causal}), created {what} of {numel} elements, as many "
+                        "as "
+                        f"the whole {t}×{t} matrix of probabilities or more ({name}): the point of the "
+                        "FlashAttention backward is to recompute P one (block, block) tile at a time from "
+                        "the "
+                        "lse, never holding all of it (nor autograd through a naive attention)."
+                    )
+
+
+def _expect_runs_on_cuda(candidate: Callable[..., Any]) -> None:
+    """Where there is a GPU: inputs there give gradients there that agree with the reference."""
+    device = cuda_device()
+    if device is None:
+        return
+    q, k, v, grad_out = (randn(2, 2, 40, 8, dtype=torch.float32).to(device) for _ in range(4))
+    out, lse = reference.flash_attention_forward(q, k, v, is_causal=True, block_size=16)
+    result = call(
+        "flash_attention_backward",
+        candidate,
+        q,
+        k,
+        v,
+        out,
+        lse,
+        grad_out,
+        is_causal=True,
+        block_size=16,
+        hint="Create new tensors (dq, dk, dv, masks) on q.device.",
+    )
+    what = "Your flash_attention_backward on cuda (is_causal=True, block_size=16)"
+    grads = _expect_three("flash_attention_backward", result, (q, k, v), what)
+    expected = _autograd_grads(q, k, v, grad_out, True)
+    for name, got, want in zip(NAMES, grads, expected, strict=True):
+        if not is_close(got, want.to(got.dtype)):
+            raise CheckFailed(f"{what}: {name} is wrong: {difference(got, want)}")
+
+
+# ---------------------------------------------------------------------------------------------
+# FlashAttentionFunction
+
+
+@check
+def check_FlashAttentionFunction(candidate: Any) -> str:
+    """Forward is attention, saves only q, k, v, out and lse; its gradients pass gradcheck (float64)."""
+    if not (isinstance(candidate, type) and issubclass(candidate, torch.autograd.Function)):
+        raise CheckFailed(
+            "FlashAttentionFunction should be a class that subclasses torch.autograd.Function (with "
+            "static methods forward(ctx, q, k, v, is_causal, block_size) and backward(ctx, grad_out)); "
+            f"got {_what_is(candidate)}. Pass the class itself: "
+            "check_FlashAttentionFunction(FlashAttentionFunction)."
+        )
+    cases = [((2, 2, 12, 4), 12, True, 4), ((2, 7, 4), 11, True, 4), ((1, 2, 9, 4), 9, False, 16)]
+    for q_shape, t_k, is_causal, block_size in cases:
+        _compare_function(candidate, q_shape, t_k, is_causal, block_size)
+    _gradcheck(candidate)
+    return (
+        "forward and gradients match attention's (causal, T_q < T_k, batch axes), saves only q, k, v, "
+        "out and lse, and passes torch.autograd.gradcheck in float64"
+    )
+
+
+def _apply(candidate: Any, *args: Any) -> Any:
+    def run(*inputs: Any) -> Any:
+        return candidate.apply(*inputs)
+
+    run.__name__ = "FlashAttentionFunction.apply"
+    return call(
+        "FlashAttentionFunction.apply",
+        run,
+        *args,
+        hint=(
+            "forward(ctx, q, k, v, is_causal, block_size) gets the arguments of apply after ctx; "
+            "backward(ctx, "
+            "grad_out) returns one gradient per forward argument: dq, dk, dv, None, None."
+        ),
+    )
+
+
+def _compare_function(
+    candidate: Any, q_shape: tuple[int, ...], t_k: int, is_causal: bool, block_size: int
+) -> None:
+    d = q_shape[-1]
+    q = randn(*q_shape).requires_grad_(True)
+    k = randn(*q_shape[:-2], t_k, d).requires_grad_(True)
+    v = randn(*q_shape[:-2], t_k, d).requires_grad_(True)
+    called = (
+        f"FlashAttentionFunction.apply(q {tuple(q.shape)}, k {tuple(k.shape)}, v, {is_causal}, {block_size})"
+    )
+    saved: list[torch.Tensor] = []
+
+    def pack(x: torch.Tensor) -> torch.Tensor:
+        saved.append(x)
+        return x
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda x: x):
+        out = _apply(candidate, q, k, v, is_causal, block_size)
+    if isinstance(out, tuple | list):
+        raise CheckFailed(
+            f"{called} returned a {type(out).__name__} of {len(out)} items: forward should return only the "
+            "output; keep the lse for the backward with ctx.save_for_backward(q, k, v, out, lse)."
+        )
+    expected_out = reference.attention(q.detach(), k.detach(), v.detach(), is_causal=is_causal)[0]
+    out = expect_tensor(out, expected_out.shape, f"The output of {called}", finite=False)
+    if not is_close(out, expected_out):
+        raise CheckFailed(f"The output of {called} is not attention's: {difference(out, expected_out)}")
+    if out.grad_fn is None:
+        raise CheckFailed(
+            f"The output of {called} has no grad_fn: call your function as FlashAttentionFunction.apply(...) "
+            "(not FlashAttentionFunction.forward), on inputs that require grad."
+        )
+    _expect_saved_only(called, out, saved, (q, k, v), expected_out)
+    grad_out = randn(*out.shape)
+    try:
+        grads = torch.autograd.grad(out, (q, k, v), grad_out, allow_unused=True)
+    except NotImplementedError:
+        raise CheckFailed(
+            "the backward of FlashAttentionFunction (or the flash_attention_backward it calls) is not "
+            "implemented yet: replace `raise NotImplementedError` with your code, run that cell, then run "
+            "this check again."
+        ) from None
+    except RuntimeError as error:
+        first = str(error).splitlines()[0]
+        hint = ""
+        if "incorrect number of gradients" in first:
+            hint = (
+                " backward must return one gradient per argument of forward (after ctx): "
+                "dq, dk, dv, None, None."
+            )
+        raise CheckFailed(f"The backward of {called} raised RuntimeError: {first}.{hint}") from None
+    grads = tuple(torch.zeros_like(x) if g is None else g for g, x in zip(grads, (q, k, v), strict=True))
+    expected = _autograd_grads(q, k, v, grad_out, is_causal)
+    if _grads_close(grads, expected):
+        return
+    q0, k0, v0 = q.detach(), k.detach(), v.detach()
+    out0, lse0 = reference.flash_attention_forward(q0, k0, v0, is_causal=is_causal, block_size=block_size)
+    wiring = [
+        (
+            "passes is_causal=False to the backward (or none at all): keep the forward's is_causal on ctx "
+            "(ctx.is_causal = is_causal) and hand it to flash_attention_backward.",
+            reference.flash_attention_backward(q0, k0, v0, out0, lse0, grad_out, False, block_size),
+        ),
+    ]
+    dq, dk, dv = expected
+    if dq.shape == dk.shape:
+        wiring.append(
+            (
+                "returns dk before dq: backward returns the gradients in the order of forward's "
+                "arguments, dq, dk, dv, None, None.",
+                (dk, dq, dv),
+            )
+        )
+    if dk.shape == dv.shape:
+        wiring.append(
+            (
+                "returns dv before dk: backward returns the gradients in the order of forward's "
+                "arguments, dq, dk, dv, None, None.",
+                (dq, dv, dk),
+            )
+        )
+    for message, wrong in wiring:
+        if not _grads_close(wrong, expected) and _grads_close(grads, wrong):
+            raise CheckFailed(f"The backward of {called} {message}")
+    _diagnose(
+        f"The backward of {called}",
+        grads,
+        expected,
+        [*_COMMON_SLIPS, *_TILED_SLIPS],  # type: ignore[arg-type]
+        (q0, k0, v0, grad_out),
+        is_causal,
+        (min(block_size, q.shape[-2]), min(block_size, t_k)),
+        called,
+    )
+
+
+def _expect_saved_only(
+    called: str,
+    out: torch.Tensor,
+    saved: list[torch.Tensor],
+    inputs: tuple[torch.Tensor, ...],
+    expected_out: torch.Tensor,
+) -> None:
+    """Require the saved tensors to be q, k, v, out and lse, and no tensor kept on ctx otherwise."""
+    q, k, v = inputs
+    stashed = [(name, x) for name, x in vars(out.grad_fn).items() if isinstance(x, torch.Tensor)]
+    if stashed:
+        name, x = stashed[0]
+        raise CheckFailed(
+            f"{called} keeps a tensor on ctx.{name} (shape {tuple(x.shape)}): tensors for the backward go "
+            "through ctx.save_for_backward(q, k, v, out, lse) (autograd then checks they were not changed in "
+            "place), and only those five."
+        )
+    kinds = []
+    for x in saved:
+        kind = next(
+            (
+                n
+                for n, y in zip("qkv", inputs, strict=True)
+                if x.shape == y.shape and torch.equal(x.detach(), y.detach())
+            ),
+            None,
+        )
+        if kind is None and x.shape == expected_out.shape and is_close(x.detach(), expected_out):
+            kind = "out"
+        if kind is None and x.shape == q.shape[:-1]:
+            kind = "lse"
+        if kind is None:
+            quadratic = x.numel() >= q.shape[-2] * k.shape[-2] * math.prod(q.shape[:-2])
+            why = (
+                "as large as the whole T_q × T_k matrix of probabilities: saving it is what FlashAttention's "
+                "backward avoids, by recomputing P from the lse tile by tile"
+                if quadratic
+                else "the backward needs only q, k, v, out and lse"
+            )
+            raise CheckFailed(
+                f"{called} saves a tensor of shape {tuple(x.shape)} for the backward, {why}. "
+                "Save exactly ctx.save_for_backward(q, k, v, out, lse)."
+            )
+        kinds.append(kind)
+    missing = [n for n in ("q", "k", "v", "out", "lse") if n not in kinds]
+    if missing:
+        raise CheckFailed(
+            f"{called} does not save {', '.join(missing)} for the backward: save "
+            "ctx.save_for_backward(q, k, v, out, lse) in forward (out and lse from flash_attention_forward), "
+            "and read them back with q, k, v, out, lse = ctx.saved_tensors."
+        )
+
+
+def _gradcheck(candidate: Any) -> None:
+    """torch.autograd.gradcheck in float64 on a small causal case with T_q < T_k and ragged blocks."""
+    q = randn(1, 2, 5, 4).requires_grad_(True)
+    k = randn(1, 2, 7, 4).requires_grad_(True)
+    v = randn(1, 2, 7, 3).requires_grad_(True)
+
+    def function(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return candidate.apply(q, k, v, True, 3)
+
+    try:
+        torch.autograd.gradcheck(function, (q, k, v), eps=1e-6, atol=1e-5, rtol=1e-4)
+    except Exception as error:  # GradcheckError, or what the learner's code raised
+        first = str(error).strip().splitlines()[0][:300]
+        raise CheckFailed(
+            "torch.autograd.gradcheck (float64, q (1, 2, 5, 4), k (1, 2, 7, 4), v (1, 2, 7, 3), causal, "
+            f"block_size=3) finds your backward disagrees with finite differences of your forward: {first}"
+        ) from None

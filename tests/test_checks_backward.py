@@ -1,0 +1,448 @@
+"""The checks of notebook 09 reject learner-like wrong backward passes by name and accept right ones.
+
+Wrong versions are written as a learner would: small functions here, and text edits of a
+learner's tiled backward (`backward_variants.FLASH_BACKWARD`), never the checker's simulator.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from backward_variants import FLASH_BACKWARD
+from check_assertions import assert_accepted, assert_rejected, cpu_standing_in_for_cuda
+from einops import einsum
+from triton_variants import variant
+
+from attn_course import flash
+from attn_course.attention import attention
+from attn_course.backward import attention_backward, softmax_backward
+from attn_course.checks import backward as backward_checks
+from attn_course.checks import (
+    check_attention_backward,
+    check_flash_attention_backward,
+    check_FlashAttentionFunction,
+    check_softmax_backward,
+)
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    return tmp_path_factory.mktemp("backward_variants")
+
+
+def not_implemented(*args, **kwargs):
+    raise NotImplementedError
+
+
+# ---------------------------------------------------------------------------------------------
+# softmax_backward
+
+
+def softmax_backward_jacobian(p, grad_p, dim=-1):
+    moved = p.movedim(dim, -1)  # (..., n)
+    jacobian = torch.diag_embed(moved) - moved[..., :, None] * moved[..., None, :]  # (..., n, n)
+    return (jacobian @ grad_p.movedim(dim, -1)[..., None])[..., 0].movedim(-1, dim)
+
+
+def softmax_backward_einsum(p, grad_p, dim=-1):
+    p_, g_ = p.movedim(dim, -1), grad_p.movedim(dim, -1)
+    dot = einsum(p_, g_, "... n, ... n -> ...")[..., None]
+    return (p_ * (g_ - dot)).movedim(-1, dim)
+
+
+@pytest.mark.parametrize("candidate", [softmax_backward, softmax_backward_jacobian, softmax_backward_einsum])
+def test_softmax_backward_accepts_right_answers(candidate, capsys):
+    assert_accepted(check_softmax_backward, candidate, capsys)
+
+
+@pytest.mark.parametrize(
+    ("candidate", "phrase"),
+    [
+        (not_implemented, "not implemented yet"),
+        (lambda p, grad_p, dim=-1: p * grad_p, "multiplies grad_p by p and stops"),
+        (lambda p, grad_p, dim=-1: p * (grad_p - grad_p.sum(dim, keepdim=True)), "plain sum of grad_p"),
+        (
+            lambda p, grad_p, dim=-1: grad_p - (grad_p * p).sum(dim, keepdim=True),
+            "forgets the outer factor p",
+        ),
+        (lambda p, grad_p, dim=-1: p * (grad_p - (grad_p * p).sum(-1, keepdim=True)), "instead of the `dim`"),
+        (lambda p, grad_p, dim=-1: p * (grad_p - (grad_p * p).sum(dim)), "keepdim=True"),
+        (lambda p, grad_p, dim=-1: (grad_p * p).sum(dim), "one number per row"),
+    ],
+)
+def test_softmax_backward_names_each_mistake(candidate, phrase, capsys):
+    assert_rejected(check_softmax_backward, candidate, phrase, capsys)
+
+
+# ---------------------------------------------------------------------------------------------
+# attention_backward
+
+
+def _probs(q, k, is_causal, top_left=False):
+    s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    if is_causal:
+        t_q, t_k = s.shape[-2:]
+        keep = torch.ones(t_q, t_k, dtype=torch.bool).tril(0 if top_left else t_k - t_q)
+        s = s.masked_fill(~keep, float("-inf"))
+    return torch.softmax(s, dim=-1)
+
+
+def learner_attention_backward(
+    q,
+    k,
+    v,
+    grad_out,
+    is_causal=False,
+    *,
+    d_term=True,
+    scale_q=True,
+    transpose_ds=False,
+    mask=True,
+    top_left=False,
+    dv_transpose=True,
+):
+    p = _probs(q, k, is_causal and mask, top_left)
+    dv = p.transpose(-1, -2) @ grad_out if dv_transpose else p @ grad_out
+    dp = grad_out @ v.transpose(-1, -2)
+    ds = p * (dp - (dp * p).sum(-1, keepdim=True)) if d_term else p * dp
+    scale = 1 / math.sqrt(q.shape[-1])
+    if transpose_ds:
+        return ds.transpose(-1, -2) @ k * scale, ds @ q * scale, dv
+    dq = ds @ k * (scale if scale_q else 1.0)
+    dk = ds.transpose(-1, -2) @ q * scale
+    return dq, dk, dv
+
+
+def attention_backward_einsum(q, k, v, grad_out, is_causal=False):
+    p = _probs(q, k, is_causal)
+    dv = einsum(p, grad_out, "... i j, ... i e -> ... j e")
+    dp = einsum(grad_out, v, "... i e, ... j e -> ... i j")
+    ds = p * (dp - einsum(grad_out, p @ v, "... i e, ... i e -> ... i")[..., None])  # D from O
+    dq = einsum(ds, k, "... i j, ... j d -> ... i d") / math.sqrt(q.shape[-1])
+    dk = einsum(ds, q, "... i j, ... i d -> ... j d") / math.sqrt(q.shape[-1])
+    return dq, dk, dv
+
+
+def attention_backward_autograd(q, k, v, grad_out, is_causal=False):
+    leaves = [x.detach().requires_grad_(True) for x in (q, k, v)]
+    with torch.enable_grad():
+        out = attention(*leaves, is_causal=is_causal)[0]
+        return torch.autograd.grad(out, leaves, grad_out)
+
+
+@pytest.mark.parametrize(
+    "candidate",
+    [attention_backward, learner_attention_backward, attention_backward_einsum, attention_backward_autograd],
+)
+def test_attention_backward_accepts_right_answers(candidate, capsys):
+    assert_accepted(check_attention_backward, candidate, capsys)
+
+
+def _with(**slips):
+    return lambda q, k, v, grad_out, is_causal=False: learner_attention_backward(
+        q, k, v, grad_out, is_causal, **slips
+    )
+
+
+@pytest.mark.parametrize(
+    ("candidate", "phrase"),
+    [
+        (not_implemented, "not implemented yet"),
+        (_with(d_term=False), "leaves out the D term"),
+        (_with(scale_q=False), "forgets the 1/√d scale in dQ"),
+        (_with(transpose_ds=True), "transposes dS the wrong way round"),
+        (_with(dv_transpose=False), "dV = Pᵀ dO"),
+        (_with(mask=False), "ignores is_causal: with is_causal=True the probabilities are the causal ones"),
+        (_with(top_left=True), "aligns the causal mask top-left"),
+        (
+            lambda q, k, v, grad_out, is_causal=False: learner_attention_backward(
+                q, k, v, grad_out, is_causal
+            )[:2],
+            "should return a tuple (dq, dk, dv)",
+        ),
+        (
+            lambda q, k, v, grad_out, is_causal=False: (lambda g: (g[0], g[1], 2 * g[2]))(
+                attention_backward(q, k, v, grad_out, is_causal)
+            ),
+            "gives the wrong dv (dq and dk are right)",
+        ),
+    ],
+)
+def test_attention_backward_names_each_mistake(candidate, phrase, capsys):
+    assert_rejected(check_attention_backward, candidate, phrase, capsys)
+
+
+# ---------------------------------------------------------------------------------------------
+# flash_attention_backward
+
+FLASH_ACCEPTED = {
+    "template": [],
+    "float64 accumulators": [
+        ("dk_acc = torch.zeros_like(kb)", "dk_acc = torch.zeros_like(kb, dtype=torch.float64)"),
+        ("dv_acc = torch.zeros_like(vb)", "dv_acc = torch.zeros_like(vb, dtype=torch.float64)"),
+    ],
+    "einsum for the products": [
+        ("dv_acc += p.transpose(-1, -2) @ dob", "dv_acc += torch.einsum('...ij,...ie->...je', p, dob)"),
+        (
+            "dk_acc += ds.transpose(-1, -2) @ qb * scale",
+            "dk_acc += torch.einsum('...ij,...id->...jd', ds, qb) * scale",
+        ),
+    ],
+    "mask only the tiles that cross the diagonal": [
+        (
+            "            if is_causal:\n                rows",
+            "            if is_causal and ke - 1 > qs + offset:\n                rows",
+        ),
+    ],
+    "every tile visited, masked": [("if is_causal and ks > qe - 1 + offset:", "if False:")],
+}
+
+
+def flash_backward_query_blocks_outside(q, k, v, out, lse, grad_out, is_causal=False, block_size=64):
+    # query blocks outside: dQ stays in a local accumulator, dK and dV are added into the outputs
+    t_q, t_k, d = q.shape[-2], k.shape[-2], q.shape[-1]
+    delta = (grad_out * out).sum(-1)
+    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    for qs in range(0, t_q, block_size):
+        rows = torch.arange(qs, min(qs + block_size, t_q))
+        acc = torch.zeros_like(q[..., rows, :])
+        last = min(t_k, rows[-1].item() + t_k - t_q + 1) if is_causal else t_k
+        for ks in range(0, max(last, 0), block_size):
+            cols = torch.arange(ks, min(ks + block_size, t_k))
+            s = q[..., rows, :] @ k[..., cols, :].mT / math.sqrt(d)
+            if is_causal:
+                s = s.masked_fill(cols[None, :] > rows[:, None] + t_k - t_q, -math.inf)
+            p = (s - lse[..., rows, None]).exp()
+            dv[..., cols, :] += p.mT @ grad_out[..., rows, :]
+            ds = p * (grad_out[..., rows, :] @ v[..., cols, :].mT - delta[..., rows, None])
+            acc += ds @ k[..., cols, :] / math.sqrt(d)
+            dk[..., cols, :] += ds.mT @ q[..., rows, :] / math.sqrt(d)
+        dq[..., rows, :] = acc
+    return dq, dk, dv
+
+
+@pytest.mark.parametrize("name", FLASH_ACCEPTED)
+def test_flash_attention_backward_accepts_right_answers(name, folder, capsys):
+    candidate = variant(FLASH_BACKWARD, folder, "flash_attention_backward", *FLASH_ACCEPTED[name])
+    assert_accepted(check_flash_attention_backward, candidate, capsys)
+
+
+@pytest.mark.parametrize("candidate", [flash.flash_attention_backward, flash_backward_query_blocks_outside])
+def test_flash_attention_backward_accepts_other_loop_orders(candidate, capsys):
+    assert_accepted(check_flash_attention_backward, candidate, capsys)
+
+
+FLASH_REJECTED = {
+    "no D term": ([("ds = p * (dp - D[..., qs:qe, :])", "ds = p * dp")], "leaves out the D term"),
+    "D from the tile": (
+        [("ds = p * (dp - D[..., qs:qe, :])", "ds = p * (dp - (dp * p).sum(-1, keepdim=True))")],
+        "computes D from the tile's dP ∘ P",
+    ),
+    "no scale in dQ": (
+        [("dq[..., qs:qe, :] += ds @ kb * scale", "dq[..., qs:qe, :] += ds @ kb")],
+        "forgets the 1/√d scale in dQ",
+    ),
+    "no scale in dK": (
+        [("dk_acc += ds.transpose(-1, -2) @ qb * scale", "dk_acc += ds.transpose(-1, -2) @ qb")],
+        "forgets the 1/√d scale in dK",
+    ),
+    "scale twice in dQ": (
+        [("dq[..., qs:qe, :] += ds @ kb * scale", "dq[..., qs:qe, :] += ds @ kb * scale * scale")],
+        "applies the 1/√d scale twice in dQ",
+    ),
+    "exp(S - m)": (
+        [("p = torch.exp(s - lse[..., qs:qe, None])", "p = torch.exp(s - s.amax(-1, keepdim=True))")],
+        "unnormalised exp(S − m)",
+    ),
+    "lse of the key rows": (
+        [("lse[..., qs:qe, None]", "lse[..., ks:ke, None]")],
+        "lse of the key block's rows",
+    ),
+    "mask only in the forward": (
+        [("            if is_causal:\n                rows", "            if False:\n                rows")],
+        "causal mask in the forward but not in the recomputation",
+    ),
+    "dQ not accumulated": (
+        [("dq[..., qs:qe, :] += ds", "dq[..., qs:qe, :] = ds")],
+        "does not accumulate dQ over the key blocks",
+    ),
+    "dK, dV not accumulated": (
+        [("dv_acc += p", "dv_acc = p"), ("dk_acc += ds", "dk_acc = ds")],
+        "does not accumulate dK and dV over the query blocks",
+    ),
+    "dS transposed": (
+        [
+            ("dq[..., qs:qe, :] += ds @ kb", "dq[..., qs:qe, :] += ds.transpose(-1, -2) @ kb"),
+            ("dk_acc += ds.transpose(-1, -2) @ qb", "dk_acc += ds @ qb"),
+        ],
+        "transposes dS the wrong way round",
+    ),
+    "top-left": ([("offset = T_k - T_q", "offset = 0")], "aligns the causal mask top-left"),
+    "tail dropped": (
+        [("for ks in range(0, T_k, block_size)", "for ks in range(0, T_k - T_k % block_size, block_size)")],
+        "drops the ragged last key block",
+    ),
+    "strict mask: only causal": ([("cols > rows", "cols >= rows")], "The cases with is_causal=False passed"),
+    "dv halved: located": (
+        [("dv_acc += p.transpose(-1, -2) @ dob", "dv_acc += p.transpose(-1, -2) @ dob / 2")],
+        "gives the wrong dv (dq and dk are right): it is wrong in every key row",
+    ),
+    "dq wrong in the last block: located": (
+        [
+            (
+                "dq[..., qs:qe, :] += ds @ kb * scale",
+                "dq[..., qs:qe, :] += ds @ kb * scale * (1 + (qe == T_q) * (T_q % block_size > 0))",
+            )
+        ],
+        "the last, ragged query block",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", FLASH_REJECTED)
+def test_flash_attention_backward_names_each_mistake(name, folder, capsys):
+    pairs, phrase = FLASH_REJECTED[name]
+    candidate = variant(FLASH_BACKWARD, folder, "flash_attention_backward", *pairs)
+    assert_rejected(check_flash_attention_backward, candidate, phrase, capsys)
+
+
+def flash_backward_through_naive_attention(q, k, v, out, lse, grad_out, is_causal=False, block_size=64):
+    return attention_backward(q, k, v, grad_out, is_causal)
+
+
+@pytest.mark.parametrize(
+    ("candidate", "phrase"),
+    [
+        (not_implemented, "not implemented yet"),
+        (flash_backward_through_naive_attention, "as many as the whole 128×128 matrix"),
+        (lambda q, k, v, out, lse, grad_out, is_causal=False, block_size=64: (q, k), "should return a tuple"),
+    ],
+)
+def test_flash_attention_backward_names_other_mistakes(candidate, phrase, capsys):
+    assert_rejected(check_flash_attention_backward, candidate, phrase, capsys)
+
+
+def test_flash_attention_backward_runs_the_gpu_case_where_there_is_one(monkeypatch, capsys):
+    calls = cpu_standing_in_for_cuda(monkeypatch, backward_checks)
+    assert_accepted(check_flash_attention_backward, flash.flash_attention_backward, capsys)
+    assert calls
+
+
+# ---------------------------------------------------------------------------------------------
+# FlashAttentionFunction
+
+
+class SavesInAnotherOrder(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, is_causal=False, block_size=64):
+        out, lse = flash.flash_attention_forward(q, k, v, is_causal, block_size)
+        ctx.save_for_backward(out, lse, q, k, v)
+        ctx.causal, ctx.block = is_causal, block_size
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        out, lse, q, k, v = ctx.saved_tensors
+        return (
+            *flash.flash_attention_backward(q, k, v, out, lse, grad_out, ctx.causal, ctx.block),
+            None,
+            None,
+        )
+
+
+def _function(forward_body: str, backward_body: str) -> type:
+    """A learner's Function with the given bodies (strings of statements)."""
+    namespace = {"torch": torch, "flash": flash, "attention": attention}
+    source = (
+        "class Learners(torch.autograd.Function):\n"
+        "    @staticmethod\n    def forward(ctx, q, k, v, is_causal=False, block_size=64):\n"
+        + "".join(f"        {line}\n" for line in forward_body.strip().splitlines())
+        + "    @staticmethod\n    def backward(ctx, grad_out):\n"
+        + "".join(f"        {line}\n" for line in backward_body.strip().splitlines())
+    )
+    exec(source, namespace)  # test fixture: builds learner-like classes from short bodies
+    return namespace["Learners"]
+
+
+FORWARD = """
+out, lse = flash.flash_attention_forward(q, k, v, is_causal, block_size)
+ctx.save_for_backward(q, k, v, out, lse)
+ctx.is_causal, ctx.block_size = is_causal, block_size
+return out
+"""
+BACKWARD = """
+q, k, v, out, lse = ctx.saved_tensors
+dq, dk, dv = flash.flash_attention_backward(q, k, v, out, lse, grad_out, ctx.is_causal, ctx.block_size)
+return dq, dk, dv, None, None
+"""
+
+
+@pytest.mark.parametrize(
+    "candidate", [flash.FlashAttentionFunction, SavesInAnotherOrder, _function(FORWARD, BACKWARD)]
+)
+def test_flash_attention_function_accepts_right_answers(candidate, capsys):
+    assert_accepted(check_FlashAttentionFunction, candidate, capsys)
+
+
+@pytest.mark.parametrize(
+    ("candidate", "phrase"),
+    [
+        (flash.flash_attention, "subclasses torch.autograd.Function"),
+        (_function("raise NotImplementedError", "raise NotImplementedError"), "not implemented yet"),
+        (_function(FORWARD, "raise NotImplementedError"), "is not implemented yet"),
+        (
+            _function(FORWARD.replace("return out", "return out, lse"), BACKWARD),
+            "returned a tuple of 2 items",
+        ),
+        (
+            _function(
+                FORWARD.replace(
+                    "ctx.save_for_backward(q, k, v, out, lse)",
+                    "p = attention(q, k, v, is_causal=is_causal)[1]\n"
+                    "ctx.save_for_backward(q, k, v, out, lse, p)",
+                ),
+                BACKWARD,
+            ),
+            "as large as the whole T_q × T_k matrix",
+        ),
+        (
+            _function(
+                FORWARD.replace(
+                    "ctx.save_for_backward(q, k, v, out, lse)",
+                    "ctx.save_for_backward(q, k, v, out)\nctx.lse = lse",
+                ),
+                BACKWARD.replace(
+                    "q, k, v, out, lse = ctx.saved_tensors", "q, k, v, out = ctx.saved_tensors\nlse = ctx.lse"
+                ),
+            ),
+            "keeps a tensor on ctx.lse",
+        ),
+        (
+            _function(FORWARD, BACKWARD.replace("return dq, dk, dv, None, None", "return dq, dk, dv")),
+            "one gradient per argument of forward",
+        ),
+        (
+            _function(
+                FORWARD, BACKWARD.replace("ctx.is_causal, ctx.block_size)", "block_size=ctx.block_size)")
+            ),
+            "passes is_causal=False to the backward",
+        ),
+        (
+            _function(FORWARD, BACKWARD.replace("return dq, dk, dv", "return dk, dq, dv")),
+            "returns dk before dq",
+        ),
+        (
+            _function(
+                FORWARD,
+                BACKWARD.replace("dq, dk, dv = flash", "dq, dk, dv = flash").replace(
+                    "return dq, dk, dv", "return dq * 3, dk, dv"
+                ),
+            ),
+            "gives the wrong dq",
+        ),
+    ],
+)
+def test_flash_attention_function_names_each_mistake(candidate, phrase, capsys):
+    assert_rejected(check_FlashAttentionFunction, candidate, phrase, capsys)

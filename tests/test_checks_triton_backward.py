@@ -1,0 +1,84 @@
+"""The check of notebook 09's Triton backward names learner-like mistakes and accepts right kernels.
+
+Every variant is the solution notebook's two kernels and wrapper (`backward_variants.TRITON_BACKWARD`)
+with one or two lines changed, run through Triton's interpreter (tests/conftest.py sets
+TRITON_INTERPRET=1 before triton is imported).
+"""
+
+from __future__ import annotations
+
+import pytest
+from backward_variants import TRITON_BACKWARD
+from check_assertions import assert_accepted, assert_rejected
+from triton_variants import variant
+
+from attn_course import triton_ops
+from attn_course.checks import check_triton_flash_attention_backward
+
+pytest.importorskip("triton")
+
+NAME = "triton_flash_attention_backward"
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    return tmp_path_factory.mktemp("triton_backward_variants")
+
+
+ACCEPTED = {
+    "template, blocks of 32": [],
+    "blocks of 16 by 64": [("BLOCK_M, BLOCK_N = 32, 32", "BLOCK_M, BLOCK_N = 16, 64")],
+}
+
+
+@pytest.mark.parametrize("name", ACCEPTED)
+def test_accepts_right_kernels(name, folder, capsys):
+    candidate = variant(TRITON_BACKWARD, folder, NAME, *ACCEPTED[name])
+    assert_accepted(check_triton_flash_attention_backward, candidate, capsys)
+
+
+def test_accepts_the_package_backward(capsys):
+    assert_accepted(check_triton_flash_attention_backward, triton_ops.triton_flash_attention_backward, capsys)
+
+
+REJECTED = {
+    "no D term": (
+        [
+            ("ds_t = tl.where(allowed, p_t * (dp_t - delta[None, :]), 0.0)", "ds_t = p_t * dp_t"),
+            ("ds = tl.where(allowed, p * (dp - delta[:, None]), 0.0)", "ds = p * dp"),
+        ],
+        "leaves out the D term",
+    ),
+    "no scale in dQ": (
+        [("(dq * sm_scale).to(", "dq.to(")],
+        "forgets the 1/√d scale in dQ",
+    ),
+    "exp(S) instead of P": (
+        [("tl.exp(s_t - lse[None, :])", "tl.exp(s_t)"), ("tl.exp(s - lse[:, None])", "tl.exp(s)")],
+        "uses exp(S) instead of the probabilities",
+    ),
+    "dQ not accumulated": (
+        [("dq += tl.dot(ds.to(k.dtype), k)", "dq = tl.dot(ds.to(k.dtype), k)")],
+        "does not accumulate dQ over the key blocks",
+    ),
+    "store past the end": (
+        [("tl.store(dv_ptrs, dv.to(dv_ptr.dtype.element_ty), mask=kv_mask)",
+          "tl.store(dv_ptrs, dv.to(dv_ptr.dtype.element_ty))")],
+        "wrote to memory outside its tensors",
+    ),
+    "grid rounds down": (
+        [("grid_q = (triton.cdiv(T_q, BLOCK_M), B * H)", "grid_q = (max(1, T_q // BLOCK_M), B * H)")],
+        "That is dq",
+    ),
+    "wrong dv, located": (
+        [("dv += tl.dot(p_t.to(do.dtype), do)", "dv += 0.5 * tl.dot(p_t.to(do.dtype), do)")],
+        "gives the wrong dv (dq and dk are right)",
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", REJECTED)
+def test_names_each_mistake(name, folder, capsys):
+    pairs, phrase = REJECTED[name]
+    candidate = variant(TRITON_BACKWARD, folder, NAME, *pairs)
+    assert_rejected(check_triton_flash_attention_backward, candidate, phrase, capsys)
