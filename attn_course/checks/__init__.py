@@ -18,11 +18,25 @@ from attn_course.checks.flash import check_flash_attention, check_online_softmax
 from attn_course.checks.heads import check_merge_heads, check_MultiHeadAttention, check_split_heads
 from attn_course.checks.kv_cache import check_cached_attention, check_KVCache
 from attn_course.checks.masking import check_attention, check_causal_mask, check_padding_mask
+from attn_course.checks.modern import (
+    check_alibi_score_mod,
+    check_document_mask_mod,
+    check_GroupedQueryAttention,
+    check_repeat_kv,
+    check_sliding_window_flash_attention,
+    check_sliding_window_mask,
+)
 from attn_course.checks.rope import check_apply_rope, check_rope_frequencies, check_RotaryMultiHeadAttention
 from attn_course.checks.triton import check_triton_add, check_triton_softmax
 from attn_course.checks.triton_flash import check_triton_flash_attention
 
 __all__ = [
+    "check_sliding_window_mask",
+    "check_sliding_window_flash_attention",
+    "check_repeat_kv",
+    "check_GroupedQueryAttention",
+    "check_document_mask_mod",
+    "check_alibi_score_mod",
     "CheckFailed",
     "check_apply_rope",
     "check_attention",
