@@ -118,3 +118,23 @@ def visited_fraction(t: int, window: int | None, block_size: int) -> float:
         for qs in range(0, t, block_size)
     )
     return visited / (n * n)
+
+
+def window_tile_states(t_q: int, t_k: int, window: int | None, block_size: int) -> torch.Tensor:
+    """Per (query block, key block): 0 skipped, 1 visited and masked inside, 2 visited with no mask.
+
+    >>> window_tile_states(8, 8, window=3, block_size=4).tolist()
+    [[1, 0], [1, 1]]
+
+    Introduced in 10_modern_attention.
+    """
+    offset = t_k - t_q
+    n_q, n_k = math.ceil(t_q / block_size), math.ceil(t_k / block_size)
+    states = torch.zeros(n_q, n_k, dtype=torch.long)  # (query blocks, key blocks)
+    for r, qs in enumerate(range(0, t_q, block_size)):
+        qe = min(qs + block_size, t_q)
+        for ks in window_key_blocks(qs, qe, t_q, t_k, window, block_size):
+            ke = min(ks + block_size, t_k)
+            inside = ke - 1 <= qs + offset and (window is None or ks > qe - 1 + offset - window)
+            states[r, ks // block_size] = 2 if inside else 1
+    return states
