@@ -4,10 +4,7 @@ from __future__ import annotations
 
 from attn_course.reference import EXERCISES
 
-OVERRIDES: dict[str, int] = {
-    "GroupedQueryAttention": 2,  # a whole layer, with the projections and the sharing
-    "sliding_window_flash_attention": 2,  # a tiled loop whose bounds are the exercise
-}
+OVERRIDES: dict[str, int] = {}
 """Exercises worth other than one point, by exercise name (for example {"MultiHeadAttention": 2})."""
 
 POINTS: dict[str, int] = {name: OVERRIDES.get(name, 1) for names in EXERCISES.values() for name in names}
