@@ -23,6 +23,9 @@ TOPICS = (
     "kv_cache",
     "triton_ops",
     "backward",
+    "gqa",
+    "window",
+    "flex",
 )
 """The topic modules that hold exercises (a new notebook's topic module is added here)."""
 

@@ -1,0 +1,684 @@
+"""Checks for notebook 10: grouped-query attention, sliding windows and FlexAttention's mods."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
+
+from attn_course import flex, reference
+from attn_course.checks._harness import (
+    CheckFailed,
+    Mistake,
+    call,
+    check,
+    difference,
+    expect_close,
+    expect_gradients,
+    expect_tensor,
+    is_close,
+    randn,
+)
+from attn_course.checks.flash import _FUSED, _OpRecorder
+from attn_course.checks.masking import _expect_bool_mask
+from attn_course.heads import merge_heads, split_heads
+
+# ---------------------------------------------------------------------------------------------
+# repeat_kv
+
+_GROUPED_HINT = (
+    "query head j must read key/value head j // n_rep, so each head is repeated n_rep times in a row "
+    "(grouped: 0, 0, 1, 1, 2, 2), not the whole set of heads n_rep times over (interleaved: 0, 1, 2, 0, "
+    "1, 2, which is what x.repeat(1, n_rep, 1, 1) gives). Use x.repeat_interleave(n_rep, dim=1), or "
+    'einops repeat(x, "b h t d -> b (h r) t d", r=n_rep).'
+)
+
+
+def _head_sources(out: torch.Tensor, x: torch.Tensor) -> list[int | None]:
+    """For each head of out (b, h, t, d), the head of x (b, h_kv, t, d) it equals, or None."""
+    sources: list[int | None] = []
+    for j in range(out.shape[1]):
+        found = [i for i in range(x.shape[1]) if is_close(out[:, j], x[:, i])]
+        sources.append(found[0] if found else None)
+    return sources
+
+
+@check
+def check_repeat_kv(candidate: Callable[..., Any]) -> str:
+    """(b, h_kv, t, d) -> (b, h_kv·n_rep, t, d), head j a copy of head j // n_rep."""
+    mistakes = [
+        Mistake(
+            f"repeats the heads interleaved instead of grouped: {_GROUPED_HINT}",
+            lambda x, n_rep: x.repeat(1, n_rep, 1, 1),
+        ),
+    ]
+    cases = [((2, 3, 5, 4), 2), ((1, 2, 3, 6), 3), ((2, 1, 4, 3), 4), ((2, 3, 5, 4), 1), ((3, 4, 2, 5), 2)]
+    for shape, n_rep in cases:
+        b, h_kv, t, d = shape
+        x = randn(*shape)
+        result = call("repeat_kv", candidate, x, n_rep)
+        what = f"Your repeat_kv(x of shape {shape}, n_rep={n_rep})"
+        hints = {
+            (b, h_kv, t * n_rep, d): "It repeats along the time axis (dim=2): repeat the heads, dim=1.",
+            (b * n_rep, h_kv, t, d): "It repeats along the batch axis (dim=0): repeat the heads, dim=1.",
+            (b, h_kv, t, d * n_rep): "It repeats along the last axis: repeat the heads, dim=1.",
+            (b, h_kv, n_rep, t, d): "Merge the new axis into the heads: (b, h_kv·n_rep, t, d).",
+            (b, h_kv * n_rep * n_rep, t, d): "It repeats n_rep² times: each head appears n_rep times.",
+        }
+        out = expect_tensor(result, (b, h_kv * n_rep, t, d), what, hints=hints)
+        expected = reference.repeat_kv(x, n_rep)
+        if is_close(out, expected):
+            continue
+        for mistake in mistakes:
+            if is_close(out, mistake.implementation(x, n_rep)):
+                raise CheckFailed(f"{what} {mistake.message}")
+        sources = _head_sources(out, x)
+        if all(s is not None for s in sources):
+            want = [j // n_rep for j in range(h_kv * n_rep)]
+            raise CheckFailed(
+                f"{what} holds the right heads in the wrong places: its heads are copies of heads {sources} "
+                f"of x, but head j must be head j // n_rep, {want}: {_GROUPED_HINT}"
+            )
+        bad = [j for j, s in enumerate(sources) if s is None]
+        raise CheckFailed(
+            f"{what}: heads {bad} of your result are not copies of any head of x (repeat, do not compute): "
+            f"{difference(out, expected)}"
+        )
+    expect_gradients(
+        "repeat_kv",
+        lambda x: candidate(x, 2),
+        lambda x: reference.repeat_kv(x, 2),
+        [randn(2, 3, 4, 5)],
+        ["x"],
+    )
+    return "5 shapes, n_rep 1 to 4 (MQA included), heads grouped, gradients"
+
+
+# ---------------------------------------------------------------------------------------------
+# GroupedQueryAttention
+
+_GQA_CONFIGS = [(16, 4, 4), (16, 4, 2), (24, 6, 3), (16, 4, 1)]
+"""(d_model, n_heads, n_kv_heads): plain multi-head first, then grouped, then multi-query."""
+
+
+def _gqa_forward(
+    params: dict[str, torch.Tensor],
+    n_heads: int,
+    n_kv_heads: int,
+    x: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    is_causal: bool = False,
+    *,
+    grouping: str = "grouped",
+    scale: str = "d_head",
+    out_proj: bool = True,
+    use_mask: bool = True,
+    use_causal: bool = True,
+) -> torch.Tensor:
+    """The layer with each knob a learner might get wrong; the defaults are right."""
+
+    def linear(name: str, x: torch.Tensor) -> torch.Tensor:
+        return nn.functional.linear(x, params[f"{name}.weight"], params.get(f"{name}.bias"))
+
+    t = x.shape[-2]
+    n_rep = n_heads // n_kv_heads
+    q = split_heads(linear("q", x), n_heads)  # (b, h, t, d)
+    k, v = split_heads(linear("k", x), n_kv_heads), split_heads(linear("v", x), n_kv_heads)  # (b, h_kv, t, d)
+    if grouping == "grouped":
+        k, v = k.repeat_interleave(n_rep, dim=1), v.repeat_interleave(n_rep, dim=1)  # (b, h, t, d)
+    else:  # interleaved
+        k, v = k.repeat(1, n_rep, 1, 1), v.repeat(1, n_rep, 1, 1)  # (b, h, t, d)
+    d = {"d_head": q.shape[-1], "d_model": x.shape[-1], "none": 1}[scale]
+    scores = q @ k.transpose(-2, -1) / math.sqrt(d)  # (b, h, t, t)
+    allowed = torch.ones(t, t, dtype=torch.bool)
+    if mask is not None and use_mask:
+        allowed = allowed & mask.unsqueeze(-3)  # (b, 1, t, t)
+    if is_causal and use_causal:
+        allowed = allowed & torch.ones(t, t, dtype=torch.bool).tril()
+    weights = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)  # (b, h, t, t)
+    merged = merge_heads(weights @ v)  # (b, t, d_model)
+    return linear("out", merged) if out_proj else merged
+
+
+_GQA_MISTAKES: list[tuple[str, dict[str, Any]]] = [
+    (
+        f"shares the key/value heads interleaved instead of grouped: {_GROUPED_HINT}",
+        {"grouping": "interleaved"},
+    ),
+    (
+        "looks like the scores were divided by √d_model: each head's scores are dot products of "
+        "d_head = d_model / n_heads numbers, so divide by √d_head.",
+        {"scale": "d_model"},
+    ),
+    ("looks like the scores were not scaled: divide them by √d_head.", {"scale": "none"}),
+    ("forgets the output projection: after merging the heads, apply self.out.", {"out_proj": False}),
+    ("ignores is_causal=True: pass it on to attention.", {"use_causal": False}),
+    ("ignores `mask`: pass it on to attention with a head axis, mask.unsqueeze(-3).", {"use_mask": False}),
+]
+
+
+def _gqa_layer(candidate: Callable[..., Any], d_model: int, n_heads: int, n_kv_heads: int) -> nn.Module:
+    layer = call(
+        "GroupedQueryAttention",
+        candidate,
+        d_model,
+        n_heads,
+        n_kv_heads,
+        hint="The constructor is GroupedQueryAttention(d_model, n_heads, n_kv_heads); call "
+        "super().__init__() first.",
+    )
+    if not isinstance(layer, nn.Module):
+        raise CheckFailed(
+            f"GroupedQueryAttention({d_model}, {n_heads}, {n_kv_heads}) should make an nn.Module, but made "
+            f"{type(layer).__name__}: write `class GroupedQueryAttention(nn.Module):`."
+        )
+    d_kv = n_kv_heads * (d_model // n_heads)
+    for name, d_out, signature in (
+        ("q", d_model, "d_model, d_model"),
+        ("k", d_kv, "d_model, n_kv_heads * d_head"),
+        ("v", d_kv, "d_model, n_kv_heads * d_head"),
+        ("out", d_model, "d_model, d_model"),
+    ):
+        weight = getattr(getattr(layer, name, None), "weight", None)
+        make = f"self.{name} = nn.Linear({signature}, bias=False)"
+        if not isinstance(weight, nn.Parameter):
+            raise CheckFailed(
+                f"Your GroupedQueryAttention has no nn.Linear `self.{name}`: create it in __init__ as {make}."
+            )
+        if tuple(weight.shape) != (d_out, d_model):
+            raise CheckFailed(
+                f"self.{name}.weight of GroupedQueryAttention({d_model}, {n_heads}, {n_kv_heads}) has shape "
+                f"{tuple(weight.shape)}, expected {(d_out, d_model)}: {make}, d_head = d_model // n_heads"
+                + (
+                    " (k and v project to the n_kv_heads key/value heads only: that is the saving)."
+                    if name in "kv"
+                    else "."
+                )
+            )
+    allowed = {f"{n}.{p}" for n in ("q", "k", "v", "out") for p in ("weight", "bias")}
+    extra = sorted({name for name, _ in layer.named_parameters()} - allowed)
+    if extra:
+        raise CheckFailed(
+            f"Your GroupedQueryAttention has parameters besides self.q, self.k, self.v and self.out: "
+            f"{', '.join(extra)}. Remove them."
+        )
+    return layer
+
+
+@check
+def check_GroupedQueryAttention(candidate: Any) -> str:  # noqa: N802 (exercise name)
+    """Seeded weights copied into the learner's layer; MHA, GQA and MQA against the reference."""
+    if isinstance(candidate, nn.Module):
+        raise CheckFailed(
+            "check_GroupedQueryAttention expects your class itself, not a layer made from it: call "
+            "check_GroupedQueryAttention(GroupedQueryAttention)."
+        )
+    passed_mha = False
+    for d_model, n_heads, n_kv_heads in _GQA_CONFIGS:
+        layer = _gqa_layer(candidate, d_model, n_heads, n_kv_heads).double().eval()
+        params = {}
+        with torch.no_grad():
+            for name, parameter in layer.named_parameters():
+                value = randn(*parameter.shape) * (1.5 / math.sqrt(parameter.shape[-1]))
+                parameter.copy_(value)
+                params[name] = value
+        b, t = 2, 5
+        padding = reference.padding_mask(torch.tensor([5, 3]), t)[:, None, :]  # (b, 1, t)
+        config = f"GroupedQueryAttention({d_model}, {n_heads}, {n_kv_heads})"
+        for mask, is_causal, label in (
+            (None, False, "without mask"),
+            (None, True, "with is_causal=True"),
+            (padding, True, "with a padding mask and is_causal=True"),
+        ):
+            x = randn(b, t, d_model)
+            expected = _gqa_forward(params, n_heads, n_kv_heads, x, mask, is_causal)  # (b, t, d_model)
+            kwargs: dict[str, Any] = {}
+            if mask is not None:
+                kwargs["mask"] = mask
+            if is_causal:
+                kwargs["is_causal"] = True
+            result = call(
+                f"{config}.forward",
+                layer,
+                x,
+                **kwargs,
+                hint="The signature is forward(self, x, mask=None, is_causal=False).",
+            )
+            what = f"Your {config} output {label}"
+            out = expect_tensor(result, expected.shape, what, finite=False)
+            if is_close(out, expected):
+                continue
+            for message, knobs in _GQA_MISTAKES:
+                wrong = _gqa_forward(params, n_heads, n_kv_heads, x, mask, is_causal, **knobs)
+                if not is_close(wrong, expected) and is_close(out, wrong):
+                    raise CheckFailed(f"{what} {message}")
+            where = (
+                " It is right with n_kv_heads == n_heads (plain multi-head attention), so the sharing goes "
+                "wrong: query head j reads key/value head j // (n_heads // n_kv_heads); repeat k and v with "
+                "your repeat_kv before the scores."
+                if passed_mha
+                else ""
+            )
+            raise CheckFailed(f"{what} is wrong: {difference(out, expected)}{where}")
+        passed_mha = passed_mha or n_heads == n_kv_heads
+    layer = _gqa_layer(candidate, 16, 4, 2).double()
+    ref = reference.GroupedQueryAttention(16, 4, 2, bias=layer.q.bias is not None).double()
+    ref.load_state_dict(layer.state_dict())
+    expect_gradients(
+        "GroupedQueryAttention",
+        lambda x: layer(x, is_causal=True),
+        lambda x: ref(x, is_causal=True),
+        [randn(2, 5, 16)],
+        ["x"],
+    )
+    return "MHA (4 of 4), GQA (2 of 4, 3 of 6) and MQA (1 of 4) heads, is_causal and masks, gradients"
+
+
+# ---------------------------------------------------------------------------------------------
+# sliding_window_mask
+
+
+def _window(
+    t_q: int,
+    t_k: int,
+    window: int,
+    *,
+    low: int = 0,
+    high: int | None = None,
+    top_left: bool = False,
+    future: bool = False,
+) -> torch.Tensor:
+    """Allowed iff low <= p - j < window + high, p the query's position (bottom-right unless top_left)."""
+    offset = 0 if top_left else t_k - t_q
+    distance = (torch.arange(t_q)[:, None] + offset) - torch.arange(t_k)[None, :]  # (t_q, t_k)
+    if future:
+        distance = distance.abs()
+    upper = window if high is None else window + high
+    return (distance >= low) & (distance < upper)
+
+
+_WINDOW_MISTAKES = [
+    Mistake(
+        "lets each query see window + 1 keys (off by one): query at position p sees keys p - window + 1 … "
+        "p, itself included, `window` keys in all: keep key j when 0 <= p - j < window (<, not <=).",
+        lambda t_q, t_k, w: _window(t_q, t_k, w, high=1),
+    ),
+    Mistake(
+        "lets each query see only window - 1 keys (off by one): keys p - window + 1 … p, itself "
+        "included, are `window` keys: keep key j when 0 <= p - j < window.",
+        lambda t_q, t_k, w: _window(t_q, t_k, w, high=-1),
+    ),
+    Mistake(
+        "leaves out the query's own position: a token attends itself, keep key j when 0 <= p - j < window.",
+        lambda t_q, t_k, w: _window(t_q, t_k, w, low=1, high=1),
+    ),
+    Mistake(
+        "is aligned top-left: with t_k > t_q the queries are the last t_q positions, so query i sits at "
+        "position p = i + t_k - t_q (bottom-right, like your causal_mask).",
+        lambda t_q, t_k, w: _window(t_q, t_k, w, top_left=True),
+    ),
+    Mistake(
+        "lets a query see its future: the window reaches back only, keys p - window + 1 … p; "
+        "|p - j| < window also lets in the keys after p.",
+        lambda t_q, t_k, w: _window(t_q, t_k, w, future=True),
+    ),
+    Mistake(
+        "lets a query see its future: p - j < window alone holds for every key after p too (p - j is "
+        "negative there); also require p - j >= 0, the causal part.",
+        lambda t_q, t_k, w: _window(t_q, t_k, w, low=-(10**6)),
+    ),
+    Mistake(
+        "ignores the window: this is the causal mask. Also drop the keys more than window - 1 positions "
+        "back, p - j < window.",
+        lambda t_q, t_k, w: _window(t_q, t_k, 10**6),
+    ),
+    Mistake(
+        "is inverted: True must mark the keys a query MAY attend, the window.",
+        lambda t_q, t_k, w: ~_window(t_q, t_k, w),
+    ),
+]
+
+
+def _row_difference(got: torch.Tensor, expected: torch.Tensor, t_q: int, t_k: int) -> str:
+    """Which query rows differ, and what the first one allows against what it should."""
+    rows = [i for i in range(t_q) if not torch.equal(got[i].cpu(), expected[i])]
+    i = rows[0]
+
+    def keys(row: torch.Tensor) -> str:
+        allowed = row.nonzero().flatten().tolist()
+        return f"keys {allowed}" if allowed else "no key"
+
+    return (
+        f"rows {rows} differ. Query {i} (position {i + t_k - t_q}) may attend {keys(got[i].cpu())}, "
+        f"but should attend {keys(expected[i])}."
+    )
+
+
+@check
+def check_sliding_window_mask(candidate: Callable[..., Any]) -> str:
+    """Boolean (t_q, t_k): key j allowed when 0 <= p - j < window, p = i + t_k - t_q."""
+    cases = [(6, 6, 3), (4, 9, 3), (5, 5, 1), (5, 5, 5), (5, 5, 8), (3, 7, 2), (1, 6, 4), (7, 7, 2)]
+    for t_q, t_k, window in cases:
+        expected = reference.sliding_window_mask(t_q, t_k, window)
+        got = call(
+            "sliding_window_mask",
+            candidate,
+            t_q,
+            t_k,
+            window,
+            hint="The signature is sliding_window_mask(t_q, t_k, window).",
+        )
+        what = f"sliding_window_mask({t_q}, {t_k}, window={window})"
+        mask = _expect_bool_mask(got, expected, what)
+        if torch.equal(mask.cpu(), expected):
+            continue
+        for mistake in _WINDOW_MISTAKES:
+            wrong = mistake.implementation(t_q, t_k, window)
+            if not torch.equal(wrong, expected) and torch.equal(mask.cpu(), wrong):
+                raise CheckFailed(f"Your {what} {mistake.message}")
+        raise CheckFailed(f"Your {what} is wrong: {_row_difference(mask, expected, t_q, t_k)}")
+    return "square and t_k > t_q (bottom-right), windows of 1, of t and beyond t, dtype bool"
+
+
+# ---------------------------------------------------------------------------------------------
+# sliding_window_flash_attention
+
+
+def _visited(t_q: int, t_k: int, window: int, block_size: int, round_up: bool = False) -> torch.Tensor:
+    """(t_q, t_k): True where key j lies in a block the reference visits for query i's block."""
+    visited = torch.zeros(t_q, t_k, dtype=torch.bool)
+    offset = t_k - t_q
+    for qs in range(0, t_q, block_size):
+        qe = min(qs + block_size, t_q)
+        first = max(0, qs + offset - window + 1)
+        start = -(-first // block_size) * block_size if round_up else first // block_size * block_size
+        visited[qs:qe, start : max(0, min(t_k, qe + offset))] = True
+    return visited
+
+
+def _masked(allowed: Callable[[int, int, int, int], torch.Tensor]) -> Callable[..., torch.Tensor]:
+    def wrong(
+        q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, block_size: int = 64
+    ) -> torch.Tensor:
+        mask = allowed(q.shape[-2], k.shape[-2], window, block_size)
+        return reference.attention(q, k, v, mask=mask)[0]
+
+    return wrong
+
+
+_FLASH_WINDOW_MISTAKES = [
+    Mistake(
+        "lets each query see window + 1 keys (off by one): query at position p sees keys p - window + 1 … p; "
+        "mask key j when p - j >= window.",
+        _masked(lambda tq, tk, w, b: _window(tq, tk, w, high=1)),
+    ),
+    Mistake(
+        "aligns the window top-left: query i sits at position p = i + T_k - T_q (bottom-right).",
+        _masked(lambda tq, tk, w, b: _window(tq, tk, w, top_left=True)),
+    ),
+    Mistake(
+        "ignores the window: that is causal attention. Start each query block's key loop at the block "
+        "holding its first row's first key, p - window + 1, and mask the older keys inside that block.",
+        _masked(lambda tq, tk, w, b: _window(tq, tk, 10**6)),
+    ),
+    Mistake(
+        "lets a query see its future: mask the keys after p (p - j < 0) as well as those before the window.",
+        _masked(lambda tq, tk, w, b: _window(tq, tk, w, future=True)),
+    ),
+    Mistake(
+        "visits the right key blocks but does not mask the keys older than the window inside the first "
+        "ones: a block that holds the window's lower edge for some row also holds keys before it; mask "
+        "key j with -inf when p - j >= window.",
+        _masked(lambda tq, tk, w, b: _window(tq, tk, 10**6) & _visited(tq, tk, w, b)),
+    ),
+    Mistake(
+        "starts each query block's key loop one block late: the first key any of its rows needs, "
+        "qs + T_k - T_q - window + 1, usually lies inside a block; start at that block's beginning, "
+        "(first // block_size) * block_size, rounding down.",
+        _masked(lambda tq, tk, w, b: _window(tq, tk, w) & _visited(tq, tk, w, b, round_up=True)),
+    ),
+]
+
+_FLASH_WINDOW_CASES = [  # (q shape, T_k, d_v, window, block_size)
+    ((2, 3, 37, 8), 37, 5, 8, 8),
+    ((2, 21, 8), 45, 4, 10, 8),
+    ((1, 2, 40, 8), 40, 8, 1, 16),
+    ((2, 30, 8), 30, 8, 100, 7),
+    ((3, 20, 4), 20, 4, 5, 1),
+    ((1, 64, 8), 64, 3, 20, 16),
+]
+"""Ragged tails, T_q < T_k, a window of 1 and one longer than the sequence, block_size 1, no batch axis."""
+
+
+@check
+def check_sliding_window_flash_attention(candidate: Callable[..., Any]) -> str:
+    """Numbers against masked attention; then the work done: only the window's key blocks."""
+    for q_shape, t_k, d_v, window, block_size in _FLASH_WINDOW_CASES:
+        q = randn(*q_shape)
+        k, v = randn(*q_shape[:-2], t_k, q_shape[-1]), randn(*q_shape[:-2], t_k, d_v)
+        kwargs = {"block_size": block_size}
+        result = call("sliding_window_flash_attention", candidate, q, k, v, window, **kwargs)
+        mask = reference.sliding_window_mask(q_shape[-2], t_k, window)  # (T_q, T_k)
+        expected = reference.attention(q, k, v, mask=mask)[0]  # (..., T_q, d_v)
+        what = (
+            f"Your sliding_window_flash_attention(q {tuple(q.shape)}, k {tuple(k.shape)}, window={window}, "
+            f"block_size={block_size})"
+        )
+        out = expect_tensor(result, expected.shape, what, finite=False)
+        expect_close(
+            out,
+            expected,
+            what,
+            mistakes=_FLASH_WINDOW_MISTAKES,
+            args=(q, k, v, window),
+            kwargs=kwargs,
+            nonfinite_hint="Every query here sees at least itself: NaN usually comes from "
+            "exp(-inf - (-inf)) in a row that has seen only masked keys so far.",
+        )
+    _expect_window_work(candidate)
+    return "6 shapes (ragged, T_q < T_k, window 1 and > T, block_size 1), only the window's blocks visited"
+
+
+def _expect_window_work(candidate: Callable[..., Any]) -> None:
+    """Count the score pairs the candidate's matmuls compute: about T·(window + block), not T²/2."""
+    t, d, window, block_size = 512, 8, 32, 32
+    q, k, v = (randn(1, 1, t, d) for _ in range(3))  # each (1, 1, T, d)
+    with FlopCounterMode(display=False) as counter, _OpRecorder() as recorder:
+        call("sliding_window_flash_attention", candidate, q, k, v, window, block_size=block_size)
+    for name, _, _outputs in recorder.ops:
+        if any(part in name for part in _FUSED):
+            raise CheckFailed(
+                f"Your sliding_window_flash_attention calls torch's fused attention ({name}): write the "
+                "tiled loop yourself (notebook 06's flash_attention, visiting only the window's key blocks)."
+            )
+    for name, _, outputs in recorder.ops:
+        if any(numel >= t * t for numel, _ in outputs):
+            raise CheckFailed(
+                f"Your sliding_window_flash_attention, called with T = {t}, window={window}, block_size="
+                f"{block_size}, created a tensor of T² = {t * t} elements or more ({name}): build each "
+                "block's mask from the positions of its rows and columns, never the whole mask."
+            )
+    pairs = counter.get_total_flops() / (2 * (d + d))  # q·kᵀ and p·v: 2·d flops per (query, key) pair each
+    bound = t * (window + 2 * block_size)
+    if pairs > bound:
+        causal = t * (t + block_size) / 2
+        which = (
+            "every key block: all T² scores"
+            if pairs >= 0.9 * t * t
+            else "every key block up to the diagonal, as causal attention does"
+            if pairs >= 0.9 * causal
+            else "more key blocks than the window needs"
+        )
+        raise CheckFailed(
+            f"Your sliding_window_flash_attention gives the right numbers but visits {which}: with T = {t}, "
+            f"window={window} and block_size={block_size} its matrix products computed {pairs:,.0f} (query, "
+            f"key) scores, and a pass over the window's blocks computes at most T·(window + 2·block_size) = "
+            f"{bound:,}. Start each query block's key loop at the block holding its first row's first key, "
+            "(qs + T_k - T_q - window + 1) // block_size * block_size, and stop after the diagonal."
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# FlexAttention mods
+
+
+def _mod_from(name: str, candidate: Callable[..., Any], arg: Any, shown: str) -> Callable[..., Any]:
+    mod = call(name, candidate, arg)
+    if not callable(mod):
+        raise CheckFailed(
+            f"{name}({shown}) should return a function (the mod flex_attention calls), but returned "
+            f"{type(mod).__name__}: define the mod inside and `return` it, without calling it."
+        )
+    return mod
+
+
+def _evaluate(name: str, evaluate: Callable[[], torch.Tensor], signature: str) -> torch.Tensor:
+    try:
+        return evaluate()
+    except Exception as error:
+        raise CheckFailed(
+            f"The mod your {name} returns raised {type(error).__name__} when flex_attention's way of calling "
+            f"it ran it: {str(error)[:300]}\nIt is called as {signature} with 0-d integer tensors (under "
+            "torch.vmap, once per index): use tensor operations (+, *, ==, &, indexing a tensor with "
+            "them), not Python `if`, `and`, .item() or int()."
+        ) from None
+
+
+def _alibi_wrong(
+    slopes: Callable[[int], torch.Tensor], sign: float = 1.0, keep_score: bool = True
+) -> Callable:
+    def wrong(scores: torch.Tensor, n_heads: int) -> torch.Tensor:
+        t_q, t_k = scores.shape[-2:]
+        distance = torch.arange(t_k)[None, :] - torch.arange(t_q)[:, None]  # (t_q, t_k): kv - q
+        bias = sign * slopes(n_heads).to(scores.dtype)[:, None, None] * distance  # (h, t_q, t_k)
+        return (scores if keep_score else 0) + bias
+
+    return wrong
+
+
+_ALIBI_MISTAKES = [
+    Mistake(
+        "adds the bias with the wrong sign: past keys (kv_idx < q_idx) must be pushed down the further "
+        "back they are, score + slope · (kv_idx - q_idx); yours pushes them up.",
+        _alibi_wrong(flex.alibi_slopes, sign=-1.0),
+    ),
+    Mistake(
+        "uses the same slope for every head: ALiBi gives head h its own slope 2^(-8(h+1)/n_heads), "
+        "indexed with the mod's `h` (slopes[h]).",
+        _alibi_wrong(lambda n: flex.alibi_slopes(n)[:1].expand(n)),
+    ),
+    Mistake(
+        "starts the slopes one head early: head h has slope 2^(-8(h+1)/n_heads), so head 0's is "
+        "2^(-8/n_heads), not 2^0 = 1.",
+        _alibi_wrong(lambda n: 2.0 ** (-8.0 * torch.arange(n) / n)),
+    ),
+    Mistake(
+        "gives the heads their slopes in reverse order: head 0 has the steepest, 2^(-8/n_heads).",
+        _alibi_wrong(lambda n: flex.alibi_slopes(n).flip(0)),
+    ),
+    Mistake(
+        "uses the slopes 2^-(h+1) of 8 heads for any number of heads: the exponent is -8(h+1)/n_heads.",
+        _alibi_wrong(lambda n: 2.0 ** -torch.arange(1.0, n + 1)),
+    ),
+    Mistake(
+        "returns only the bias: a score_mod returns the changed score, score + bias.",
+        _alibi_wrong(flex.alibi_slopes, keep_score=False),
+    ),
+]
+
+
+@check
+def check_alibi_score_mod(candidate: Callable[..., Any]) -> str:
+    """The mod, evaluated on every (head, query, key) as flex_attention does, at and before the diagonal."""
+    for n_heads, t in ((4, 6), (8, 5), (2, 7)):
+        mod = _mod_from("alibi_score_mod", candidate, n_heads, str(n_heads))
+        scores = randn(1, n_heads, t, t, dtype=torch.float32)  # (1, h, t, t)
+        got = _evaluate(
+            "alibi_score_mod",
+            lambda mod=mod, s=scores: flex.evaluate_score_mod(mod, s),
+            "score_mod(score, b, h, q_idx, kv_idx)",
+        )
+        what = f"The scores of alibi_score_mod({n_heads}) (at and before the diagonal)"
+        got = expect_tensor(got, scores.shape, what, finite=False)[0]  # (h, t, t)
+        expected = flex.evaluate_score_mod(reference.alibi_score_mod(n_heads), scores)[0]  # (h, t, t)
+        past = torch.ones(t, t, dtype=torch.bool).tril()  # (t, t): ALiBi runs with a causal mask
+        got_past, expected_past = got.masked_fill(~past, 0.0), expected.masked_fill(~past, 0.0)
+        if is_close(got_past, expected_past):
+            continue
+        for mistake in _ALIBI_MISTAKES:
+            wrong = mistake.implementation(scores[0], n_heads).masked_fill(~past, 0.0)
+            if not is_close(wrong, expected_past) and is_close(got_past, wrong):
+                raise CheckFailed(f"{what} {mistake.message}")
+        bias = got[:, 1, 0] - scores[0, :, 1, 0]  # (h,): what it adds one step back
+        heads = [h for h in range(n_heads) if not is_close(got_past[h], expected_past[h])]
+        raise CheckFailed(
+            f"{what} are wrong in heads {heads}. One position back (q_idx=1, kv_idx=0) your mod adds "
+            f"{[round(b, 5) for b in bias.tolist()]} per head, ALiBi adds -slope_h = "
+            f"{[round(-s, 5) for s in flex.alibi_slopes(n_heads).tolist()]}; "
+            f"{difference(got_past, expected_past)}"
+        )
+    return "4, 8 and 2 heads: per-head slopes 2^(-8(h+1)/n_heads), the sign, the score kept"
+
+
+def _document_wrong(kind: str) -> Callable[[torch.Tensor], torch.Tensor]:
+    def wrong(document_ids: torch.Tensor) -> torch.Tensor:
+        same = document_ids[:, None] == document_ids[None, :]  # (T, T)
+        positions = torch.arange(len(document_ids))
+        causal = positions[:, None] >= positions[None, :]  # (T, T)
+        return {
+            "leak": causal,
+            "no-causal": same,
+            "strict": same & (positions[:, None] > positions[None, :]),
+            "inverted": ~(same & causal),
+        }[kind]
+
+    return wrong
+
+
+_DOCUMENT_MISTAKES = [
+    Mistake(
+        "lets queries attend keys of earlier documents: the documents leak into each other. Also require "
+        "document_ids[q_idx] == document_ids[kv_idx].",
+        _document_wrong("leak"),
+    ),
+    Mistake(
+        "lets a query see the later tokens of its own document: also require q_idx >= kv_idx (causal).",
+        _document_wrong("no-causal"),
+    ),
+    Mistake("leaves out the diagonal: a token attends itself, q_idx >= kv_idx.", _document_wrong("strict")),
+    Mistake("is inverted: True marks the pairs a query MAY attend.", _document_wrong("inverted")),
+]
+
+
+@check
+def check_document_mask_mod(candidate: Callable[..., Any]) -> str:
+    """The mask_mod, evaluated on every (query, key) as flex_attention does, for packed documents."""
+    for lengths in ([3, 2, 4], [1, 5], [6], [2, 1, 1, 3]):
+        document_ids = reference.document_ids_from_lengths(lengths)  # (T,)
+        t = len(document_ids)
+        mod = _mod_from("document_mask_mod", candidate, document_ids, f"document_ids={document_ids.tolist()}")
+        got = _evaluate(
+            "document_mask_mod",
+            lambda mod=mod, t=t: flex.evaluate_mask_mod(mod, 1, t, t),
+            "mask_mod(b, h, q_idx, kv_idx)",
+        )
+        what = f"The mask of document_mask_mod(document_ids={document_ids.tolist()})"
+        expected = flex.evaluate_mask_mod(reference.document_mask_mod(document_ids), 1, t, t)[0]  # (t, t)
+        mask = _expect_bool_mask(got, expected[None], what)[0]  # (t, t)
+        if torch.equal(mask, expected):
+            continue
+        for mistake in _DOCUMENT_MISTAKES:
+            wrong = mistake.implementation(document_ids)
+            if not torch.equal(wrong, expected) and torch.equal(mask, wrong):
+                raise CheckFailed(f"{what} {mistake.message}")
+        i, j = (mask != expected).nonzero()[0].tolist()
+        may = "may" if mask[i, j] else "may not"
+        raise CheckFailed(
+            f"{what} is wrong: query {i} (document {int(document_ids[i])}) {may} attend key {j} (document "
+            f"{int(document_ids[j])}), expected the opposite; {int((mask != expected).sum())} pairs differ."
+        )
+    return "4 packings (1 to 4 documents, documents of 1 token): causal within each document only"

@@ -1,0 +1,266 @@
+"""FlexAttention: new attention variants as two small functions, compiled into one fused kernel.
+
+`torch.nn.attention.flex_attention.flex_attention(q, k, v, score_mod=..., block_mask=...)` computes
+softmax(score_mod(q·kᵀ/√d)) v where
+
+- a `score_mod(score, b, h, q_idx, kv_idx) -> score` changes one scaled score (a bias such as ALiBi);
+- a `mask_mod(b, h, q_idx, kv_idx) -> bool` says whether query q_idx may attend key kv_idx, and
+  `create_block_mask(mask_mod, ...)` turns it into a `BlockMask`: which (query block, key block)
+  tiles hold any allowed pair, so that the kernel skips the others, and which are full (no mask to
+  apply inside).
+
+Both are written for one (b, h, q_idx, kv_idx) at a time, on 0-d tensors; torch evaluates them with
+`vmap` over every index, or compiles them into the kernel with `torch.compile`. Without compiling,
+flex_attention runs an unfused reference that builds every score (fine for small sizes, and all this
+module needs to check and draw).
+
+Introduced in 10_modern_attention.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from attn_course.exercise import exercise
+
+ScoreMod = Callable[..., torch.Tensor]
+"""score_mod(score, b, h, q_idx, kv_idx) -> score."""
+MaskMod = Callable[..., torch.Tensor]
+"""mask_mod(b, h, q_idx, kv_idx) -> bool tensor."""
+
+
+def flex_problem() -> str | None:
+    """Why FlexAttention cannot run here (None when it can): it needs torch 2.5 or newer.
+
+    >>> flex_problem() is None or flex_problem().startswith("FlexAttention")
+    True
+    """
+    try:
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention  # noqa: F401
+    except ImportError as error:
+        return (
+            f"FlexAttention is not available in torch {torch.__version__} ({error}); it needs torch 2.5 "
+            "or newer. The cells that use it say so and do nothing."
+        )
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# The mods of the notebook
+
+
+def causal_mask_mod(
+    b: torch.Tensor, h: torch.Tensor, q_idx: torch.Tensor, kv_idx: torch.Tensor
+) -> torch.Tensor:
+    """The causal mask as a mask_mod (as many queries as keys): key kv_idx at or before query q_idx.
+
+    Introduced in 10_modern_attention.
+    """
+    return q_idx >= kv_idx
+
+
+def sliding_window_mask_mod(window: int) -> MaskMod:
+    """A mask_mod for `sliding_window_mask` (as many queries as keys): the last `window` positions.
+
+    Introduced in 10_modern_attention.
+    """
+
+    def in_window(
+        b: torch.Tensor, h: torch.Tensor, q_idx: torch.Tensor, kv_idx: torch.Tensor
+    ) -> torch.Tensor:
+        return (q_idx >= kv_idx) & (q_idx - kv_idx < window)
+
+    return in_window
+
+
+def alibi_slopes(n_heads: int) -> torch.Tensor:
+    """ALiBi's slope per head (Press et al., 2022): 2^(-8(h+1)/n_heads), h = 0 … n_heads - 1.
+
+    >>> alibi_slopes(4)
+    tensor([0.2500, 0.0625, 0.0156, 0.0039])
+
+    Introduced in 10_modern_attention.
+    """
+    return 2.0 ** (-8.0 * torch.arange(1, n_heads + 1) / n_heads)  # (n_heads,)
+
+
+@exercise("10_modern_attention", 5)
+def alibi_score_mod(n_heads: int) -> ScoreMod:
+    """A score_mod adding ALiBi's bias: slope_h · (kv_idx - q_idx), 0 on the diagonal, negative in the past.
+
+    Introduced in 10_modern_attention.
+    """
+    slopes = alibi_slopes(n_heads)  # (n_heads,)
+
+    def alibi(
+        score: torch.Tensor, b: torch.Tensor, h: torch.Tensor, q_idx: torch.Tensor, kv_idx: torch.Tensor
+    ) -> torch.Tensor:
+        return score + slopes[h] * (kv_idx - q_idx)
+
+    return alibi
+
+
+def alibi_bias(n_heads: int, t: int) -> torch.Tensor:
+    """ALiBi's bias as a dense tensor (n_heads, t, t), to hand to SDPA as a float attn_mask.
+
+    >>> alibi_bias(2, 3)[0]
+    tensor([[ 0.0000,  0.0000,  0.0000],
+            [-0.0625,  0.0000,  0.0000],
+            [-0.1250, -0.0625,  0.0000]])
+
+    Introduced in 10_modern_attention.
+    """
+    positions = torch.arange(t)  # (t,)
+    distance = (positions[None, :] - positions[:, None]).clamp(max=0)  # (t, t): kv - q, 0 in the future
+    return alibi_slopes(n_heads)[:, None, None] * distance  # (n_heads, t, t)
+
+
+@exercise("10_modern_attention", 6)
+def document_mask_mod(document_ids: torch.Tensor) -> MaskMod:
+    """A mask_mod for packed sequences: causal, and only within the query's own document.
+
+    `document_ids` (T,) gives the document of each position of the packed sequence.
+
+    Introduced in 10_modern_attention.
+    """
+
+    def same_document(
+        b: torch.Tensor, h: torch.Tensor, q_idx: torch.Tensor, kv_idx: torch.Tensor
+    ) -> torch.Tensor:
+        return (document_ids[q_idx] == document_ids[kv_idx]) & (q_idx >= kv_idx)
+
+    return same_document
+
+
+def document_ids_from_lengths(lengths: list[int]) -> torch.Tensor:
+    """The document of each position when documents of these lengths are packed one after another.
+
+    >>> document_ids_from_lengths([2, 3, 1])
+    tensor([0, 0, 1, 1, 1, 2])
+
+    Introduced in 10_modern_attention.
+    """
+    return torch.repeat_interleave(torch.arange(len(lengths)), torch.tensor(lengths))  # (T,)
+
+
+# ---------------------------------------------------------------------------------------------
+# Evaluating mods outside the kernel
+
+
+def evaluate_mask_mod(mask_mod: MaskMod, n_heads: int, t_q: int, t_k: int) -> torch.Tensor:
+    """The (n_heads, t_q, t_k) boolean mask a mask_mod describes, evaluated the way flex_attention does.
+
+    >>> evaluate_mask_mod(causal_mask_mod, 1, 2, 2)
+    tensor([[[ True, False],
+             [ True,  True]]])
+    """
+    args = _indices(1, n_heads, t_q, t_k)
+    return _vmapped(mask_mod, args, score=None)[0]  # (n_heads, t_q, t_k)
+
+
+def evaluate_score_mod(score_mod: ScoreMod, scores: torch.Tensor) -> torch.Tensor:
+    """score_mod applied to every entry of scores (B, H, T_q, T_k), as flex_attention applies it.
+
+    >>> evaluate_score_mod(alibi_score_mod(2), torch.zeros(1, 2, 2, 2))[0, 0]
+    tensor([[ 0.0000,  0.0625],
+            [-0.0625,  0.0000]])
+    """
+    args = _indices(*scores.shape)
+    return _vmapped(score_mod, args, score=scores)
+
+
+def _indices(b: int, h: int, t_q: int, t_k: int) -> tuple[torch.Tensor, ...]:
+    return torch.arange(b), torch.arange(h), torch.arange(t_q), torch.arange(t_k)
+
+
+def _vmapped(
+    mod: Callable[..., torch.Tensor], args: tuple[torch.Tensor, ...], score: torch.Tensor | None
+) -> Any:
+    """Call `mod` once per (b, h, q, kv) through torch's vmap, with indexing by 0-d tensors allowed."""
+    try:
+        from torch._dynamo._trace_wrapped_higher_order_op import TransformGetItemToIndex
+        from torch.nn.attention.flex_attention import _vmap_for_bhqkv
+    except ImportError:  # an older torch: broadcast the indices instead, which most mods accept
+        b, h, q, kv = args[0][:, None, None, None], args[1][None, :, None, None], args[2][:, None], args[3]
+        return mod(b, h, q, kv) if score is None else mod(score, b, h, q, kv)
+    with TransformGetItemToIndex():
+        if score is None:
+            return _vmap_for_bhqkv(mod, prefix=())(*args)
+        return _vmap_for_bhqkv(mod, prefix=(0,))(score, *args)
+
+
+# ---------------------------------------------------------------------------------------------
+# Running flex_attention, compiled where possible
+
+
+class Flex:
+    """flex_attention, compiled with torch.compile when asked and possible, else unfused; says which.
+
+    The first compiled call of each new score_mod or mask compiles a kernel (seconds on a CPU); the
+    time of each compile is kept in `compile_seconds`. When compiling fails (no C++ compiler, an
+    unsupported platform), the call falls back to the unfused version and `problem` says why.
+    """
+
+    def __init__(self, compile: bool) -> None:
+        from torch.nn.attention.flex_attention import flex_attention
+
+        self._eager = flex_attention
+        self._compiled = torch.compile(flex_attention, dynamic=False) if compile else None
+        self.problem: str | None = None if compile else "not compiled (quick run)"
+        self.compile_seconds: list[float] = []
+        self._seen: set[tuple[Any, ...]] = set()
+
+    @property
+    def compiled(self) -> bool:
+        """Whether calls run the compiled kernel."""
+        return self._compiled is not None and self.problem is None
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+        """flex_attention(q, k, v, **kwargs) -> (B, H, T_q, d_v)."""
+        if self.compiled:
+            key = (
+                kwargs.get("score_mod"),
+                id(kwargs.get("block_mask")),
+                q.shape,
+                q.dtype,
+                kwargs.get("enable_gqa"),
+            )
+            start = time.perf_counter()
+            try:
+                out = self._compiled(q, k, v, **kwargs)  # (B, H, T_q, d_v)
+            except Exception as error:  # no compiler, or a platform inductor does not support
+                self.problem = f"torch.compile failed ({type(error).__name__}: {str(error)[:200]})"
+                print(f"FlexAttention runs unfused from here on: {self.problem}.")
+            else:
+                if key not in self._seen:
+                    self._seen.add(key)
+                    self.compile_seconds.append(time.perf_counter() - start)
+                return out
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "called without torch.compile": we know
+            return self._eager(q, k, v, **kwargs)  # (B, H, T_q, d_v)
+
+    def describe(self) -> str:
+        """One line: compiled or not, and why."""
+        if self.compiled:
+            return "FlexAttention compiled with torch.compile (one fused kernel per score_mod and mask)"
+        return f"FlexAttention unfused, every score built ({self.problem})"
+
+
+def block_states(block_mask: Any) -> torch.Tensor:
+    """Per (query block, key block) of the first batch and head: 0 skipped, 1 masked inside, 2 full.
+
+    Introduced in 10_modern_attention.
+    """
+    dense = block_mask.to_dense()[0, 0]  # (n_q, n_k): 1 where the block is visited
+    states = dense.clone().long()  # (n_q, n_k)
+    if block_mask.full_kv_num_blocks is not None:
+        for row in range(states.shape[0]):
+            n_full = int(block_mask.full_kv_num_blocks[0, 0, row])
+            states[row, block_mask.full_kv_indices[0, 0, row, :n_full].long()] = 2
+    return states

@@ -1,0 +1,610 @@
+"""The checks of notebook 10 reject mistakes written as learners write them, and accept right answers."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from check_assertions import assert_accepted, assert_rejected
+from einops import rearrange, repeat
+from torch import nn
+
+from attn_course import reference
+from attn_course.checks import (
+    check_alibi_score_mod,
+    check_document_mask_mod,
+    check_GroupedQueryAttention,
+    check_repeat_kv,
+    check_sliding_window_flash_attention,
+    check_sliding_window_mask,
+)
+
+
+def not_implemented(*args, **kwargs):
+    raise NotImplementedError
+
+
+# ---------------------------------------------------------------------------------------------
+# repeat_kv
+
+
+def repeat_kv_einops(x, n_rep):
+    return repeat(x, "b h t d -> b (h r) t d", r=n_rep)
+
+
+def repeat_kv_expand(x, n_rep):  # as in Hugging Face's LLaMA
+    b, h, t, d = x.shape
+    return x[:, :, None, :, :].expand(b, h, n_rep, t, d).reshape(b, h * n_rep, t, d)
+
+
+def repeat_kv_interleave(x, n_rep):
+    return torch.repeat_interleave(x, n_rep, dim=1)
+
+
+def repeat_kv_tiled(x, n_rep):
+    return x.repeat(1, n_rep, 1, 1)
+
+
+def repeat_kv_cat(x, n_rep):
+    return torch.cat([x] * n_rep, dim=1)
+
+
+def repeat_kv_time_axis(x, n_rep):
+    return x.repeat_interleave(n_rep, dim=2)
+
+
+def repeat_kv_no_merge(x, n_rep):
+    return repeat(x, "b h t d -> b h r t d", r=n_rep)
+
+
+def repeat_kv_reversed(x, n_rep):
+    return x.flip(1).repeat_interleave(n_rep, dim=1)
+
+
+def repeat_kv_detached(x, n_rep):
+    return x.detach().repeat_interleave(n_rep, dim=1)
+
+
+# ---------------------------------------------------------------------------------------------
+# GroupedQueryAttention, as a learner writes it (one correct version, and text edits of it)
+
+GQA_SOURCE = """
+class GroupedQueryAttention(nn.Module):
+    def __init__(self, d_model, n_heads, n_kv_heads):
+        super().__init__()
+        self.n_heads, self.n_kv_heads = n_heads, n_kv_heads
+        d_head = d_model // n_heads
+        self.q = nn.Linear(d_model, d_model, bias=False)
+        self.k = nn.Linear(d_model, n_kv_heads * d_head, bias=False)
+        self.v = nn.Linear(d_model, n_kv_heads * d_head, bias=False)
+        self.out = nn.Linear(d_model, d_model, bias=False)
+
+    def forward(self, x, mask=None, is_causal=False):
+        q = rearrange(self.q(x), "b t (h d) -> b h t d", h=self.n_heads)
+        k = rearrange(self.k(x), "b t (h d) -> b h t d", h=self.n_kv_heads)
+        v = rearrange(self.v(x), "b t (h d) -> b h t d", h=self.n_kv_heads)
+        n_rep = self.n_heads // self.n_kv_heads
+        k = repeat_kv_einops(k, n_rep)
+        v = repeat_kv_einops(v, n_rep)
+        if mask is not None:
+            mask = mask.unsqueeze(-3)
+        out, _ = attention(q, k, v, mask=mask, is_causal=is_causal)
+        return self.out(rearrange(out, "b h t d -> b t (h d)"))
+"""
+
+
+def gqa_class(*edits: tuple[str, str]) -> type:
+    """The learner's class, with each (old, new) text replacement made (each must apply)."""
+    source = GQA_SOURCE
+    for old, new in edits:
+        assert old in source, old
+        source = source.replace(old, new)
+    namespace = {
+        "nn": nn,
+        "rearrange": rearrange,
+        "repeat_kv_einops": repeat_kv_einops,
+        "attention": reference.attention,
+        "torch": torch,
+        "F": F,
+        "math": math,
+    }
+    exec(source, namespace)
+    return namespace["GroupedQueryAttention"]
+
+
+GQA_SDPA = (
+    "        out, _ = attention(q, k, v, mask=mask, is_causal=is_causal)",
+    "        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal)",
+)
+GQA_ENABLE_GQA = (
+    (
+        "        k = repeat_kv_einops(k, n_rep)\n        v = repeat_kv_einops(v, n_rep)\n",
+        "",
+    ),
+    (
+        "        out, _ = attention(q, k, v, mask=mask, is_causal=is_causal)",
+        "        out = F.scaled_dot_product_attention(\n"
+        "            q, k, v, attn_mask=mask, is_causal=is_causal, enable_gqa=True\n"
+        "        )",
+    ),
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# sliding_window_mask
+
+
+def window_arange(t_q, t_k, window):
+    query_pos = torch.arange(t_q)[:, None] + (t_k - t_q)
+    key_pos = torch.arange(t_k)[None, :]
+    return (key_pos <= query_pos) & (key_pos > query_pos - window)
+
+
+def window_tril_triu(t_q, t_k, window):
+    ones = torch.ones(t_q, t_k, dtype=torch.bool)
+    return ones.tril(diagonal=t_k - t_q) & ones.triu(diagonal=t_k - t_q - window + 1)
+
+
+def window_le(t_q, t_k, window):
+    query_pos = torch.arange(t_q)[:, None] + (t_k - t_q)
+    key_pos = torch.arange(t_k)[None, :]
+    return (key_pos <= query_pos) & (query_pos - key_pos <= window)
+
+
+def window_top_left(t_q, t_k, window):
+    query_pos = torch.arange(t_q)[:, None]
+    key_pos = torch.arange(t_k)[None, :]
+    return (key_pos <= query_pos) & (key_pos > query_pos - window)
+
+
+def window_abs(t_q, t_k, window):
+    query_pos = torch.arange(t_q)[:, None] + (t_k - t_q)
+    key_pos = torch.arange(t_k)[None, :]
+    return (query_pos - key_pos).abs() < window
+
+
+def window_no_causal(t_q, t_k, window):
+    query_pos = torch.arange(t_q)[:, None] + (t_k - t_q)
+    key_pos = torch.arange(t_k)[None, :]
+    return query_pos - key_pos < window
+
+
+def window_no_window(t_q, t_k, window):
+    return torch.ones(t_q, t_k, dtype=torch.bool).tril(diagonal=t_k - t_q)
+
+
+def window_strict(t_q, t_k, window):
+    query_pos = torch.arange(t_q)[:, None] + (t_k - t_q)
+    key_pos = torch.arange(t_k)[None, :]
+    return (key_pos < query_pos) & (key_pos >= query_pos - window)
+
+
+def window_shifted_by_one_row(t_q, t_k, window):  # no known mistake: a row-wise description
+    query_pos = torch.arange(t_q)[:, None] + (t_k - t_q)
+    key_pos = torch.arange(t_k)[None, :]
+    mask = (key_pos <= query_pos) & (key_pos > query_pos - window)
+    mask[-1] = mask[-1] & (key_pos[0] != query_pos[-1, 0])
+    return mask
+
+
+def window_float(t_q, t_k, window):
+    return window_arange(t_q, t_k, window).float()
+
+
+# ---------------------------------------------------------------------------------------------
+# sliding_window_flash_attention, as a learner writes it (one correct version, and text edits of it)
+
+WINDOW_FLASH_SOURCE = """
+def sliding_window_flash_attention(q, k, v, window, block_size=64):
+    t_q, d = q.shape[-2:]
+    t_k = k.shape[-2]
+    offset = t_k - t_q
+    outs = []
+    for qs in range(0, t_q, block_size):
+        q_blk = q[..., qs : qs + block_size, :] / math.sqrt(d)
+        rows = torch.arange(qs, qs + q_blk.shape[-2]) + offset
+        m = torch.full((*q_blk.shape[:-1], 1), -math.inf, dtype=q.dtype)
+        denom = torch.zeros_like(m)
+        acc = torch.zeros((*q_blk.shape[:-1], v.shape[-1]), dtype=q.dtype)
+        first = max(0, qs + offset - window + 1)
+        start = (first // block_size) * block_size
+        for ks in range(start, t_k, block_size):
+            if ks > rows[-1]:
+                break
+            s = q_blk @ k[..., ks : ks + block_size, :].transpose(-1, -2)
+            cols = torch.arange(ks, ks + s.shape[-1])
+            distance = rows[:, None] - cols[None, :]
+            s = s.masked_fill((distance < 0) | (distance >= window), -math.inf)
+            m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
+            m_safe = torch.where(m_new == -math.inf, 0.0, m_new)
+            p = torch.exp(s - m_safe)
+            alpha = torch.exp(m - m_safe)
+            denom = alpha * denom + p.sum(dim=-1, keepdim=True)
+            acc = alpha * acc + p @ v[..., ks : ks + block_size, :]
+            m = m_new
+        outs.append(acc / denom)
+    return torch.cat(outs, dim=-2)
+"""
+
+
+def window_flash(*edits: tuple[str, str]):
+    source = WINDOW_FLASH_SOURCE
+    for old, new in edits:
+        assert old in source, old
+        source = source.replace(old, new)
+    namespace = {"torch": torch, "math": math, "F": F}
+    exec(source, namespace)
+    return namespace["sliding_window_flash_attention"]
+
+
+def window_flash_masked_full(q, k, v, window, block_size=64):
+    t_q, t_k = q.shape[-2], k.shape[-2]
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=window_arange(t_q, t_k, window))
+
+
+# ---------------------------------------------------------------------------------------------
+# alibi_score_mod
+
+
+def alibi_tensor_slopes(n_heads):
+    slopes = torch.tensor([2 ** (-8 * (h + 1) / n_heads) for h in range(n_heads)])
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        return score - slopes[h] * (q_idx - kv_idx)
+
+    return score_mod
+
+
+def alibi_exp2(n_heads):
+    def score_mod(score, b, h, q_idx, kv_idx):
+        slope = torch.exp2(-8.0 * (h + 1) / n_heads)
+        return score + slope * (kv_idx - q_idx)
+
+    return score_mod
+
+
+def alibi_abs(n_heads):  # -|i - j| is the same bias at and before the diagonal
+    slopes = 2.0 ** (-8.0 * torch.arange(1, n_heads + 1) / n_heads)
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        return score - slopes[h] * (q_idx - kv_idx).abs()
+
+    return score_mod
+
+
+def alibi_wrong_sign(n_heads):
+    slopes = 2.0 ** (-8.0 * torch.arange(1, n_heads + 1) / n_heads)
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        return score + slopes[h] * (q_idx - kv_idx)
+
+    return score_mod
+
+
+def alibi_one_slope(n_heads):
+    slope = 2 ** (-8 / n_heads)
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        return score + slope * (kv_idx - q_idx)
+
+    return score_mod
+
+
+def alibi_from_zero(n_heads):
+    slopes = torch.tensor([2 ** (-8 * h / n_heads) for h in range(n_heads)])
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        return score + slopes[h] * (kv_idx - q_idx)
+
+    return score_mod
+
+
+def alibi_eight_heads(n_heads):
+    slopes = torch.tensor([2.0 ** -(h + 1) for h in range(n_heads)])
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        return score + slopes[h] * (kv_idx - q_idx)
+
+    return score_mod
+
+
+def alibi_bias_only(n_heads):
+    slopes = 2.0 ** (-8.0 * torch.arange(1, n_heads + 1) / n_heads)
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        return slopes[h] * (kv_idx - q_idx)
+
+    return score_mod
+
+
+def alibi_python_if(n_heads):
+    slopes = 2.0 ** (-8.0 * torch.arange(1, n_heads + 1) / n_heads)
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        if kv_idx > q_idx:
+            return score
+        return score + slopes[h] * (kv_idx - q_idx)
+
+    return score_mod
+
+
+def alibi_applied(n_heads):
+    return alibi_tensor_slopes(n_heads)(torch.zeros(()), 0, 0, 0, 0)
+
+
+def alibi_squared_distance(n_heads):
+    slopes = 2.0 ** (-8.0 * torch.arange(1, n_heads + 1) / n_heads)
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        return score - slopes[h] * (q_idx - kv_idx) ** 2
+
+    return score_mod
+
+
+# ---------------------------------------------------------------------------------------------
+# document_mask_mod
+
+
+def document_right(document_ids):
+    def mask_mod(b, h, q_idx, kv_idx):
+        return (document_ids[q_idx] == document_ids[kv_idx]) & (q_idx >= kv_idx)
+
+    return mask_mod
+
+
+def document_with_and_masks(document_ids):
+    from torch.nn.attention.flex_attention import and_masks
+
+    def causal(b, h, q_idx, kv_idx):
+        return q_idx >= kv_idx
+
+    def same_doc(b, h, q_idx, kv_idx):
+        return document_ids[q_idx] == document_ids[kv_idx]
+
+    return and_masks(causal, same_doc)
+
+
+def document_causal_only(document_ids):
+    def mask_mod(b, h, q_idx, kv_idx):
+        return q_idx >= kv_idx
+
+    return mask_mod
+
+
+def document_same_doc_only(document_ids):
+    def mask_mod(b, h, q_idx, kv_idx):
+        return document_ids[q_idx] == document_ids[kv_idx]
+
+    return mask_mod
+
+
+def document_strict(document_ids):
+    def mask_mod(b, h, q_idx, kv_idx):
+        return (document_ids[q_idx] == document_ids[kv_idx]) & (q_idx > kv_idx)
+
+    return mask_mod
+
+
+def document_kv_minus_one(document_ids):  # no known mistake: the message names a pair
+    def mask_mod(b, h, q_idx, kv_idx):
+        return (document_ids[q_idx] == document_ids[(kv_idx - 1).clamp(min=0)]) & (q_idx >= kv_idx)
+
+    return mask_mod
+
+
+def document_python_and(document_ids):
+    def mask_mod(b, h, q_idx, kv_idx):
+        return document_ids[q_idx] == document_ids[kv_idx] and q_idx >= kv_idx
+
+    return mask_mod
+
+
+def document_int_mask(document_ids):
+    def mask_mod(b, h, q_idx, kv_idx):
+        return ((document_ids[q_idx] == document_ids[kv_idx]) & (q_idx >= kv_idx)).int()
+
+    return mask_mod
+
+
+# ---------------------------------------------------------------------------------------------
+
+CORRECT = [
+    pytest.param(check_repeat_kv, reference.repeat_kv, id="repeat_kv-reference"),
+    pytest.param(check_repeat_kv, repeat_kv_einops, id="repeat_kv-einops"),
+    pytest.param(check_repeat_kv, repeat_kv_expand, id="repeat_kv-expand-reshape"),
+    pytest.param(check_repeat_kv, repeat_kv_interleave, id="repeat_kv-repeat_interleave"),
+    pytest.param(check_GroupedQueryAttention, reference.GroupedQueryAttention, id="gqa-reference"),
+    pytest.param(check_GroupedQueryAttention, gqa_class(), id="gqa-learner"),
+    pytest.param(check_GroupedQueryAttention, gqa_class(GQA_SDPA), id="gqa-sdpa"),
+    pytest.param(check_GroupedQueryAttention, gqa_class(*GQA_ENABLE_GQA), id="gqa-sdpa-enable_gqa"),
+    pytest.param(
+        check_GroupedQueryAttention,
+        gqa_class(*[(f"{n}, bias=False)", f"{n})") for n in ("d_model", "n_kv_heads * d_head")]),
+        id="gqa-with-bias",
+    ),
+    pytest.param(check_sliding_window_mask, reference.sliding_window_mask, id="window-reference"),
+    pytest.param(check_sliding_window_mask, window_arange, id="window-arange"),
+    pytest.param(check_sliding_window_mask, window_tril_triu, id="window-tril-triu"),
+    pytest.param(
+        check_sliding_window_flash_attention,
+        reference.sliding_window_flash_attention,
+        id="window-flash-reference",
+    ),
+    pytest.param(check_sliding_window_flash_attention, window_flash(), id="window-flash-learner"),
+    pytest.param(check_alibi_score_mod, reference.alibi_score_mod, id="alibi-reference"),
+    pytest.param(check_alibi_score_mod, alibi_tensor_slopes, id="alibi-tensor-of-slopes"),
+    pytest.param(check_alibi_score_mod, alibi_exp2, id="alibi-exp2-of-h"),
+    pytest.param(check_alibi_score_mod, alibi_abs, id="alibi-abs-distance"),
+    pytest.param(check_document_mask_mod, reference.document_mask_mod, id="document-reference"),
+    pytest.param(check_document_mask_mod, document_right, id="document-learner"),
+    pytest.param(check_document_mask_mod, document_with_and_masks, id="document-and_masks"),
+]
+
+WRONG = [
+    pytest.param(check_repeat_kv, not_implemented, "not implemented yet", id="repeat_kv-stub"),
+    pytest.param(check_repeat_kv, repeat_kv_tiled, "interleaved instead of grouped", id="repeat_kv-tiled"),
+    pytest.param(check_repeat_kv, repeat_kv_cat, "interleaved instead of grouped", id="repeat_kv-cat"),
+    pytest.param(check_repeat_kv, repeat_kv_time_axis, "along the time axis", id="repeat_kv-time-axis"),
+    pytest.param(check_repeat_kv, repeat_kv_no_merge, "Merge the new axis into the heads", id="repeat_kv-5d"),
+    pytest.param(
+        check_repeat_kv, repeat_kv_reversed, "the right heads in the wrong places", id="repeat_kv-reversed"
+    ),
+    pytest.param(check_repeat_kv, repeat_kv_detached, "No gradient flows", id="repeat_kv-detached"),
+    pytest.param(check_GroupedQueryAttention, not_implemented, "not implemented yet", id="gqa-stub"),
+    pytest.param(
+        check_GroupedQueryAttention,
+        gqa_class(
+            ("k = repeat_kv_einops(k, n_rep)", "k = k.repeat(1, n_rep, 1, 1)"),
+            ("v = repeat_kv_einops(v, n_rep)", "v = v.repeat(1, n_rep, 1, 1)"),
+        ),
+        "interleaved instead of grouped",
+        id="gqa-interleaved",
+    ),
+    pytest.param(
+        check_GroupedQueryAttention,
+        gqa_class(("n_kv_heads * d_head, bias=False)", "d_model, bias=False)")),
+        "k and v project to the n_kv_heads key/value heads only",
+        id="gqa-full-size-kv",
+    ),
+    pytest.param(
+        check_GroupedQueryAttention,
+        gqa_class(
+            (
+                'return self.out(rearrange(out, "b h t d -> b t (h d)"))',
+                'return rearrange(out, "b h t d -> b t (h d)")',
+            )
+        ),
+        "forgets the output projection",
+        id="gqa-no-out",
+    ),
+    pytest.param(
+        check_GroupedQueryAttention,
+        gqa_class(("attention(q, k, v, mask=mask, is_causal=is_causal)", "attention(q, k, v, mask=mask)")),
+        "ignores is_causal=True",
+        id="gqa-ignores-causal",
+    ),
+    pytest.param(
+        check_GroupedQueryAttention,
+        gqa_class(("v = repeat_kv_einops(v, n_rep)", "v = v.repeat(1, n_rep, 1, 1)")),
+        "It is right with n_kv_heads == n_heads",
+        id="gqa-only-values-interleaved",
+    ),
+    pytest.param(
+        check_GroupedQueryAttention,
+        gqa_class(
+            (
+                "self.out = nn.Linear(d_model, d_model, bias=False)",
+                "self.out = nn.Linear(d_model, d_model, bias=False)\n"
+                "        self.scale = nn.Parameter(torch.ones(1))",
+            )
+        ),
+        "parameters besides",
+        id="gqa-extra-parameter",
+    ),
+    pytest.param(check_sliding_window_mask, not_implemented, "not implemented yet", id="window-stub"),
+    pytest.param(
+        check_sliding_window_mask, window_le, "window + 1 keys (off by one)", id="window-off-by-one"
+    ),
+    pytest.param(check_sliding_window_mask, window_top_left, "is aligned top-left", id="window-top-left"),
+    pytest.param(check_sliding_window_mask, window_abs, "lets a query see its future", id="window-abs"),
+    pytest.param(
+        check_sliding_window_mask, window_no_causal, "also require p - j >= 0", id="window-no-causal"
+    ),
+    pytest.param(check_sliding_window_mask, window_no_window, "ignores the window", id="window-causal-only"),
+    pytest.param(
+        check_sliding_window_mask, window_strict, "leaves out the query's own position", id="window-strict"
+    ),
+    pytest.param(check_sliding_window_mask, window_shifted_by_one_row, "rows [", id="window-unknown"),
+    pytest.param(check_sliding_window_mask, window_float, "should be a boolean tensor", id="window-float"),
+    pytest.param(
+        check_sliding_window_flash_attention, not_implemented, "not implemented yet", id="window-flash-stub"
+    ),
+    pytest.param(
+        check_sliding_window_flash_attention,
+        window_flash(("(distance >= window)", "(distance > window)")),
+        "window + 1 keys (off by one)",
+        id="window-flash-off-by-one",
+    ),
+    pytest.param(
+        check_sliding_window_flash_attention,
+        window_flash(("offset = t_k - t_q", "offset = 0")),
+        "aligns the window top-left",
+        id="window-flash-top-left",
+    ),
+    pytest.param(
+        check_sliding_window_flash_attention,
+        window_flash(("(distance < 0) | (distance >= window)", "distance < 0")),
+        "does not mask the keys older than the window",
+        id="window-flash-edge-unmasked",
+    ),
+    pytest.param(
+        check_sliding_window_flash_attention,
+        window_flash(
+            ("start = (first // block_size) * block_size", "start = -(-first // block_size) * block_size")
+        ),
+        "one block late",
+        id="window-flash-late-start",
+    ),
+    pytest.param(
+        check_sliding_window_flash_attention,
+        window_flash(("start = (first // block_size) * block_size", "start = 0")),
+        "every key block up to the diagonal",
+        id="window-flash-visits-causal",
+    ),
+    pytest.param(
+        check_sliding_window_flash_attention,
+        window_flash(
+            ("start = (first // block_size) * block_size", "start = 0"),
+            ("            if ks > rows[-1]:\n                break\n", ""),
+        ),
+        "every key block: all T² scores",
+        id="window-flash-visits-all",
+    ),
+    pytest.param(
+        check_sliding_window_flash_attention,
+        window_flash_masked_full,
+        "fused attention",
+        id="window-flash-sdpa",
+    ),
+    pytest.param(check_alibi_score_mod, not_implemented, "not implemented yet", id="alibi-stub"),
+    pytest.param(check_alibi_score_mod, alibi_wrong_sign, "wrong sign", id="alibi-sign"),
+    pytest.param(check_alibi_score_mod, alibi_one_slope, "same slope for every head", id="alibi-one-slope"),
+    pytest.param(check_alibi_score_mod, alibi_from_zero, "one head early", id="alibi-from-zero"),
+    pytest.param(check_alibi_score_mod, alibi_eight_heads, "2^-(h+1) of 8 heads", id="alibi-eight-heads"),
+    pytest.param(check_alibi_score_mod, alibi_bias_only, "returns only the bias", id="alibi-bias-only"),
+    pytest.param(check_alibi_score_mod, alibi_python_if, "not Python `if`", id="alibi-python-if"),
+    pytest.param(check_alibi_score_mod, alibi_applied, "should return a function", id="alibi-not-a-function"),
+    pytest.param(check_alibi_score_mod, alibi_squared_distance, "per head, ALiBi adds", id="alibi-unknown"),
+    pytest.param(check_document_mask_mod, not_implemented, "not implemented yet", id="document-stub"),
+    pytest.param(check_document_mask_mod, document_causal_only, "documents leak", id="document-leak"),
+    pytest.param(
+        check_document_mask_mod,
+        document_same_doc_only,
+        "later tokens of its own document",
+        id="document-not-causal",
+    ),
+    pytest.param(check_document_mask_mod, document_strict, "leaves out the diagonal", id="document-strict"),
+    pytest.param(
+        check_document_mask_mod, document_kv_minus_one, "expected the opposite", id="document-unknown"
+    ),
+    pytest.param(check_document_mask_mod, document_python_and, "not Python `if`, `and`", id="document-and"),
+    pytest.param(check_document_mask_mod, document_int_mask, "should be a boolean tensor", id="document-int"),
+]
+
+
+@pytest.mark.parametrize(("check", "candidate"), CORRECT)
+def test_accepts_right_answers(check, candidate, capsys):
+    assert_accepted(check, candidate, capsys)
+
+
+@pytest.mark.parametrize(("check", "candidate", "phrase"), WRONG)
+def test_names_each_mistake(check, candidate, phrase, capsys):
+    assert_rejected(check, candidate, phrase, capsys)
+
+
+def test_gqa_check_rejects_a_layer_instead_of_the_class(capsys):
+    assert_rejected(
+        check_GroupedQueryAttention, reference.GroupedQueryAttention(16, 4, 2), "your class itself", capsys
+    )

@@ -1,0 +1,116 @@
+"""Notebook 10's package code against torch: GQA, sliding windows, FlexAttention's mods and fallbacks."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attn_course import flex, gqa, window
+from attn_course.attention import attention
+from attn_course.heads import merge_heads, split_heads
+from attn_course.kv_cache import KVCache, cache_bytes
+
+
+@pytest.mark.parametrize("n_kv_heads", [8, 4, 2, 1])
+def test_gqa_equals_sdpa_with_enable_gqa(n_kv_heads):
+    torch.manual_seed(n_kv_heads)
+    layer = gqa.GroupedQueryAttention(32, 8, n_kv_heads).double()
+    x = torch.randn(2, 7, 32, dtype=torch.float64)  # (b, t, d_model)
+    q = split_heads(layer.q(x), 8)  # (b, h, t, d)
+    k, v = split_heads(layer.k(x), n_kv_heads), split_heads(layer.v(x), n_kv_heads)  # (b, h_kv, t, d)
+    fused = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)  # (b, h, t, d)
+    torch.testing.assert_close(
+        layer(x, is_causal=True), layer.out(merge_heads(fused)), atol=1e-12, rtol=1e-10
+    )
+
+
+def test_repeat_kv_matches_repeat_interleave():
+    x = torch.randn(2, 3, 5, 4)  # (b, h_kv, t, d)
+    assert torch.equal(gqa.repeat_kv(x, 4), x.repeat_interleave(4, dim=1))
+
+
+def test_cached_gqa_attention_equals_the_whole_sequence_and_caches_kv_heads_only():
+    torch.manual_seed(0)
+    layer = gqa.GroupedQueryAttention(32, 8, 2).double()
+    x = torch.randn(2, 9, 32, dtype=torch.float64)  # (b, t, d_model)
+    cache = KVCache()
+    with torch.no_grad():
+        pieces = [gqa.cached_gqa_attention(layer, x[:, a:b], cache, 0) for a, b in ((0, 4), (4, 5), (5, 9))]
+        torch.testing.assert_close(torch.cat(pieces, dim=1), layer(x, is_causal=True), atol=1e-12, rtol=1e-10)
+    assert cache.keys[0].shape == (2, 2, 9, 4)
+    assert cache.nbytes() == cache_bytes(n_layers=1, n_heads=2, t=9, d_head=4, dtype=torch.float64, batch=2)
+
+
+@pytest.mark.parametrize("config", gqa.PUBLISHED, ids=lambda c: c.name)
+def test_bytes_per_token_measured_in_the_cache_equal_the_formula(config):
+    assert gqa.measured_bytes_per_token(config, t=2) == gqa.kv_bytes_per_token(config)
+
+
+@pytest.mark.parametrize(
+    ("t_q", "t_k", "w", "block"), [(100, 100, 20, 32), (37, 91, 10, 16), (64, 64, 1, 8), (50, 50, 200, 16)]
+)
+def test_sliding_window_flash_equals_masked_attention_and_sdpa(t_q, t_k, w, block):
+    q, k, v = torch.randn(2, 3, t_q, 8), torch.randn(2, 3, t_k, 8), torch.randn(2, 3, t_k, 5)
+    mask = window.sliding_window_mask(t_q, t_k, w)  # (t_q, t_k)
+    out = window.sliding_window_flash_attention(q, k, v, w, block)  # (2, 3, t_q, 5)
+    torch.testing.assert_close(out, attention(q, k, v, mask=mask)[0], atol=2e-6, rtol=1e-5)
+    torch.testing.assert_close(
+        out, F.scaled_dot_product_attention(q, k, v, attn_mask=mask), atol=2e-6, rtol=1e-5
+    )
+
+
+def test_window_none_is_causal_and_a_long_window_is_the_causal_mask():
+    q, k, v = torch.randn(3, 1, 2, 70, 8).unbind(0)
+    causal = attention(q, k, v, is_causal=True)[0]
+    torch.testing.assert_close(window.sliding_window_flash_attention(q, k, v, None, 16), causal)
+    assert torch.equal(window.sliding_window_mask(5, 9, 9), torch.ones(5, 9, dtype=torch.bool).tril(4))
+
+
+needs_flex = pytest.mark.skipif(flex.flex_problem() is not None, reason=str(flex.flex_problem()))
+
+
+@needs_flex
+@pytest.mark.parametrize(("w", "block"), [(256, 128), (100, 64), (None, 128)])
+def test_the_course_tiles_are_flex_block_masks(w, block):
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    mod = flex.causal_mask_mod if w is None else flex.sliding_window_mask_mod(w)
+    block_mask = create_block_mask(mod, None, None, 1024, 1024, device="cpu", BLOCK_SIZE=block)
+    assert torch.equal(flex.block_states(block_mask), window.window_tile_states(1024, 1024, w, block))
+
+
+@needs_flex
+def test_mods_evaluate_to_the_course_masks_and_alibi_matches_its_dense_bias():
+    assert torch.equal(
+        flex.evaluate_mask_mod(flex.sliding_window_mask_mod(3), 1, 7, 7)[0],
+        window.sliding_window_mask(7, 7, 3),
+    )
+    ids = flex.document_ids_from_lengths([2, 3])
+    expected = torch.block_diag(torch.ones(2, 2), torch.ones(3, 3)).bool() & torch.ones(5, 5).tril().bool()
+    assert torch.equal(flex.evaluate_mask_mod(flex.document_mask_mod(ids), 1, 5, 5)[0], expected)
+    biased = flex.evaluate_score_mod(flex.alibi_score_mod(4), torch.zeros(1, 4, 6, 6))[0]  # (4, 6, 6)
+    past = torch.ones(6, 6).tril().bool()
+    assert torch.equal(biased.masked_fill(~past, 0), flex.alibi_bias(4, 6))
+
+
+@needs_flex
+def test_flex_falls_back_to_unfused_with_a_message_when_compiling_fails(capsys):
+    runner = flex.Flex(compile=True)
+
+    def no_compiler(*args, **kwargs):
+        raise RuntimeError("no C++ compiler found")
+
+    runner._compiled = no_compiler
+    q, k, v = torch.randn(3, 1, 2, 16, 8).unbind(0)
+    out = runner(q, k, v)
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v))
+    assert "runs unfused from here on" in capsys.readouterr().out
+    assert not runner.compiled and "no C++ compiler" in runner.describe()
+
+
+def test_flex_problem_names_the_torch_version_without_flex(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch.nn.attention.flex_attention", None)
+    assert "needs torch 2.5 or newer" in flex.flex_problem()
