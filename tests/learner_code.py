@@ -109,13 +109,17 @@ class MultiHeadAttention(nn.Module):
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
         self.out = nn.Linear(d_model, d_model, bias=bias)
 
-    def forward(self, x, mask=None, is_causal=False):
+    def forward(self, x, mask=None, is_causal=False, context=None):
         b, t, d_model = x.shape
         d_k = d_model // self.n_heads
         q, k, v = self.qkv(x).chunk(3, dim=-1)
         q = q.view(b, t, self.n_heads, d_k).transpose(1, 2)
         k = k.view(b, t, self.n_heads, d_k).transpose(1, 2)
         v = v.view(b, t, self.n_heads, d_k).transpose(1, 2)
+        if context is not None:  # cross-attention: keys and values of the other sequence
+            _, k, v = self.qkv(context).chunk(3, dim=-1)
+            k = k.view(b, context.shape[1], self.n_heads, d_k).transpose(1, 2)
+            v = v.view(b, context.shape[1], self.n_heads, d_k).transpose(1, 2)
         scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)
         if mask is not None:
             scores = scores.masked_fill(~mask.unsqueeze(-3), float("-inf"))

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from attn_course import reference
+from attn_course import flash, reference
 from attn_course.checks._harness import (
     CheckFailed,
     call,
@@ -598,7 +598,7 @@ def _compare_flash(
     block_size: int,
     plain_passed: bool = False,
 ) -> None:
-    out, lse = reference.flash_attention_forward(q, k, v, is_causal=is_causal, block_size=block_size)
+    out, lse = flash.flash_attention_forward(q, k, v, is_causal=is_causal, block_size=block_size)
     kwargs = {"is_causal": is_causal, "block_size": block_size}
     result = call(
         "flash_attention_backward", candidate, q, k, v, out, lse, grad_out, hint=_FLASH_HINT, **kwargs
@@ -631,7 +631,7 @@ def _expect_tiled(candidate: Callable[..., Any]) -> None:
     block_size = 32
     for is_causal in (False, True):
         q, k, v, grad_out = (randn(1, 1, t, 8) for _ in range(4))  # each (1, 2, T, 8)
-        out, lse = reference.flash_attention_forward(q, k, v, is_causal=is_causal, block_size=block_size)
+        out, lse = flash.flash_attention_forward(q, k, v, is_causal=is_causal, block_size=block_size)
         with _OpRecorder() as recorder:
             call(
                 "flash_attention_backward",
@@ -671,7 +671,7 @@ def _expect_runs_on_cuda(candidate: Callable[..., Any]) -> None:
     if device is None:
         return
     q, k, v, grad_out = (randn(2, 2, 40, 8, dtype=torch.float32).to(device) for _ in range(4))
-    out, lse = reference.flash_attention_forward(q, k, v, is_causal=True, block_size=16)
+    out, lse = flash.flash_attention_forward(q, k, v, is_causal=True, block_size=16)
     result = call(
         "flash_attention_backward",
         candidate,
@@ -790,7 +790,7 @@ def _compare_function(
     if _grads_close(grads, expected):
         return
     q0, k0, v0 = q.detach(), k.detach(), v.detach()
-    out0, lse0 = reference.flash_attention_forward(q0, k0, v0, is_causal=is_causal, block_size=block_size)
+    out0, lse0 = flash.flash_attention_forward(q0, k0, v0, is_causal=is_causal, block_size=block_size)
     wiring = [
         (
             "passes is_causal=False to the backward (or none at all): keep the forward's is_causal on ctx "

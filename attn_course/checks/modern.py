@@ -658,7 +658,7 @@ _DOCUMENT_MISTAKES = [
 def check_document_mask_mod(candidate: Callable[..., Any]) -> str:
     """The mask_mod, evaluated on every (query, key) as flex_attention does, for packed documents."""
     for lengths in ([3, 2, 4], [1, 5], [6], [2, 1, 1, 3]):
-        document_ids = reference.document_ids_from_lengths(lengths)  # (T,)
+        document_ids = flex.document_ids_from_lengths(lengths)  # (T,)
         t = len(document_ids)
         mod = _mod_from("document_mask_mod", candidate, document_ids, f"document_ids={document_ids.tolist()}")
         got = _evaluate(

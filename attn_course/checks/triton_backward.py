@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from attn_course import reference
+from attn_course import flash
 from attn_course.checks._harness import CheckFailed, check
 from attn_course.checks._triton_harness import (
     Mode,
@@ -78,7 +78,7 @@ def _inputs(case: tuple, mode: Mode) -> tuple[torch.Tensor, ...]:
         return guarded(b, h, t, d, device=mode.device, dtype=dtype)
 
     q, k, v, grad_out = make(t_q), make(t_k), make(t_k), make(t_q)
-    out, lse = reference.flash_attention_forward(q.float(), k.float(), v.float(), is_causal=causal)
+    out, lse = flash.flash_attention_forward(q.float(), k.float(), v.float(), is_causal=causal)
     return q, k, v, out.to(dtype), lse, grad_out
 
 
