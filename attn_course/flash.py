@@ -116,19 +116,30 @@ def flash_attention_forward(
 
 @exercise("06_flash_attention", 2)
 def flash_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool = False, block_size: int = 64
-) -> torch.Tensor:
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    is_causal: bool = False,
+    block_size: int = 64,
+    return_lse: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Attention (..., T_q, d_v) computed block by block, never holding T_q·T_k scores per head.
 
-    Equal to `attention(q, k, v, is_causal=is_causal)[0]` up to float rounding.
+    Equal to `attention(q, k, v, is_causal=is_causal)[0]` up to float rounding. With `return_lse`
+    it returns `(out, lse)`: lse (..., T_q) is the log-sum-exp of each query row's scaled, masked
+    scores, m + log(l) in natural log (`torch.logsumexp(scores, dim=-1)`), -inf for a row that may
+    attend no key; a backward pass recomputes the probabilities from it, exp(scores - lse).
 
-    >>> flash_attention(torch.randn(2, 4, 100, 16), torch.randn(2, 4, 100, 16),
-    ...                 torch.randn(2, 4, 100, 16), is_causal=True, block_size=32).shape
-    torch.Size([2, 4, 100, 16])
+    >>> out, lse = flash_attention(torch.randn(2, 4, 100, 16), torch.randn(2, 4, 100, 16),
+    ...                            torch.randn(2, 4, 100, 16), is_causal=True, block_size=32,
+    ...                            return_lse=True)
+    >>> out.shape, lse.shape
+    (torch.Size([2, 4, 100, 16]), torch.Size([2, 4, 100]))
 
     Introduced in 06_flash_attention.
     """
-    return flash_attention_forward(q, k, v, is_causal=is_causal, block_size=block_size)[0]
+    out, lse = flash_attention_forward(q, k, v, is_causal=is_causal, block_size=block_size)
+    return (out, lse) if return_lse else out
 
 
 @exercise("09_backward", 3)

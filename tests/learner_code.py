@@ -194,10 +194,11 @@ def online_softmax(x, block_size):
 """
 
 FLASH = """
-def flash_attention(q, k, v, is_causal=False, block_size=64):
+def flash_attention(q, k, v, is_causal=False, block_size=64, return_lse=False):
     t_q, t_k, d = q.shape[-2], k.shape[-2], q.shape[-1]
     scale = 1 / math.sqrt(d)
     out = torch.empty(q.shape[:-1] + (v.shape[-1],), dtype=q.dtype, device=q.device)
+    lse = torch.empty(q.shape[:-1], dtype=q.dtype, device=q.device)
     for qs in range(0, t_q, block_size):
         qe = min(qs + block_size, t_q)
         q_blk = q[..., qs:qe, :]
@@ -219,6 +220,9 @@ def flash_attention(q, k, v, is_causal=False, block_size=64):
             acc = acc * alpha + p @ v[..., ks:ke, :]
             m = m_new
         out[..., qs:qe, :] = acc / l
+        lse[..., qs:qe] = (m + torch.log(l)).squeeze(-1)
+    if return_lse:
+        return out, lse
     return out
 """
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import pytest
@@ -20,6 +21,8 @@ from attn_course.checks._simulate import (
     streaming_softmax,
     tiled_attention,
     tiled_attention_table,
+    tiled_lse,
+    tiled_lse_mistakes,
 )
 from attn_course.masking import causal_mask
 
@@ -134,7 +137,7 @@ def test_online_softmax_names_each_mistake(candidate, phrase, capsys):
 # flash_attention
 
 
-def keys_outer_all_queries(q, k, v, is_causal=False, block_size=64):
+def keys_outer_all_queries(q, k, v, is_causal=False, block_size=64, return_lse=False):
     # key blocks outside, every query row's state at once: tiles of (T_q, block_size)
     t_q, t_k = q.shape[-2], k.shape[-2]
     positions = torch.arange(t_q)[:, None] + t_k - t_q  # (T_q, 1)
@@ -152,12 +155,14 @@ def keys_outer_all_queries(q, k, v, is_causal=False, block_size=64):
         denom = alpha * denom + p.sum(-1, keepdim=True)
         acc = alpha * acc + p @ v[..., ks : ks + block_size, :]
         m = m_new
-    return acc / denom
+    lse = (m + denom.log()).squeeze(-1)  # (..., T_q)
+    return (acc / denom, lse) if return_lse else acc / denom
 
 
-def einsum_preallocated(q, k, v, is_causal=False, block_size=64):
+def einsum_preallocated(q, k, v, is_causal=False, block_size=64, return_lse=False):
     t_q, t_k, d = q.shape[-2], k.shape[-2], q.shape[-1]
     out = torch.empty((*q.shape[:-1], v.shape[-1]), dtype=q.dtype)
+    lse = torch.empty(q.shape[:-1], dtype=q.dtype)
     for qs in range(0, t_q, block_size):
         qb = q[..., qs : qs + block_size, :]
         rows = torch.arange(qs, qs + qb.shape[-2]) + t_k - t_q
@@ -180,13 +185,14 @@ def einsum_preallocated(q, k, v, is_causal=False, block_size=64):
             )
             m = m_new
         out[..., qs : qs + block_size, :] = acc / denom[..., None]
-    return out
+        lse[..., qs : qs + block_size] = m + torch.log(denom)
+    return (out, lse) if return_lse else out
 
 
-def exp2_every_block_masked(q, k, v, is_causal=False, block_size=64):
+def exp2_every_block_masked(q, k, v, is_causal=False, block_size=64, return_lse=False):
     # base-2 exponentials with log2(e) folded into the scale; every block visited, masked or not
     t_q, t_k = q.shape[-2], k.shape[-2]
-    outs = []
+    outs, lses = [], []
     for qs in range(0, t_q, block_size):
         qb = q[..., qs : qs + block_size, :] * (math.log2(math.e) / math.sqrt(q.shape[-1]))
         m = torch.full((*qb.shape[:-1], 1), -math.inf, dtype=q.dtype)
@@ -205,7 +211,9 @@ def exp2_every_block_masked(q, k, v, is_causal=False, block_size=64):
             acc = acc * alpha + p @ v[..., ks : ks + block_size, :]
             m = m_new
         outs.append(acc / denom)
-    return torch.cat(outs, dim=-2)
+        lses.append((m + torch.log2(denom)).squeeze(-1) * math.log(2))  # base 2 back to natural log
+    out = torch.cat(outs, dim=-2)
+    return (out, torch.cat(lses, dim=-1)) if return_lse else out
 
 
 @pytest.mark.parametrize(
@@ -267,8 +275,12 @@ def no_running_max(q, k, v, is_causal=False, block_size=64):
     return torch.cat(outs, dim=-2)
 
 
-def returns_out_and_lse(q, k, v, is_causal=False, block_size=64):
+def returns_out_and_lse(q, k, v, is_causal=False, block_size=64, return_lse=False):
     return flash.flash_attention_forward(q, k, v, is_causal=is_causal, block_size=block_size)
+
+
+def ignores_return_lse(q, k, v, is_causal=False, block_size=64, return_lse=False):
+    return flash.flash_attention(q, k, v, is_causal=is_causal, block_size=block_size)
 
 
 @pytest.mark.parametrize(
@@ -279,7 +291,8 @@ def returns_out_and_lse(q, k, v, is_causal=False, block_size=64):
         (calls_torch_sdpa, "torch's fused attention"),
         (full_mask_then_tiles, "created a causal mask of"),
         (no_running_max, "exp of unshifted scores"),
-        (returns_out_and_lse, "return only the output tensor"),
+        (returns_out_and_lse, "return only the output tensor (..., T_q, d_v) then"),
+        (ignores_return_lse, "it ignores return_lse=True"),
     ],
 )
 def test_flash_attention_names_each_mistake(candidate, phrase, capsys):
@@ -344,6 +357,46 @@ FLASH_MISTAKES = [  # learner code with one edit, and the phrase of the table's 
     ([("            s = q_blk @ k", "            if is_causal and ke - 1 > qs + t_k - t_q:\n                continue\n            s = q_blk @ k"), ("            if is_causal:\n                rows", "            if False:\n                rows")], "the key block that holds the diagonal is never visited"),
     ([("            if is_causal:\n                rows", "            if False:\n                rows")], "does not mask inside the blocks that cross it"),
 ]  # fmt: skip
+
+
+LSE = "lse[..., qs:qe] = (m + torch.log(l)).squeeze(-1)"
+
+LSE_MISTAKES = [  # learner code whose output is right and whose lse is not, and the phrase it must get
+    ([(LSE, "lse[..., qs:qe] = (m + torch.log(p.sum(dim=-1, keepdim=True))).squeeze(-1)")], "the log-sum-exp of the last key block only"),
+    ([(LSE, "lse[..., qs:qe] = m.squeeze(-1)")], "the running maximum m without the log of the sum"),
+    ([(LSE, "lse[..., qs:qe] = (m + torch.log2(l)).squeeze(-1)")], "mixes natural log and log2"),
+    ([(LSE, "lse[..., qs:qe] = (m + torch.log(l)).squeeze(-1) * math.log2(math.e)")], "is in base 2"),
+    ([(LSE, "lse[..., qs:qe] = (m / scale + torch.log(l)).squeeze(-1)")], "without the 1/√d scale"),
+    ([(LSE, "lse[..., :qe - qs] = (m + torch.log(l)).squeeze(-1)"), ("lse = torch.empty(", "lse = torch.zeros(")], "rows counted from 0 within the block"),
+    ([(LSE, "lse[..., qs:qe] = (m + torch.log(l)).squeeze(-1) if qs else 0.0")], "right for some query rows but wrong for others"),
+    ([(LSE, "lse[..., qs:qe] = (torch.logsumexp(q_blk @ k[..., :hi, :].transpose(-2, -1), dim=-1, keepdim=True) if not is_causal else m / scale + torch.log(l)).squeeze(-1)")], "without the 1/√d scale"),
+    ([(LSE, "lse[..., qs:qe, :] = m + torch.log(l)"), ("lse = torch.empty(q.shape[:-1], ", "lse = torch.empty(q.shape[:-1] + (1,), ")], "Drop the last axis"),
+    ([("        return out, lse\n", "        return lse, out\n")], "the output"),
+]  # fmt: skip
+
+
+def test_flash_attention_accepts_a_right_lse(capsys):
+    assert_accepted(check_flash_attention, _flash(), capsys)
+
+
+@pytest.mark.parametrize(("edits", "phrase"), LSE_MISTAKES)
+def test_flash_attention_names_lse_mistakes(edits, phrase, capsys):
+    assert_rejected(check_flash_attention, _flash(*edits), phrase, capsys)
+
+
+def test_every_named_lse_mistake_has_a_learner_case():
+    q, k = torch.randn(5, 8, dtype=torch.float64), torch.randn(5, 8, dtype=torch.float64)
+    phrases = [phrase for _, phrase in LSE_MISTAKES]
+    for mistake in tiled_lse_mistakes(functools.partial(tiled_lse, q, k, causal=True, block_m=2, block_n=2)):
+        assert any(phrase in mistake.message for phrase in phrases), mistake.message
+
+
+@pytest.mark.parametrize(("t_q", "t_k", "block_size"), [(37, 37, 8), (21, 45, 8), (20, 20, 1), (45, 21, 16)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_lse_simulator_is_right_by_default_and_matches_the_reference(t_q, t_k, block_size, causal):
+    q, k, v = torch.randn(2, t_q, 8, dtype=torch.float64), torch.randn(2, t_k, 8, dtype=torch.float64), torch.randn(2, t_k, 4, dtype=torch.float64)
+    _, lse = flash.flash_attention(q, k, v, is_causal=causal, block_size=block_size, return_lse=True)
+    torch.testing.assert_close(tiled_lse(q, k, causal=causal, block_m=block_size, block_n=block_size), lse, atol=1e-12, rtol=1e-10)  # fmt: skip
 
 
 @pytest.mark.parametrize(("edits", "phrase"), ONLINE_SOFTMAX_MISTAKES)

@@ -341,3 +341,102 @@ def _causal_table(bound: str) -> list[tuple[dict[str, Any], str]]:
             "-inf (key j allowed when j <= i + T_k - T_q).",
         ),
     ]
+
+
+# ---------------------------------------------------------------------------------------------
+# the log-sum-exp of tiled attention
+
+
+def tiled_lse(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    *,
+    causal: bool,
+    block_m: int,
+    block_n: int,
+    kind: str = "right",
+) -> torch.Tensor:
+    """The log-sum-exp per query row (..., T_q) of the masked scaled scores, one `kind` per mistake.
+
+    kind: "right"; "last-block" (the lse of the last key block visited only: m + log of that block's
+    p.sum()); "max-only" (the running maximum m, no log of the sum); "log2" (m + log2(l)); "base2"
+    (the lse in base 2, lse · log2(e), as exp2 code keeps it); "unscaled" (the lse of q @ kᵀ without
+    1/√d); "unscaled-max" (m/scale + log(l): the maximum of the unscaled scores, the sum of the
+    scaled); "block-rows" (each query block's lse written to rows 0 … B - 1, the rest left at 0).
+    """
+    q, k = (x.detach().to("cpu", torch.float64) for x in (q, k))
+    t_q, d = q.shape[-2:]
+    t_k = k.shape[-2]
+    offset = t_k - t_q
+    s = q @ k.transpose(-1, -2) * (1.0 if kind == "unscaled" else 1 / math.sqrt(d))  # (..., T_q, T_k)
+    if causal:
+        allowed = torch.arange(t_k)[None, :] <= torch.arange(t_q)[:, None] + offset  # (T_q, T_k)
+        s = s.masked_fill(~allowed, -math.inf)
+    lse = torch.logsumexp(s, dim=-1)  # (..., T_q)
+    if kind in ("right", "unscaled"):
+        return lse
+    if kind == "base2":
+        return lse * math.log2(math.e)
+    m = s.amax(dim=-1)  # (..., T_q)
+    if kind == "max-only":
+        return m
+    if kind == "unscaled-max":
+        return lse - m + m * math.sqrt(d)
+    if kind == "log2":
+        m_safe = torch.where(m == -math.inf, 0.0, m)
+        return m + torch.log2(torch.exp(s - m_safe[..., None]).sum(dim=-1))
+    if kind == "block-rows":
+        wrong = torch.zeros_like(lse)
+        for qs in range(0, t_q, block_m):
+            qe = min(qs + block_m, t_q)
+            wrong[..., : qe - qs] = lse[..., qs:qe]
+        return wrong
+    if kind == "last-block":
+        wrong = torch.empty_like(lse)
+        for qs in range(0, t_q, block_m):
+            qe = min(qs + block_m, t_q)
+            hi = max(min(t_k, qe + offset), 0) if causal else t_k
+            last = (hi - 1) // block_n * block_n if hi > 0 else 0
+            wrong[..., qs:qe] = torch.logsumexp(s[..., qs:qe, last:hi], dim=-1)
+        return wrong
+    raise ValueError(f"unknown kind {kind!r}")
+
+
+def tiled_lse_mistakes(simulate: Callable[..., torch.Tensor]) -> list[Mistake]:
+    """The named mistakes of the log-sum-exp; `simulate(kind=...)` computes one on the check's inputs."""
+    table = [
+        (
+            "last-block",
+            "is the log-sum-exp of the last key block only: the lse of a row is m + log(l) with the "
+            "final running maximum m and running sum l over ALL key blocks, computed once after the "
+            "key loop, not m + log(p.sum(-1)) of the block just visited.",
+        ),
+        (
+            "max-only",
+            "is the running maximum m without the log of the sum: the log-sum-exp of a row is "
+            "m + log(l), with l the running sum of exp(s - m).",
+        ),
+        (
+            "log2",
+            "mixes natural log and log2: m is a maximum of natural-log scores, so add log(l) "
+            "(torch.log), not log2(l). The lse is in natural-log units: torch.logsumexp(scores, -1).",
+        ),
+        (
+            "base2",
+            "is in base 2 (it is the natural log-sum-exp times log2(e)): with exp2 and log2(e) folded "
+            "into the scale, m and log2(l) are base-2 quantities; return (m + log2(l)) / log2(e), i.e. "
+            "multiply by ln 2, so that lse = torch.logsumexp(scores, -1) in natural log.",
+        ),
+        (
+            "unscaled",
+            "is the log-sum-exp of the scores without the 1/√d scale: the lse is that of the scaled "
+            "scores q @ kᵀ / √d that the softmax uses, m + log(l) with m their running maximum.",
+        ),
+        (
+            "block-rows",
+            "writes each query block's lse to the rows counted from 0 within the block: store it at "
+            "the block's absolute rows, lse[..., qs:qe].",
+        ),
+    ]
+    table.insert(5, ("unscaled-max", table[4][1]))
+    return [Mistake(message, functools.partial(simulate, kind=kind)) for kind, message in table]

@@ -29,7 +29,13 @@ from attn_course.checks._harness import (
     expect_tensor,
     randn,
 )
-from attn_course.checks._simulate import STREAMING_SOFTMAX_MISTAKES, tiled_attention, tiled_attention_mistakes
+from attn_course.checks._simulate import (
+    STREAMING_SOFTMAX_MISTAKES,
+    tiled_attention,
+    tiled_attention_mistakes,
+    tiled_lse,
+    tiled_lse_mistakes,
+)
 
 
 class _OpRecorder(TorchDispatchMode):
@@ -164,16 +170,25 @@ size (26 = 3·8 + 2), block_size 1 and longer than the sequence, and no batch ax
 
 @check
 def check_flash_attention(candidate: Callable[..., Any]) -> str:
-    """Compare with attention over shapes and block sizes; reject a candidate that does not tile."""
+    """Compare with attention over shapes and block sizes; reject a candidate that does not tile.
+
+    Then call again with return_lse=True and compare the log-sum-exp with torch.logsumexp.
+    """
+    outputs = []
     for q_shape, t_k, d_v, is_causal, block_size in _ATTENTION_CASES:
         q = randn(*q_shape)
         k = randn(*q_shape[:-2], t_k, q_shape[-1])
         v = randn(*q_shape[:-2], t_k, d_v)
-        _compare(candidate, q, k, v, is_causal, block_size)
-    _compare_float32(candidate)
+        outputs.append((q, k, v, is_causal, block_size, _compare(candidate, q, k, v, is_causal, block_size)))
+    outputs.append(_compare_float32(candidate))
     _expect_tiled(candidate)
     _expect_runs_on_cuda(candidate)
-    return "7 shapes (ragged, T_q != T_k, block_size 1 and > T), causal, float32, never T_q×T_k"
+    for case in outputs:  # the output is right: now the log-sum-exp that return_lse=True gives with it
+        _compare_lse(candidate, *case)
+    return (
+        "7 shapes (ragged, T_q != T_k, block_size 1 and > T), causal, float32, never T_q×T_k; "
+        "with return_lse=True the log-sum-exp of every row"
+    )
 
 
 def _compare(
@@ -183,16 +198,16 @@ def _compare(
     v: torch.Tensor,
     is_causal: bool,
     block_size: int,
-) -> None:
+) -> torch.Tensor:
     kwargs = {"is_causal": is_causal, "block_size": block_size}
     result = call("flash_attention", candidate, q, k, v, **kwargs)
     exact = (q.double(), k.double(), v.double())
     expected = reference.attention(*exact, is_causal=is_causal)[0].to(q.dtype)  # (..., T_q, d_v)
     if isinstance(result, tuple | list):
         raise CheckFailed(
-            f"flash_attention returned a {type(result).__name__} of {len(result)} items: return only the "
-            "output tensor (..., T_q, d_v). (The package's flash_attention_forward also returns the "
-            "log-sum-exp; the exercise does not.)"
+            f"flash_attention returned a {type(result).__name__} of {len(result)} items with "
+            "return_lse=False (the default): return only the output tensor (..., T_q, d_v) then, and "
+            "(out, lse) only when return_lse=True."
         )
     shape = f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
     what = f"Your flash_attention({shape}, is_causal={is_causal}, block_size={block_size})"
@@ -226,6 +241,81 @@ def _compare(
         "exp(-inf - (-inf)) when a row has seen only masked keys so far: use a running maximum that "
         "starts at -inf and replace it by 0 where it is still -inf before subtracting; inf comes from exp "
         "of unshifted scores.",
+    )
+    return out
+
+
+def _compare_lse(
+    candidate: Callable[..., Any],
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    is_causal: bool,
+    block_size: int,
+    out: torch.Tensor,
+) -> None:
+    """Call again with return_lse=True: the same output, and the log-sum-exp of each row's scores."""
+    kwargs = {"is_causal": is_causal, "block_size": block_size, "return_lse": True}
+    result = call("flash_attention", candidate, q, k, v, **kwargs)
+    shape = f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
+    what = f"Your flash_attention({shape}, is_causal={is_causal}, block_size={block_size}, return_lse=True)"
+    if isinstance(result, torch.Tensor):
+        raise CheckFailed(
+            f"{what} returned one tensor: it ignores return_lse=True. Then return the pair (out, lse), "
+            "lse (..., T_q) the log-sum-exp of each query row's scaled scores, m + log(l) from the "
+            "final running maximum m and running sum l of the row."
+        )
+    if not isinstance(result, tuple | list) or len(result) != 2:
+        returned = _describe_value(result)
+        raise CheckFailed(f"{what} should return the pair (out, lse), but returned {returned}.")
+    out_again, lse = result
+    expect_tensor(out_again, out.shape, f"{what}[0] (the output)", device=q.device, finite=False)
+    expect_close(
+        out_again,
+        out,
+        f"{what}[0] (the output)",
+        called_as="",
+    )
+    t_q = q.shape[-2]
+    hints = {
+        (*q.shape[:-1], 1): "Drop the last axis: lse has one number per query row, shape (..., T_q) "
+        "(squeeze(-1) of a (..., T_q, 1) running statistic).",
+        (*q.shape[:-2], t_q - t_q % block_size): "The last, shorter query block's rows are missing.",
+    }
+    lse = expect_tensor(lse, q.shape[:-1], f"{what}[1] (the lse)", device=q.device, finite=False, hints=hints)
+    exact = (q.double(), k.double())
+    expected = tiled_lse(*exact, causal=is_causal, block_m=block_size, block_n=block_size).to(q.dtype)
+    simulate = functools.partial(tiled_lse, q, k, causal=is_causal, block_m=block_size, block_n=block_size)
+    expect_close(
+        lse,
+        expected.to(lse.dtype) if lse.is_floating_point() else expected,
+        f"{what}[1], the log-sum-exp,",
+        mistakes=tiled_lse_mistakes(simulate),
+        called_as="",
+        diagnose=functools.partial(_diagnose_lse_rows, block_size=block_size),
+        nonfinite_hint="Every query here may attend at least one key, so its lse m + log(l) is finite.",
+    )
+
+
+def _describe_value(value: Any) -> str:
+    if isinstance(value, tuple | list):
+        return f"a {type(value).__name__} of {len(value)} items"
+    return type(value).__name__
+
+
+def _diagnose_lse_rows(actual: torch.Tensor, expected: torch.Tensor, block_size: int) -> str | None:
+    """Name an lse that is right in some query blocks only."""
+    a = actual.detach().to("cpu", torch.float64)
+    e = expected.detach().to("cpu", torch.float64)
+    bad = ~torch.isclose(a, e, rtol=1e-4, atol=2e-5)  # (..., T_q)
+    wrong = bad.flatten(0, -2).any(dim=0) if bad.dim() > 1 else bad  # (T_q,)
+    if wrong.all() or not wrong.any():
+        return None
+    rows = wrong.nonzero().flatten().tolist()
+    return (
+        f"is right for some query rows but wrong for others (the first wrong row is {rows[0]}, "
+        f"{len(rows)} of {wrong.numel()} wrong): each query block's lse belongs at its absolute rows, "
+        "lse[..., qs:qe], computed after the key loop from the block's final m and l."
     )
 
 
@@ -263,12 +353,12 @@ def _wrong_rows(actual: torch.Tensor, expected: torch.Tensor) -> torch.Tensor:
     return bad.flatten(0, -3).any(dim=0).any(dim=-1) if bad.dim() > 2 else bad.any(dim=-1)
 
 
-def _compare_float32(candidate: Callable[..., Any]) -> None:
+def _compare_float32(candidate: Callable[..., Any]) -> tuple[Any, ...]:
     """Scores of a few hundred in float32: exp overflows unless the running maximum is subtracted."""
     q = randn(2, 24, 8, dtype=torch.float32, scale=8.0)  # (B, T, d)
     k = randn(2, 24, 8, dtype=torch.float32, scale=8.0)
     v = randn(2, 24, 8, dtype=torch.float32)
-    _compare(candidate, q, k, v, True, 8)
+    return q, k, v, True, 8, _compare(candidate, q, k, v, True, 8)
 
 
 def _expect_tiled(candidate: Callable[..., Any]) -> None:
