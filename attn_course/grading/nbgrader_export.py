@@ -90,7 +90,7 @@ def nbgrader_notebook(solution: nbformat.NotebookNode, stem: str) -> nbformat.No
 
     The header is the student notebooks' (its Colab badge opens notebooks/, not solutions/).
     """
-    notebook = with_header(clean(nbformat.from_dict(solution)), "notebooks", f"{stem}.ipynb")
+    notebook = with_header(clean(nbformat.from_dict(solution)), "notebooks", f"{stem}.ipynb", student=True)
     where = f"{stem}.ipynb"
     marked: set[int] = set()
     for name in EXERCISES[stem]:
