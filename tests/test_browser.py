@@ -346,9 +346,9 @@ def test_notebook_08_runs_its_triton_kernels_through_the_interpreter_in_jupyterl
     assert_no_errors_and_every_plot_shown(page, saved)
     assert page.get_by_text("kernels are interpreted on the CPU (TRITON_INTERPRET=1)").count() == 1
     for name in ("triton_add", "triton_softmax", "triton_flash_attention"):
-        assert page.get_by_text(f"check_{name} passed").count() == 1
+        assert page.get_by_text(f"check_{name} passed", exact=True).count() == 1
     OUTPUT.mkdir(parents=True, exist_ok=True)
-    page.get_by_text("check_triton_flash_attention passed").scroll_into_view_if_needed()
+    page.get_by_text("check_triton_flash_attention passed", exact=True).scroll_into_view_if_needed()
     page.screenshot(path=OUTPUT / "08_triton_flash_attention.png")
 
 
@@ -361,11 +361,11 @@ def test_notebook_09_runs_its_gradient_checks_in_jupyterlab(lab, page):
     names = ("softmax_backward", "attention_backward", "flash_attention_backward", "FlashAttentionFunction",
              "triton_flash_attention_backward")  # fmt: skip
     for name in names:
-        assert page.get_by_text(f"check_{name} passed").count() == 1, name
+        assert page.get_by_text(f"check_{name} passed", exact=True).count() == 1, name
     printed = "".join(out.get("text", "") for cell in saved.cells for out in cell.get("outputs", []))
     assert "first 10 losses: largest difference" in printed  # the decoder trained with the Function
     OUTPUT.mkdir(parents=True, exist_ok=True)
-    page.get_by_text("check_FlashAttentionFunction passed").scroll_into_view_if_needed()
+    page.get_by_text("check_FlashAttentionFunction passed", exact=True).scroll_into_view_if_needed()
     page.screenshot(path=OUTPUT / "09_backward.png")
 
 
