@@ -159,13 +159,17 @@ def flash_attention_launch(
 
 @exercise("08_triton_flash_attention", 3)
 def triton_flash_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool = False
-) -> torch.Tensor:
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool = False, return_lse: bool = False
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """softmax(QKᵀ/√d) V by the FlashAttention Triton kernel, (B, H, T_q, d); bottom-right causal mask.
+
+    With return_lse, (out, lse): lse (B, H, T_q) in float32, each query row's natural log-sum-exp of
+    its scaled, masked scores (torch.logsumexp of QKᵀ/√d), as notebook 09's backward pass reads it.
 
     Introduced in 08_triton_flash_attention.
     """
-    return triton_flash_attention_forward(q, k, v, is_causal=is_causal)[0]
+    out, lse = triton_flash_attention_forward(q, k, v, is_causal=is_causal)
+    return (out, lse) if return_lse else out
 
 
 def backward_config(

@@ -6,6 +6,8 @@ TRITON_INTERPRET=1 before triton is imported), with one line of a learner-like s
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from check_assertions import assert_accepted, assert_rejected
@@ -209,6 +211,19 @@ FLASH_ACCEPTED = {
         ("alpha = tl.exp(m - m_safe)", "alpha = tl.exp2(m - m_safe)"),
         ("p = tl.exp(s - m_safe[:, None])", "p = tl.exp2(s - m_safe[:, None])"),
         ("H, T_q, T_k, 1 / math.sqrt(D),", "H, T_q, T_k, 1.4426950408889634 / math.sqrt(D),"),
+        ("lse = m + tl.log(l)", "lse = (m + tl.log2(l)) * 0.6931471805599453"),
+    ],
+    "exp2, the lse as m·ln 2 + log(l)": [
+        ("alpha = tl.exp(m - m_safe)", "alpha = tl.exp2(m - m_safe)"),
+        ("p = tl.exp(s - m_safe[:, None])", "p = tl.exp2(s - m_safe[:, None])"),
+        ("H, T_q, T_k, 1 / math.sqrt(D),", "H, T_q, T_k, 1.4426950408889634 / math.sqrt(D),"),
+        ("lse = m + tl.log(l)", "lse = m * 0.6931471805599453 + tl.log(l)"),
+    ],
+    "lse stored with the query mask's 2-D layout": [
+        (
+            "tl.store(L + pid_bh * T_q + offs_m, lse, mask=offs_m < T_q)",
+            "tl.store(L + pid_bh * T_q + offs_m[:, None], lse[:, None], mask=offs_m[:, None] < T_q)",
+        )
     ],
     "contiguous copies instead of strides": [
         (
@@ -217,6 +232,14 @@ FLASH_ACCEPTED = {
         ),
     ],
 }
+
+RETURN = "    return (o, lse) if return_lse else o\n"
+LSE = "lse = m + tl.log(l)"
+EXP2 = [
+    ("alpha = tl.exp(m - m_safe)", "alpha = tl.exp2(m - m_safe)"),
+    ("p = tl.exp(s - m_safe[:, None])", "p = tl.exp2(s - m_safe[:, None])"),
+    ("H, T_q, T_k, 1 / math.sqrt(D),", "H, T_q, T_k, 1.4426950408889634 / math.sqrt(D),"),
+]
 
 FLASH_REJECTED = {
     "accumulator not rescaled": (
@@ -289,18 +312,76 @@ FLASH_REJECTED = {
     "strides ignored": (
         [
             (
-                "q, k, v, o, q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),\n"
+                "q, k, v, o, lse, q.stride(0), q.stride(1), q.stride(2), "
+                "k.stride(0), k.stride(1), k.stride(2),\n"
                 "        v.stride(0), v.stride(1), v.stride(2), o.stride(0), o.stride(1), o.stride(2),",
-                "q, k, v, o, H * T_q * D, T_q * D, D, H * T_k * D, T_k * D, D,\n"
+                "q, k, v, o, lse, H * T_q * D, T_q * D, D, H * T_k * D, T_k * D, D,\n"
                 "        H * T_k * D, T_k * D, D, o.stride(0), o.stride(1), o.stride(2),",
             )
         ],
         "is wrong for inputs that are views",
     ),  # fmt: skip
-    "returns a tuple": ([("    return o\n", "    return o, None\n")], "return the attention output only"),
+    "returns a tuple": ([(RETURN, "    return o, None\n")], "return the attention output only then"),
     "float32 output for float16 input": (
         [("o = torch.empty_like(q)", "o = torch.empty_like(q, dtype=torch.float64)")],
         "has dtype torch.float64 but the inputs are torch.float32",
+    ),
+}
+
+
+# Kernels whose output is right and whose lse (with return_lse=True) is not, and the phrase each gets
+FLASH_LSE_REJECTED = {
+    "return_lse ignored": ([(RETURN, "    return o\n")], "it ignores return_lse"),
+    "no return_lse parameter": (
+        [
+            (
+                "def triton_flash_attention(q, k, v, is_causal=False, return_lse=False):",
+                "def triton_flash_attention(q, k, v, is_causal=False):",
+            ),
+            (RETURN, "    return o\n"),
+        ],
+        "give it the parameter `return_lse: bool = False`",
+    ),  # fmt: skip
+    "lse in float64": (
+        [
+            (
+                "lse = torch.empty(B, H, T_q, device=q.device, dtype=torch.float32)",
+                "lse = torch.empty(B, H, T_q, device=q.device, dtype=torch.float64)",
+            )
+        ],
+        "allocate it in float32",
+    ),  # fmt: skip
+    "tl.log2 with tl.exp": ([(LSE, "lse = m + tl.log2(l)")], "mixes natural log and log2"),
+    "base-2 lse left from the exp2 trick": (
+        [*EXP2, (LSE, "lse = m + tl.log2(l)")],
+        "is in base 2 (it is the natural log-sum-exp times log2(e)), as the exp2 trick leaves it",
+    ),
+    "exp2 trick, then the natural log of l": (
+        EXP2,
+        "adds the natural tl.log(l) to a base-2 running maximum",
+    ),  # fmt: skip
+    "running maximum only": ([(LSE, "lse = m")], "the running maximum m without the log of the sum"),
+    "last key block only": (
+        [(LSE, "lse = m + tl.log(tl.sum(p, 1))")],
+        "the log-sum-exp of the last key block only",
+    ),
+    "unscaled maximum": ([(LSE, "lse = m / scale + tl.log(l)")], "without the 1/√d scale"),
+    "row offset without the batch·head": (
+        [("tl.store(L + pid_bh * T_q + offs_m,", "tl.store(L + offs_m,")],
+        "lse_ptr + pid_bh * T_q + offs_m",
+    ),
+    "rows counted from 0 in each block": (
+        [
+            (
+                "tl.store(L + pid_bh * T_q + offs_m, lse, mask=offs_m < T_q)",
+                "tl.store(L + pid_bh * T_q + tl.arange(0, BLOCK_M), lse, mask=tl.arange(0, BLOCK_M) < T_q)",
+            )
+        ],
+        "the block's absolute query rows",
+    ),  # fmt: skip
+    "batch·head offset by T_k": (
+        [("tl.store(L + pid_bh * T_q + offs_m,", "tl.store(L + pid_bh * T_k + offs_m,")],
+        "lse_ptr + z * T_q + i",
     ),
 }
 
@@ -316,6 +397,22 @@ def test_check_triton_flash_attention_rejects(name, folder, capsys):
     pairs, phrase = FLASH_REJECTED[name]
     candidate = variant(FLASH, folder, "triton_flash_attention", *pairs)
     assert_rejected(check_triton_flash_attention, candidate, phrase, capsys)
+
+
+@pytest.mark.parametrize("name", FLASH_LSE_REJECTED)
+def test_check_triton_flash_attention_names_lse_mistakes(name, folder, capsys):
+    pairs, phrase = FLASH_LSE_REJECTED[name]
+    candidate = variant(FLASH, folder, "triton_flash_attention", *pairs)
+    assert_rejected(check_triton_flash_attention, candidate, phrase, capsys)
+
+
+def test_the_reference_returns_the_lse_only_when_asked():
+    q, k, v = torch.randn(3, 1, 2, 20, 16).unbind(0)
+    out = reference.triton_flash_attention(q, k, v, is_causal=True)
+    out_again, lse = reference.triton_flash_attention(q, k, v, is_causal=True, return_lse=True)
+    assert torch.equal(out, out_again) and lse.shape == (1, 2, 20) and lse.dtype == torch.float32
+    scores = (q @ k.transpose(-1, -2) / 4).masked_fill(torch.ones(20, 20).triu(1).bool(), -math.inf)
+    torch.testing.assert_close(lse, scores.logsumexp(-1))
 
 
 def test_check_triton_flash_attention_accepts_the_reference(capsys):
@@ -371,6 +468,8 @@ UNTRACED_REJECTED = {
         "a load past the end of a tensor without a mask",
     ),
     "no scale": ([("H, T_q, T_k, 1 / math.sqrt(D),", "H, T_q, T_k, 1.0,")], "does not scale the scores"),
+    "base-2 lse left from the exp2 trick": ([*EXP2, (LSE, "lse = m + tl.log2(l)")], "is in base 2"),
+    "return_lse ignored": ([(RETURN, "    return o\n")], "it ignores return_lse"),
 }
 
 

@@ -83,7 +83,7 @@ BLOCK_M, BLOCK_N = 32, 32
 
 @triton.jit
 def attention_kernel(
-    Q, K, V, O, sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sob, soh, som, H, T_q, T_k, scale,
+    Q, K, V, O, L, sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sob, soh, som, H, T_q, T_k, scale,
     D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, IS_CAUSAL: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
@@ -122,20 +122,23 @@ def attention_kernel(
     out = acc / l[:, None]
     o_ptrs = O + b * sob + h * soh + offs_m[:, None] * som + offs_d[None, :]
     tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=offs_m[:, None] < T_q)
+    lse = m + tl.log(l)
+    tl.store(L + pid_bh * T_q + offs_m, lse, mask=offs_m < T_q)
 
 
-def triton_flash_attention(q, k, v, is_causal=False):
+def triton_flash_attention(q, k, v, is_causal=False, return_lse=False):
     B, H, T_q, D = q.shape
     T_k = k.shape[2]
     o = torch.empty_like(q)
+    lse = torch.empty(B, H, T_q, device=q.device, dtype=torch.float32)
     grid = (triton.cdiv(T_q, BLOCK_M), B * H)
     attention_kernel[grid](
-        q, k, v, o, q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
+        q, k, v, o, lse, q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
         v.stride(0), v.stride(1), v.stride(2), o.stride(0), o.stride(1), o.stride(2),
         H, T_q, T_k, 1 / math.sqrt(D),
         D=D, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, IS_CAUSAL=is_causal,
     )
-    return o
+    return (o, lse) if return_lse else o
 """
 
 _counter = itertools.count()

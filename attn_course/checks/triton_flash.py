@@ -19,10 +19,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from attn_course.checks._harness import CheckFailed, Mistake, check
-from attn_course.checks._simulate import tiled_attention, tiled_attention_mistakes
+from attn_course.checks._harness import CheckFailed, Mistake, check, expect_close, expect_tensor
+from attn_course.checks._simulate import (
+    tiled_attention,
+    tiled_attention_mistakes,
+    tiled_lse,
+    tiled_lse_mistakes,
+)
 from attn_course.checks._triton_harness import (
     Mode,
+    close,
     compare,
     expect_all_written,
     expect_in_bounds,
@@ -136,7 +142,11 @@ def _flash_inputs(case: _FlashCase, mode: Mode) -> tuple[torch.Tensor, torch.Ten
 
 @check
 def check_triton_flash_attention(candidate: Callable[..., Any]) -> str:
-    """The learner's FlashAttention kernel against SDPA: ragged, causal, T_q ≠ T_k and strided inputs."""
+    """The learner's FlashAttention kernel against SDPA: ragged, causal, T_q ≠ T_k and strided inputs.
+
+    For each input, once the output is right, call again with return_lse=True and compare the
+    log-sum-exp with `tiled_lse`.
+    """
     mode = kernel_mode("triton_flash_attention", candidate)
     blocks_seen: set[tuple[int, int]] = set()
     for case in _FLASH_CASES:
@@ -148,8 +158,15 @@ def check_triton_flash_attention(candidate: Callable[..., Any]) -> str:
             "triton_flash_attention",
             trace,
             "When T is not a multiple of the block size the last query or key block runs past the "
-            "end: load with mask=offs[:, None] < T (other=0.0) and store with the query mask.",
+            "end: load with mask=offs[:, None] < T (other=0.0) and store with the query mask. The lse "
+            "(B, H, T_q) of query row i of batch·head z lies at lse_ptr + z * T_q + i.",
         )
+        if isinstance(result, tuple | list):
+            raise CheckFailed(
+                f"`triton_flash_attention` returned a {type(result).__name__} of {len(result)} items with "
+                "return_lse=False (the default): return the attention output only then, and the pair "
+                "(out, lse) only when return_lse=True."
+            )
         out = expect_result("triton_flash_attention", result, q, "the attention output")
         expect_all_written(
             trace,
@@ -173,6 +190,7 @@ def check_triton_flash_attention(candidate: Callable[..., Any]) -> str:
             explain=functools.partial(_expect_keys_visited, trace, q, k, case, blocks),
         )  # fmt: skip
         _expect_no_blocks_above_diagonal(trace, q, k, case)
+        _compare_lse(candidate, mode, case, q, k, v, out, blocks)
     detail = (
         f" in blocks of {' and '.join(f'{m}×{n}' for m, n in sorted(blocks_seen))}" if blocks_seen else ""
     )
@@ -180,9 +198,158 @@ def check_triton_flash_attention(candidate: Callable[..., Any]) -> str:
         "interpreted on the CPU, every load traced" if mode.traced else f"on {mode.device.type} in float16"
     )
     return (
-        f"matches attention on {len(_FLASH_CASES)} shapes (ragged, causal, T_q < T_k, strided){detail}; "
-        f"{where}."
+        f"matches attention on {len(_FLASH_CASES)} shapes (ragged, causal, T_q < T_k, strided){detail}, "
+        f"and with return_lse=True the log-sum-exp of every row; {where}."
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# the log-sum-exp that triton_flash_attention(..., return_lse=True) returns with the output
+
+_LSE_STORE_HINT = (
+    "lse is (B, H, T_q) and contiguous: the lse of query row i of batch·head z lies at "
+    "lse_ptr + z * T_q + i, so each program stores its BLOCK_M values m + tl.log(l) at "
+    "lse_ptr + pid_bh * T_q + offs_m (offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M), the block's "
+    "absolute query rows), masked with offs_m < T_q."
+)
+
+
+def _compare_lse(
+    candidate: Callable[..., Any],
+    mode: Mode,
+    case: _FlashCase,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    blocks: tuple[int, int] | None,
+) -> None:
+    """Call again with return_lse=True: the same output, and the natural log-sum-exp of each row's scores."""
+    name = "triton_flash_attention"
+    called_as = (
+        f"triton_flash_attention(q, k, v, is_causal={case.causal}, return_lse=True) with {case.describe()}"
+    )
+    where = f"\n(Called as {called_as}.)"
+    result, trace = traced_call(
+        name, candidate, mode, q, k, v, is_causal=case.causal, return_lse=True,
+        hint="With return_lse=True the wrapper returns the pair (out, lse): give it the parameter "
+        "`return_lse: bool = False` and end it with `return (out, lse) if return_lse else out`.",
+    )  # fmt: skip
+    if isinstance(result, torch.Tensor):
+        raise CheckFailed(
+            "`triton_flash_attention` returned one tensor with return_lse=True: it ignores return_lse. "
+            "Then return the pair (out, lse), lse the float32 (B, H, T_q) tensor your kernel writes: each "
+            f"query row's m + log(l), from its final running maximum m and running sum l.{where}"
+        )
+    if not isinstance(result, tuple | list) or len(result) != 2:
+        got = (
+            f"a {type(result).__name__} of {len(result)} items"
+            if isinstance(result, tuple | list)
+            else (type(result).__name__)
+        )
+        raise CheckFailed(
+            "`triton_flash_attention` with return_lse=True should return the pair (out, lse), "
+            f"not {got}.{where}"
+        )
+    expect_in_bounds(
+        name,
+        trace,
+        f"Without return_lse it stayed in bounds, so this is likely the lse store: {_LSE_STORE_HINT}",
+    )
+    out_again, lse = result
+    expect_tensor(out_again, out.shape, "with return_lse=True, out", device=q.device, finite=False)
+    if not close(out_again, out, mode.gpu):
+        raise CheckFailed(
+            "with return_lse=True your output differs from the output without it: return_lse only adds the "
+            f"lse, the output stays the same.{where}"
+        )
+    hints = {
+        tuple(q.shape): "That is q's shape: lse has one number per query row, (B, H, T_q).",
+        (*q.shape[:-1], 1): "Drop the last axis: lse has one number per query row, (B, H, T_q).",
+    }
+    what = "with return_lse=True, lse"
+    lse = expect_tensor(lse, q.shape[:-1], what, device=q.device, finite=False, hints=hints)
+    if lse.dtype != torch.float32:
+        raise CheckFailed(
+            f"with return_lse=True, lse has dtype {lse.dtype}: allocate it in float32, "
+            "torch.empty(B, H, T_q, device=q.device, dtype=torch.float32), whatever the inputs' dtype; "
+            "the kernel keeps m and l in float32, and notebook 09's backward pass reads the lse so.{where}"
+        )
+    expect_all_written(trace, lse, f"(Of the lse, (B, H, T_q).) {_LSE_STORE_HINT}")
+    expected = tiled_lse(q, k, causal=case.causal, block_m=q.shape[-2], block_n=k.shape[-2])  # (B, H, T_q)
+    tried = [blocks] if blocks else list(itertools.product(_BLOCK_SIZES, repeat=2))
+    expect_close(
+        lse,
+        expected,
+        "with return_lse=True, the lse (the log-sum-exp of each query row)",
+        mistakes=_lse_mistakes(q, k, case.causal, tried),
+        close=functools.partial(close, gpu=mode.gpu),
+        diagnose=functools.partial(_diagnose_lse, gpu=mode.gpu),
+        called_as=called_as,
+        nonfinite_hint="Every query here may attend at least one key, so its lse m + log(l) is finite; "
+        "an lse element that no program stored is whatever torch.empty left there.",
+    )
+
+
+def _lse_mistakes(
+    q: torch.Tensor, k: torch.Tensor, causal: bool, blocks: Sequence[tuple[int, int]]
+) -> list[Mistake]:
+    """The named mistakes of the kernel's lse: the kernel's own wording first, then those of notebook 06."""
+    whole = functools.partial(tiled_lse, q, k, causal=causal, block_m=q.shape[-2], block_n=k.shape[-2])
+
+    def natural_log_of_base2_max() -> torch.Tensor:
+        m = whole(kind="max-only")  # (B, H, T_q)
+        return m * math.log2(math.e) + (whole() - m)
+
+    found = [
+        Mistake(
+            "is in base 2 (it is the natural log-sum-exp times log2(e)), as the exp2 trick leaves it: with "
+            "log2(e) folded into sm_scale, m and tl.log2(l) are base-2 quantities, so store "
+            "(m + tl.log2(l)) * 0.6931471805599453 (ln 2). The lse is in natural log, "
+            "torch.logsumexp of the scaled scores, as notebook 09 reads it.",
+            functools.partial(whole, kind="base2"),
+        ),
+        Mistake(
+            "adds the natural tl.log(l) to a base-2 running maximum: with log2(e) folded into sm_scale for "
+            "tl.exp2, m is log2(e) times the natural maximum; store m * 0.6931471805599453 + tl.log(l), "
+            "or (m + tl.log2(l)) * 0.6931471805599453 (ln 2 = 0.693…).",
+            natural_log_of_base2_max,
+        ),
+        Mistake(
+            "mixes natural log and log2: with tl.exp, m is a natural-log quantity, so the lse is "
+            "m + tl.log(l), not m + tl.log2(l).",
+            functools.partial(whole, kind="log2"),
+        ),
+    ]
+    for block_m, block_n in blocks:
+        simulate = functools.partial(tiled_lse, q, k, causal=causal, block_m=block_m, block_n=block_n)
+        found += tiled_lse_mistakes(simulate)
+    return found
+
+
+def _diagnose_lse(actual: torch.Tensor, expected: torch.Tensor, gpu: bool) -> str | None:
+    """Name an lse that is right for some batch·heads or query rows only."""
+    a = actual.detach().to("cpu", torch.float64)
+    e = expected.detach().to("cpu", torch.float64)
+    tol = dict(atol=1e-2, rtol=1e-2) if gpu else dict(atol=2e-5, rtol=1e-4)
+    bad = ~torch.isclose(a, e, **tol)  # (B, H, T_q)
+    heads = bad.flatten(0, 1).any(dim=-1)  # (B·H,)
+    rows = bad.flatten(0, 1).any(dim=0)  # (T_q,)
+    if not bad.any():
+        return None
+    if not heads.all():
+        first = int(heads.nonzero()[0, 0])
+        return (
+            f"is right for some batch·heads but wrong for others (the first wrong is batch·head {first}): "
+            f"{_LSE_STORE_HINT}"
+        )
+    if not rows.all():
+        first = int(rows.nonzero()[0, 0])
+        return (
+            f"is right for some query rows but wrong for others (the first wrong row is {first}, "
+            f"{int(rows.sum())} of {rows.numel()} wrong): {_LSE_STORE_HINT}"
+        )
+    return None
 
 
 _STRIDE_MESSAGE = (
