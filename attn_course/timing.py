@@ -24,6 +24,7 @@ TARGETS: dict[str, float] = {
     "06_flash_attention": 60.0,
     "07_kv_cache": 120.0,
     "08_triton_flash_attention": 60.0,
+    "09_backward": 120.0,
     "10_modern_attention": 120.0,
 }
 """Longer targets, by notebook stem, for the notebooks that benchmark or train."""
