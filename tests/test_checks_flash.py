@@ -369,6 +369,7 @@ LSE_MISTAKES = [  # learner code whose output is right and whose lse is not, and
     ([(LSE, "lse[..., qs:qe] = (m / scale + torch.log(l)).squeeze(-1)")], "without the 1/√d scale"),
     ([(LSE, "lse[..., :qe - qs] = (m + torch.log(l)).squeeze(-1)"), ("lse = torch.empty(", "lse = torch.zeros(")], "rows counted from 0 within the block"),
     ([(LSE, "lse[..., qs:qe] = (m + torch.log(l)).squeeze(-1) if qs else 0.0")], "right for some query rows but wrong for others"),
+    ([(LSE, "lse[..., qs:qe] = torch.logsumexp(q_blk @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1)")], "counts the keys the causal mask hides"),
     ([(LSE, "lse[..., qs:qe] = (torch.logsumexp(q_blk @ k[..., :hi, :].transpose(-2, -1), dim=-1, keepdim=True) if not is_causal else m / scale + torch.log(l)).squeeze(-1)")], "without the 1/√d scale"),
     ([(LSE, "lse[..., qs:qe, :] = m + torch.log(l)"), ("lse = torch.empty(q.shape[:-1], ", "lse = torch.empty(q.shape[:-1] + (1,), ")], "Drop the last axis"),
     ([("        return out, lse\n", "        return lse, out\n")], "the output"),

@@ -362,18 +362,19 @@ def tiled_lse(
     p.sum()); "max-only" (the running maximum m, no log of the sum); "log2" (m + log2(l)); "base2"
     (the lse in base 2, lse · log2(e), as exp2 code keeps it); "unscaled" (the lse of q @ kᵀ without
     1/√d); "unscaled-max" (m/scale + log(l): the maximum of the unscaled scores, the sum of the
-    scaled); "block-rows" (each query block's lse written to rows 0 … B - 1, the rest left at 0).
+    scaled); "block-rows" (each query block's lse written to rows 0 … B - 1, the rest left at 0);
+    "unmasked" (the lse of every key's score, the causal mask left out of it).
     """
     q, k = (x.detach().to("cpu", torch.float64) for x in (q, k))
     t_q, d = q.shape[-2:]
     t_k = k.shape[-2]
     offset = t_k - t_q
     s = q @ k.transpose(-1, -2) * (1.0 if kind == "unscaled" else 1 / math.sqrt(d))  # (..., T_q, T_k)
-    if causal:
+    if causal and kind != "unmasked":
         allowed = torch.arange(t_k)[None, :] <= torch.arange(t_q)[:, None] + offset  # (T_q, T_k)
         s = s.masked_fill(~allowed, -math.inf)
     lse = torch.logsumexp(s, dim=-1)  # (..., T_q)
-    if kind in ("right", "unscaled"):
+    if kind in ("right", "unscaled", "unmasked"):
         return lse
     if kind == "base2":
         return lse * math.log2(math.e)
@@ -431,6 +432,12 @@ def tiled_lse_mistakes(simulate: Callable[..., torch.Tensor]) -> list[Mistake]:
             "unscaled",
             "is the log-sum-exp of the scores without the 1/√d scale: the lse is that of the scaled "
             "scores q @ kᵀ / √d that the softmax uses, m + log(l) with m their running maximum.",
+        ),
+        (
+            "unmasked",
+            "counts the keys the causal mask hides: the lse is that of the scores the softmax sees, "
+            "so take it over the same masked scores (m + log(l) of the masked tile loop), not over "
+            "every key.",
         ),
         (
             "block-rows",
