@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import io
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import ipywidgets as widgets
@@ -28,6 +28,9 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from attn_course.rope import apply_rope, rope_frequencies
+
+Rope = Callable[..., torch.Tensor]
+"""A RoPE function with the signature of `apply_rope(x, positions=None, base=10000.0)`."""
 
 _QUERY = "tab:orange"
 _KEY = "tab:blue"
@@ -65,9 +68,17 @@ def _check_vectors(q: torch.Tensor, k: torch.Tensor) -> None:
 
 
 def pair_view(
-    q: torch.Tensor, k: torch.Tensor, index: int, distance: int, shift: int = 0, base: float = 10000.0
+    q: torch.Tensor,
+    k: torch.Tensor,
+    index: int,
+    distance: int,
+    shift: int = 0,
+    base: float = 10000.0,
+    rope: Rope = apply_rope,
 ) -> PairView:
     """Pair `index` of q at position shift + distance and of k at position shift, and their scores.
+
+    `rope` rotates them (the course's `apply_rope` by default; a notebook passes the learner's).
 
     >>> view = pair_view(torch.tensor([1.0, 0.0]), torch.tensor([1.0, 0.0]), index=0, distance=2)
     >>> round(view.pair_score, 4) == round(math.cos(2.0), 4)
@@ -80,8 +91,8 @@ def pair_view(
     if not 0 <= index < d // 2:
         raise ValueError(f"the pair index must be in 0 … {d // 2 - 1}, got {index}")
     q64, k64 = q.detach().to(torch.float64), k.detach().to(torch.float64)  # (d,) each
-    rotated_q = apply_rope(q64[None], torch.tensor([shift + distance]), base)[0]  # (d,)
-    rotated_k = apply_rope(k64[None], torch.tensor([shift]), base)[0]  # (d,)
+    rotated_q = rope(q64[None], torch.tensor([shift + distance]), base)[0]  # (d,)
+    rotated_k = rope(k64[None], torch.tensor([shift]), base)[0]  # (d,)
     theta = rope_frequencies(d, base)[index].item()
     q_pair, k_pair = rotated_q[2 * index : 2 * index + 2], rotated_k[2 * index : 2 * index + 2]  # (2,) each
     return PairView(
@@ -103,11 +114,13 @@ def score_curve(
     distances: torch.Tensor,
     index: int | None = None,
     base: float = 10000.0,
+    rope: Rope = apply_rope,
 ) -> torch.Tensor:
     """Scores q·k (n,) with the query Δ positions after the key, for each Δ in `distances` (n,).
 
     With `index`, only pair `index`'s share of each score. The key sits at position 0; by RoPE's
-    relative invariance any other common shift gives the same curve.
+    relative invariance any other common shift gives the same curve. `rope` rotates q and k (the
+    course's `apply_rope` by default; a notebook passes the learner's).
 
     >>> score_curve(torch.ones(4), torch.ones(4), torch.tensor([0, 1])).shape
     torch.Size([2])
@@ -117,8 +130,8 @@ def score_curve(
     _check_vectors(q, k)
     d = q.shape[0]
     q64, k64 = q.detach().to(torch.float64), k.detach().to(torch.float64)  # (d,) each
-    rotated_q = apply_rope(q64.expand(len(distances), d), distances, base)  # (n, d)
-    rotated_k = apply_rope(k64[None], None, base)  # (1, d): the key at position 0
+    rotated_q = rope(q64.expand(len(distances), d), distances, base)  # (n, d)
+    rotated_k = rope(k64[None], None, base)  # (1, d): the key at position 0
     products = rotated_q * rotated_k  # (n, d)
     if index is not None:
         return products[:, 2 * index : 2 * index + 2].sum(dim=-1)  # (n,)
@@ -158,7 +171,8 @@ class RopeExplorer:
 
     Left: pair i of the query (at position shift + Δ) and of the key (at position shift) as
     arrows in their plane. Right: the whole score and pair i's share against Δ, with the
-    current Δ marked. `widget` is what to display; `view` is the `PairView` on show.
+    current Δ marked. `widget` is what to display; `view` is the `PairView` on show. `rope`
+    rotates the vectors (the course's `apply_rope` by default; a notebook passes the learner's).
 
     >>> explorer = RopeExplorer(torch.ones(8), torch.ones(8))
     >>> explorer.distance_slider.value = 3
@@ -178,14 +192,16 @@ class RopeExplorer:
         distance: int = 1,
         max_distance: int = 64,
         max_shift: int = 1000,
+        rope: Rope = apply_rope,
     ) -> None:
         _check_vectors(q, k)
+        self.rope = rope
         self.q = q.detach().to(torch.float64)  # (d,)
         self.k = k.detach().to(torch.float64)  # (d,)
         self.base = base
         d = q.shape[0]
         self.distances = torch.arange(-max_distance, max_distance + 1)  # (n,)
-        self.scores = score_curve(self.q, self.k, self.distances, base=base)  # (n,)
+        self.scores = score_curve(self.q, self.k, self.distances, base=base, rope=rope)  # (n,)
         self.index_slider = widgets.IntSlider(
             value=index, min=0, max=d // 2 - 1, description="pair i", continuous_update=True
         )
@@ -210,7 +226,7 @@ class RopeExplorer:
         self.figure = Figure(figsize=(9.0, 3.6), dpi=96, layout="constrained")
         FigureCanvasAgg(self.figure)
         self.pair_ax, self.curve_ax = self.figure.subplots(1, 2, width_ratios=[1, 1.8])
-        self.view = pair_view(self.q, self.k, index, distance, 0, base)
+        self.view = pair_view(self.q, self.k, index, distance, 0, base, rope)
         self.update()
         for slider in (self.index_slider, self.distance_slider, self.shift_slider):
             slider.observe(self._on_change, names="value")
@@ -221,11 +237,13 @@ class RopeExplorer:
     def update(self) -> None:
         """Recompute the view for the sliders' values, and redraw both pictures."""
         index, distance = int(self.index_slider.value), int(self.distance_slider.value)
-        self.view = pair_view(self.q, self.k, index, distance, int(self.shift_slider.value), self.base)
+        self.view = pair_view(
+            self.q, self.k, index, distance, int(self.shift_slider.value), self.base, self.rope
+        )
         self.pair_ax.clear()
         _draw_pair(self.pair_ax, self.view)
         self.curve_ax.clear()
-        share = score_curve(self.q, self.k, self.distances, index, self.base)  # (n,)
+        share = score_curve(self.q, self.k, self.distances, index, self.base, self.rope)  # (n,)
         self.curve_ax.plot(self.distances.tolist(), self.scores.tolist(), color="black", label="score q·k")
         self.curve_ax.plot(
             self.distances.tolist(), share.tolist(), color=_QUERY, label=f"share of pair {index}"
@@ -259,6 +277,7 @@ def rope_pair_grid(
     indices: Sequence[int] = (0, 4, 16),
     distances: Sequence[int] = (0, 1, 4, 16),
     base: float = 10000.0,
+    rope: Rope = apply_rope,
 ) -> Figure:
     """Small multiples of the explorer's pair picture: one row per pair index, one column per Δ.
 
@@ -276,7 +295,7 @@ def rope_pair_grid(
     )
     for row, index in enumerate(indices):
         for column, distance in enumerate(distances):
-            view = pair_view(q, k, index, distance, 0, base)
+            view = pair_view(q, k, index, distance, 0, base, rope)
             _draw_pair(axes[row, column], view, title=False, legend=row == column == 0)
             axes[row, column].set_title(
                 f"i = {index}, Δ = {distance}: {view.pair_score:+.2f}\nscore {view.score:+.1f}", fontsize=8

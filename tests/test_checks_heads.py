@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 from check_assertions import assert_accepted, assert_rejected, cpu_standing_in_for_cuda
 from einops import rearrange
+from learner_code import MERGE, MHA, SPLIT, learner
 from torch import nn
 
 from attn_course import reference
@@ -590,3 +591,82 @@ def test_the_gpu_case_runs_the_layer_moved_to_the_device(cpu_stands_in_for_cuda,
     assert_accepted(check_MultiHeadAttention, reference.MultiHeadAttention, capsys)
     assert cpu_stands_in_for_cuda  # the GPU case ran
 
+
+# ---------------------------------------------------------------------------------------------
+# Notebook 04 no longer shows the split and merge patterns before the exercises: spellings a
+# learner reasons out, edits of the right solutions in learner_code.py.
+
+_SPLIT_LINE = "x.view(b, t, n_heads, d).transpose(1, 2)"
+_MERGE_LINE = "x.transpose(1, 2).reshape(b, t, h * d)"
+
+
+def split_written(line):
+    """The learner's split_heads with its one line written `line`."""
+    return learner(SPLIT, "split_heads", (_SPLIT_LINE, line))
+
+
+def merge_written(line):
+    """The learner's merge_heads with its one line written `line`."""
+    return learner(MERGE, "merge_heads", (_MERGE_LINE, line))
+
+
+MHA_EINSUM = learner(
+    MHA,
+    "MultiHeadAttention",
+    (
+        "scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)",
+        'scores = torch.einsum("bhqd,bhkd->bhqk", q, k) / math.sqrt(d_k)',
+    ),
+    (
+        "out = (weights @ v).transpose(1, 2).reshape(b, t, d_model)",
+        'out = rearrange(torch.einsum("bhqk,bhkd->bhqd", weights, v), "b h t d -> b t (h d)")',
+    ),
+)
+
+REASONED_RIGHT = [
+    pytest.param(check_split_heads, split_written("x.reshape(b, t, n_heads, d).permute(0, 2, 1, 3)")),
+    pytest.param(check_split_heads, split_written("x.unflatten(-1, (n_heads, d)).movedim(2, 1)")),
+    pytest.param(check_split_heads, split_written("torch.stack(x.split(d, dim=-1), dim=1)")),
+    pytest.param(check_split_heads, split_written('rearrange(x, "b t (h d) -> b h t d", h=n_heads)')),
+    pytest.param(check_merge_heads, merge_written("x.permute(0, 2, 1, 3).flatten(2)")),
+    pytest.param(check_merge_heads, merge_written("torch.cat(x.unbind(1), dim=-1)")),
+    pytest.param(check_merge_heads, merge_written('rearrange(x, "b h t d -> b t (h d)")')),
+    pytest.param(check_MultiHeadAttention, MHA_EINSUM, id="mha-einsum-rearrange"),
+]
+
+REASONED_WRONG = [
+    pytest.param(
+        check_split_heads,
+        split_written("x.transpose(1, 2).reshape(b, n_heads, t, d)"),
+        "moves the axes before splitting",
+        id="split-transpose-first",
+    ),
+    pytest.param(
+        check_split_heads,
+        split_written("torch.stack(x.split(d, dim=-1))"),
+        "in front of the batch",
+        id="split-heads-before-batch",
+    ),
+    pytest.param(
+        check_merge_heads,
+        merge_written("x.reshape(b, h * d, t).transpose(1, 2)"),
+        "as if it were (d, t)",
+        id="merge-reshape-first",
+    ),
+    pytest.param(
+        check_merge_heads,
+        merge_written('rearrange(x, "b h t d -> b t (d h)")'),
+        "interleaves the heads",
+        id="merge-rearrange-d-h",
+    ),
+]
+
+
+@pytest.mark.parametrize(("check", "candidate"), REASONED_RIGHT)
+def test_reasoned_out_spellings_pass(check, candidate, capsys):
+    assert_accepted(check, candidate, capsys)
+
+
+@pytest.mark.parametrize(("check", "candidate", "phrase"), REASONED_WRONG)
+def test_reasoned_out_mistakes_are_named(check, candidate, phrase, capsys):
+    assert_rejected(check, candidate, phrase, capsys)

@@ -9,6 +9,7 @@ import pytest
 import torch
 from check_assertions import assert_accepted, assert_rejected, cpu_standing_in_for_cuda
 from einops import rearrange
+from learner_code import FREQUENCIES, learner
 from rotary_embedding_torch import RotaryEmbedding, apply_rotary_emb
 from torch import nn
 
@@ -561,3 +562,52 @@ def test_the_gpu_case_runs_the_rotary_layer_moved_to_the_device(monkeypatch, cap
     calls = cpu_standing_in_for_cuda(monkeypatch, rope_checks)
     assert_accepted(check_RotaryMultiHeadAttention, reference.RotaryMultiHeadAttention, capsys)
     assert calls  # the GPU case ran
+
+
+# ---------------------------------------------------------------------------------------------
+# Notebook 05 no longer gives the arange recipe before rope_frequencies: spellings a learner
+# reasons out, edits of the right solution in learner_code.py.
+
+_TWO_I = "i = torch.arange(0, d, 2, dtype=torch.float64)"
+_THETA = "return base ** (-i / d)"
+
+REASONED_RIGHT = [
+    pytest.param(learner(FREQUENCIES, "rope_frequencies", (_TWO_I, "i = 2 * torch.arange(d // 2)"))),
+    pytest.param(learner(FREQUENCIES, "rope_frequencies", (_THETA, "return 1.0 / base ** (i / d)"))),
+    pytest.param(
+        learner(FREQUENCIES, "rope_frequencies", (_THETA, "return torch.exp(-i / d * math.log(base))"))
+    ),
+    pytest.param(
+        learner(
+            FREQUENCIES,
+            "rope_frequencies",
+            (_THETA, "return torch.tensor([base ** (-j / d) for j in range(0, d, 2)])"),
+        ),
+        id="frequencies-python-list-float32",
+    ),
+]
+
+REASONED_WRONG = [
+    pytest.param(
+        learner(FREQUENCIES, "rope_frequencies", (_THETA, "return base ** (-i // d)")),
+        "divides with // (floor division)",
+        id="frequencies-floor-division",
+    ),
+    pytest.param(
+        learner(
+            FREQUENCIES, "rope_frequencies", (_TWO_I, "i = torch.arange(0, d // 2, 2, dtype=torch.float64)")
+        ),
+        "only the pairs up to d/4",
+        id="frequencies-arange-to-half",
+    ),
+]
+
+
+@pytest.mark.parametrize("candidate", REASONED_RIGHT)
+def test_reasoned_out_frequencies_pass(candidate, capsys):
+    assert_accepted(check_rope_frequencies, candidate, capsys)
+
+
+@pytest.mark.parametrize(("candidate", "phrase"), REASONED_WRONG)
+def test_reasoned_out_frequency_mistakes_are_named(candidate, phrase, capsys):
+    assert_rejected(check_rope_frequencies, candidate, phrase, capsys)

@@ -143,3 +143,27 @@ def test_rope_pair_grid_draws_one_panel_per_index_and_distance(qk) -> None:
     assert f"{view.pair_score:+.2f}" in fig.axes[5].get_title()
     assert "i = 5, Δ = 8" in fig.axes[5].get_title()
     plt.close(fig)
+
+
+def test_every_view_rotates_with_the_rope_it_is_given():
+    """A notebook passes the learner's apply_rope: every view rotates with it."""
+    calls = []
+
+    def learners_rope(x, positions=None, base=10000.0):
+        calls.append(base)
+        return apply_rope(x, positions, base)
+
+    q, k = torch.ones(8), torch.ones(8)
+    view = pair_view(q, k, index=1, distance=3, rope=learners_rope)
+    assert calls and view.score == pair_view(q, k, index=1, distance=3).score
+    calls.clear()
+    curve = score_curve(q, k, torch.arange(4), rope=learners_rope)  # (4,)
+    assert torch.equal(curve, score_curve(q, k, torch.arange(4)))
+    assert calls
+    calls.clear()
+    explorer = RopeExplorer(q, k, rope=learners_rope)
+    explorer.distance_slider.value = 5
+    assert len(calls) >= 6  # the curve, then the first and the moved view (2 each)
+    calls.clear()
+    plt.close(rope_pair_grid(q, k, indices=(0,), distances=(1,), rope=learners_rope))
+    assert calls

@@ -47,6 +47,15 @@ def _split_mistakes() -> list[Mistake]:
             'rearrange(x, "b t (h d) -> b h t d", h=n_heads), or x.view(b, t, h, d).',
             lambda x, n_heads: rearrange(x, "b t (d h) -> b h t d", h=n_heads),
         ),
+        Mistake(
+            "moves the axes before splitting: transposing (b, t, h·d) to (b, h·d, t) and then reshaping to "
+            "(b, h, t, d) gives head i its own features, but reads its (d, t) block of numbers as if it "
+            "were (t, d), so each 'row' mixes tokens and features. Split the last axis first, "
+            "x.view(b, t, h, d), then move the heads in front, .transpose(1, 2).",
+            lambda x, n_heads: x.transpose(1, 2).reshape(
+                x.shape[0], n_heads, x.shape[1], x.shape[2] // n_heads
+            ),
+        ),
     ]
 
 
@@ -62,6 +71,13 @@ def _merge_mistakes() -> list[Mistake]:
             "interleaves the heads, grouping the merged axis as (d h): the result must be head 0's d "
             'features, then head 1\'s, …, the grouping (h d): rearrange(x, "b h t d -> b t (h d)").',
             lambda x: rearrange(x, "b h t d -> b t (d h)"),
+        ),
+        Mistake(
+            "reshapes (b, h, t, d) to (b, h·d, t) and then moves the tokens forward: that reads each "
+            "head's (t, d) block of numbers as if it were (d, t), mixing tokens and features. Move the "
+            "tokens in front of the heads first, x.transpose(1, 2), then flatten h and d: "
+            ".reshape(b, t, h * d).",
+            lambda x: x.reshape(x.shape[0], x.shape[1] * x.shape[3], x.shape[2]).transpose(1, 2),
         ),
     ]
 
@@ -91,6 +107,8 @@ def check_split_heads(candidate: Callable[..., Any]) -> str:
                 d,
                 t,
             ): "The last two axes are swapped: the result is (b, h, t, d), tokens before features.",
+            (h, b, t, d): "The heads are in front of the batch: the head axis goes right after the batch "
+            "axis, (b, h, t, d) (stack or move it to dim=1).",
         }
         result = expect_tensor(
             got, expected.shape, f"split_heads(x, n_heads={h}) of x {(b, t, h * d)}", hints=hints

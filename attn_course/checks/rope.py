@@ -47,6 +47,7 @@ def _frequencies(d: int, base: float = 10000.0, *, exponent: str = "-2i/d") -> t
         "-2(i+1)/d": -2 * (i + 1) / d,
         "linspace": -torch.linspace(0, 1, d // 2, dtype=torch.float64),
         "integer division": -((2 * i) // d),
+        "floor division": (-2 * i) // d,
     }
     return base ** exponents[exponent]  # (d/2,)
 
@@ -78,6 +79,11 @@ def _frequency_mistakes() -> list[Mistake]:
             lambda d, base=10000.0: _frequencies(d, base, exponent="integer division"),
         ),
         Mistake(
+            "divides with // (floor division): -2i // d rounds every exponent down to a whole number, "
+            "-1 for every pair but the first, so θ_i = 1/base for i ≥ 1. Divide with /.",
+            lambda d, base=10000.0: _frequencies(d, base, exponent="floor division"),
+        ),
+        Mistake(
             "ignores `base`: it uses 10000 whatever base is given.",
             lambda d, base=10000.0: _frequencies(d, 10000.0),
         ),
@@ -103,6 +109,8 @@ def check_rope_frequencies(candidate: Callable[..., Any]) -> str:
         hints = {
             (d,): "One frequency per PAIR of channels: d/2 values, i = 0 … d/2 - 1 "
             "(torch.arange(0, d, 2) gives the 2i directly).",
+            (len(range(0, d // 2, 2)),): "That is only the pairs up to d/4: the values 2i run 0, 2, …, d - 2 "
+            "(torch.arange(0, d, 2), or 2 * torch.arange(d // 2)), not up to d/2.",
         }
         freqs = expect_tensor(got, expected.shape, f"Your {shown}", hints=hints)
         if freqs.dtype in _HALF:
