@@ -26,7 +26,9 @@ LEVELS = ("warm-up", "core", "stretch")
 MARK = re.compile(r"\*\*Exercise · (warm-up|core|stretch) · about (\d+) minutes\*\*")
 """An exercise's mark: its level and the minutes it takes."""
 QUESTION_START = re.compile(r"\A\*\*Question (?P<label>\d\d\.\d+) · (?P<kind>predict|derive)\.\*\*")
-HIDDEN_ANSWER = re.compile(r"<details><summary>Show the answer</summary>\n\n(?P<answer>.*?)\n\n</details>\s*\Z", re.S)
+HIDDEN_ANSWER = re.compile(
+    r"<details><summary>Show the answer</summary>\n\n(?P<answer>.*?)\n\n</details>\s*\Z", re.S
+)
 """The worked answer at the end of a question cell, hidden until the learner opens it."""
 
 
@@ -42,12 +44,12 @@ def _label(cell: Any, key: str) -> str | None:
 
 
 def question_label(cell: Any) -> str | None:
-    """"NN.K" if `cell` is a question cell, else None."""
+    """ "NN.K" if `cell` is a question cell, else None."""
     return _label(cell, QUESTION_KEY) if cell.get("cell_type") == "markdown" else None
 
 
 def answer_label(cell: Any) -> str | None:
-    """"NN.K" if `cell` is a learner's answer cell, else None."""
+    """ "NN.K" if `cell` is a learner's answer cell, else None."""
     return _label(cell, ANSWER_KEY) if cell.get("cell_type") == "markdown" else None
 
 

@@ -20,7 +20,13 @@ from attn_course.release import BEGIN
 
 ROOT = Path(__file__).resolve().parents[1]
 STEMS = sorted(path.stem for path in (ROOT / "solutions").glob("*.ipynb"))
-PENDING = {"04_multi_head_attention", "05_rope", "06_flash_attention", "07_kv_cache", "08_triton_flash_attention"}
+PENDING = {
+    "04_multi_head_attention",
+    "05_rope",
+    "06_flash_attention",
+    "07_kv_cache",
+    "08_triton_flash_attention",
+}
 # Questions and marks of 04–08 are written on other branches: xfail until the 04–08 branches land.
 NOTEBOOKS = [
     pytest.param(stem, marks=pytest.mark.xfail(strict=False, reason="until the 04–08 branches land"))
@@ -30,7 +36,9 @@ NOTEBOOKS = [
 ]
 
 QUESTION = re.compile(r"\A\*\*Question (\d\d)\.(\d+) · (predict|derive)\.\*\* \S")
-HIDDEN = re.compile(r"\n\n<details><summary>Show the answer</summary>\n\n(?P<answer>.+?)\n\n</details>\Z", re.S)
+HIDDEN = re.compile(
+    r"\n\n<details><summary>Show the answer</summary>\n\n(?P<answer>.+?)\n\n</details>\Z", re.S
+)
 MARK = re.compile(r"\*\*Exercise · (warm-up|core|stretch) · about (\d+) minutes\*\*")
 
 
@@ -62,9 +70,13 @@ def test_questions_are_numbered_in_order_and_hide_a_worked_answer(stem):
         cell = notebook.cells[index]
         assert cell.cell_type == "markdown", f"{stem} question {label}: not a Markdown cell"
         start = QUESTION.match(cell.source)
-        assert start and f"{start[1]}.{start[2]}" == label, f"{stem} question {label}: starts {cell.source[:40]!r}"
+        assert start and f"{start[1]}.{start[2]}" == label, (
+            f"{stem} question {label}: starts {cell.source[:40]!r}"
+        )
         hidden = HIDDEN.search(cell.source)
-        assert hidden and hidden["answer"].strip(), f"{stem} question {label}: no hidden worked answer at its end"
+        assert hidden and hidden["answer"].strip(), (
+            f"{stem} question {label}: no hidden worked answer at its end"
+        )
         assert cell.source.count("<details>") == 1, f"{stem} question {label}: one <details>, the answer"
 
 
@@ -73,7 +85,9 @@ def test_each_question_is_followed_by_its_answer_cell(stem):
     notebook = _read("solutions", stem)
     questions = _questions(notebook)
     answers = [(i, _meta(c)["answer"]) for i, c in enumerate(notebook.cells) if "answer" in _meta(c)]
-    assert [i + 1 for i, _ in questions] == [i for i, _ in answers], f"{stem}: answer cells not right after questions"
+    assert [i + 1 for i, _ in questions] == [i for i, _ in answers], (
+        f"{stem}: answer cells not right after questions"
+    )
     for index, label in answers:
         cell = notebook.cells[index]
         assert cell.cell_type == "markdown"
@@ -106,7 +120,9 @@ def test_optional_sections_say_what_skipping_costs(stem):
             if line.startswith("## ") and "(optional)" in line:
                 assert line.endswith(" (optional)"), f"{stem}: {line!r}"
                 after = "\n".join(lines[number + 1 :]).strip()
-                assert after, f"{stem}: optional section {line!r} starts with no paragraph on what skipping costs"
+                assert after, (
+                    f"{stem}: optional section {line!r} starts with no paragraph on what skipping costs"
+                )
 
 
 @pytest.mark.parametrize("stem", NOTEBOOKS)
