@@ -117,7 +117,7 @@ def _check(args: argparse.Namespace) -> int:
 
 def _export_nbgrader(args: argparse.Namespace) -> int:
     from attn_course.grading.discover import SubmissionsError
-    from attn_course.grading.nbgrader_export import export_nbgrader
+    from attn_course.grading.nbgrader_export import ANSWER_POINTS, export_nbgrader
 
     try:
         done = export_nbgrader(args.solutions, args.course, args.notebooks, timeout=args.timeout)
@@ -127,6 +127,10 @@ def _export_nbgrader(args: argparse.Namespace) -> int:
     print(
         f"Wrote {len(done.assignments)} assignment(s) with {done.tests} autograder test(s) to {done.course}"
     )
+    if done.answers:
+        print(
+            f"and {done.answers} written answer(s), graded by hand in formgrader ({ANSWER_POINTS} point each)"
+        )
     names = ", ".join(done.assignments)
     print(f"Next: cd {done.course} && nbgrader generate_assignment ASSIGNMENT (one of: {names})")
     return 0

@@ -15,6 +15,10 @@ every cell it wrote (`released_cells` in its metadata); a cell of a student note
 is neither what this release writes nor what an earlier one wrote is someone's work, and the
 release refuses (`WorkInTheWay`), writing nothing, unless forced. A student notebook without a
 solution is left alone (removed only when forced, and only if a release wrote it).
+
+Question and answer cells (`attn_course.questions`) hold no solution markers and are released as
+they stand; a learner's text in an answer cell is someone's work like any other, named as the
+written answer to its question.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from typing import Any
 import nbformat
 
 from attn_course.course import INSTALL_SPEC_VARIABLE, PACKAGE, REVISION, colab_url, install_requirement
+from attn_course.questions import answer_label
 
 BEGIN = "### BEGIN SOLUTION"
 END = "### END SOLUTION"
@@ -307,6 +312,8 @@ def work_in(existing: nbformat.NotebookNode, student: nbformat.NotebookNode) -> 
             continue
         if ours is None:
             what = "not written by the release"
+        elif answer_label(ours):
+            what = f"a written answer to question {answer_label(ours)}"
         elif MARKDOWN_STUB in ours.source:
             what = "a written answer"
         elif STUB_MARK in ours.source:

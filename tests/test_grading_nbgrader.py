@@ -1,7 +1,9 @@
 """`attn-course export nbgrader` with real nbgrader: generate, autograde, same scores as `attn-course grade`.
 
 Notebook 05 (one of the quickest): nbgrader autogrades a solution submission and the untouched
-student version once per module, and `attn-course grade` grades the same two notebooks.
+student version once per module, and `attn-course grade` grades the same two notebooks. The written
+answers are manually graded cells: autograding leaves them to the instructor (0 points for an answer
+cell left as released), so the autograded points stay the course's.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import pytest
 
 from attn_course.cli import main
 from attn_course.grading.grader import grade
-from attn_course.grading.nbgrader_export import export_nbgrader
+from attn_course.grading.nbgrader_export import ANSWER_POINTS, export_nbgrader
 from attn_course.grading.points import POINTS, notebook_points
 from attn_course.reference import EXERCISES
 
@@ -56,25 +58,44 @@ def autograded(tmp_path_factory):
     from nbgrader.api import Gradebook
 
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
-        scores = {
-            learner: {
-                g.name.removesuffix("-check"): g.score
-                for g in gradebook.find_submission_notebook(STEM, STEM, learner).grades
-            }
+        grades = {
+            learner: gradebook.find_submission_notebook(STEM, STEM, learner).grades
             for learner in ("full", "untouched")
         }
+        scores = {
+            learner: {g.name.removesuffix("-check"): g.score for g in found if g.name.endswith("-check")}
+            for learner, found in grades.items()
+        }
+        answers = {
+            learner: {g.name: (g.score, g.max_score) for g in found if g.name.startswith("answer-")}
+            for learner, found in grades.items()
+        }
+    as_released = {
+        f"answer-{n.replace('.', '-')}": (0.0, float(ANSWER_POINTS)) for n in _answer_labels(source)
+    }
+    assert answers["full"] == answers["untouched"] == as_released  # graded by hand, not by autograde
     return course, source, student, scores, grade(subs, root / "grades", jobs=2)
+
+
+def _answer_labels(notebook: nbformat.NotebookNode) -> list[str]:
+    return [c.metadata["attn_course"]["answer"] for c in notebook.cells
+            if "answer" in c.metadata.get("attn_course", {})]  # fmt: skip
 
 
 def test_exercises_are_solution_cells_and_checks_locked_tests_with_the_course_points(autograded):
     _, source, _, _, _ = autograded
     meta = [c.metadata["nbgrader"] for c in source.cells if "nbgrader" in c.metadata]
-    tests = [m for m in meta if m["grade"]]
+    tests = [m for m in meta if m["grade"] and m["grade_id"].endswith("-check")]
     assert [m["grade_id"] for m in tests] == [f"{name}-check" for name in EXERCISES[STEM]]
     assert all(m["locked"] and not m["solution"] for m in tests)
     assert [m["points"] for m in tests] == [POINTS[name] for name in EXERCISES[STEM]]
-    solutions = [m for m in meta if m["solution"]]
+    solutions = [m for m in meta if m["solution"] and m["grade_id"].endswith("-solution")]
     assert [m["grade_id"] for m in solutions] == [f"{name}-solution" for name in EXERCISES[STEM]]
+    answers = [c.metadata["nbgrader"] for c in source.cells if "answer" in c.metadata.get("attn_course", {})]
+    assert all(
+        m["solution"] and m["grade"] and not m["locked"] and m["points"] == ANSWER_POINTS for m in answers
+    )
+    assert len(meta) == len(tests) + len(solutions) + 2 * len(answers)  # each answer's question: read-only
     assert len({m["grade_id"] for m in meta}) == len(meta)
 
 
@@ -104,3 +125,28 @@ def test_export_refuses_unknown_notebooks_and_missing_solutions(tmp_path, capsys
     (tmp_path / "file").write_text("x")
     with pytest.raises(Exception, match="not a folder"):
         export_nbgrader(ROOT / "solutions", tmp_path / "file", [STEM])
+
+
+def test_written_answers_are_manual_cells_that_keep_their_prompt(tmp_path):
+    """Notebook 02's questions: read-only question cells, manually graded answer cells worth
+    ANSWER_POINTS each, and nbgrader's student version of them is the course's own."""
+    stem, course = "02_scaling", tmp_path / "course"
+    done = export_nbgrader(ROOT / "solutions", course, [stem])
+    _nbgrader(course, "generate_assignment", stem)
+    source = nbformat.read(course / "source" / stem / f"{stem}.ipynb", as_version=4)
+    released = nbformat.read(course / "release" / stem / f"{stem}.ipynb", as_version=4)
+    labels = _answer_labels(source)
+    assert done.answers == len(labels) >= 3
+    for cell in source.cells:
+        meta = cell.metadata.get("attn_course", {})
+        if "answer" in meta:
+            grade_id = f"answer-{meta['answer'].replace('.', '-')}"
+            assert cell.metadata["nbgrader"] == {"grade": True, "grade_id": grade_id, "locked": False,
+                                                 "points": ANSWER_POINTS, "schema_version": 3,
+                                                 "solution": True, "task": False}  # fmt: skip
+        elif "question" in meta:
+            assert cell.metadata["nbgrader"]["locked"] and not cell.metadata["nbgrader"]["grade"]
+    shipped = nbformat.read(ROOT / "notebooks" / f"{stem}.ipynb", as_version=4)
+    assert [c.source for c in released.cells] == [c.source for c in shipped.cells]
+    points = [c.metadata["nbgrader"].get("points", 0) for c in released.cells if "nbgrader" in c.metadata]
+    assert sum(points) == notebook_points(stem) + ANSWER_POINTS * len(labels)

@@ -371,3 +371,22 @@ def test_the_reported_data_loss_cannot_happen_again(tmp_path, capsys):
     assert main(_release_args(tmp_path)) == 2
     assert "01_dot_product_attention.ipynb: cell" in capsys.readouterr().err
     assert {path: path.read_bytes() for path in work} == work
+
+
+def test_a_written_answer_is_work_and_the_answer_cells_are_released_as_they_stand(tmp_path, capsys):
+    """Question and answer cells (issue 17) hold no markers: the release copies them; a learner's
+    answer typed into an answer cell is work, named by its question."""
+    shutil.copytree(ROOT / "solutions", tmp_path / "solutions")
+    shutil.copytree(ROOT / "notebooks", tmp_path / "notebooks")
+    student = tmp_path / "notebooks" / "01_dot_product_attention.ipynb"
+    solution = nbformat.read(tmp_path / "solutions" / student.name, as_version=4)
+    written = [c for c in solution.cells if "answer" in c.metadata.get("attn_course", {})]
+    assert written and all(c.source.startswith("**Your answer (01.") for c in written)
+    shipped = {c.id: c.source for c in nbformat.read(student, as_version=4).cells}
+    assert all(shipped[c.id] == c.source for c in written)
+    _edit_cell(student, "answer-01-1", lambda s: s + "\n\nriver, 3.0")
+    learner_work = student.read_bytes()
+    capsys.readouterr()
+    assert main(_release_args(tmp_path)) == 2
+    assert "a written answer to question 01.1" in capsys.readouterr().err
+    assert student.read_bytes() == learner_work

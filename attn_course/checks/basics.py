@@ -468,7 +468,7 @@ def check_score_variance(candidate: Callable[..., Any]) -> str:
             if abs(value - expected) <= 0.1 * expected:
                 checked.append(value)
                 continue
-            raise CheckFailed(_score_variance_mistake(d_k, scaled, value, expected))
+            raise CheckFailed(_score_variance_mistake(d_k, scaled, value, expected, n_samples=20_000))
     return f"Var(q·k) ≈ d_k unscaled and ≈ 1 scaled, for d_k = 4, 16, 64 ({len(checked)} estimates)"
 
 
@@ -484,14 +484,31 @@ def _as_float(value: Any) -> float:
         number = float(value)
     except (TypeError, ValueError):
         raise CheckFailed(f"`score_variance` should return a float, but returned {value!r:.80}.") from None
+    if math.isnan(number):
+        raise CheckFailed(
+            f"`score_variance` returned {number}: the variance of a single number is NaN. Did you sum "
+            "everything into one score? Each pair's score sums its own d_k products only (along the last "
+            "axis), giving n_samples scores whose variance you take."
+        )
     if not math.isfinite(number):
         raise CheckFailed(f"`score_variance` returned {number}, which is not a finite number.")
     return number
 
 
-def _score_variance_mistake(d_k: int, scaled: bool, value: float, expected: float) -> str:
+def _score_variance_mistake(
+    d_k: int, scaled: bool, value: float, expected: float, n_samples: int = 20_000
+) -> str:
     """Name the mistake behind a wrong variance estimate from its size."""
     called = f"score_variance({d_k}, scaled={scaled}) returned {value:.3g}; theory says about {expected:g}."
+    if value >= 0.01 * n_samples and value > 10 * expected**2:
+        return (
+            f"{called} That grows with n_samples ({n_samples}): did you sum over the samples? Each "
+            "pair's score sums its own d_k products, along the last axis (the components), not axis 0."
+        )
+    uniform = (
+        "That is what uniform numbers give: torch.rand draws from [0, 1) (mean 1/2, variance 1/12), "
+        "not from N(0, 1). Draw q and k with torch.randn."
+    )
     guesses = [
         (
             math.sqrt(d_k),
@@ -510,6 +527,8 @@ def _score_variance_mistake(d_k: int, scaled: bool, value: float, expected: floa
             "That is about d_k²: the scores should be sums of d_k products q_i·k_i of "
             "independent N(0, 1) numbers, without any extra factor.",
         ),
+        (expected / 3, uniform),  # one of q, k uniform: E[k_i²] = 1/3
+        (expected * 7 / 144, uniform),  # both uniform: Var(q_i k_i) = 1/9 - 1/16
     ]
     for guess, explanation in guesses:
         if guess != expected and abs(value - guess) <= 0.15 * guess:

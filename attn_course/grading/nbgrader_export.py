@@ -7,8 +7,14 @@ exercise becomes an nbgrader solution cell (its `### BEGIN SOLUTION` region is t
 check cell (`check_NAME(NAME)`) becomes a locked autograder test worth the course's points
 (`points.POINTS`). nbgrader then generates the student version, collects and autogrades as usual.
 
+The written questions (`attn_course.questions`) are graded by hand: each question cell becomes a
+read-only cell and the learner's answer cell after it a manually graded answer worth
+`ANSWER_POINTS`, which instructors grade in formgrader. Autograding leaves them to the instructor
+(an answer cell left as released scores 0), so the autograded points are the course's. The
+config keeps an answer cell's prompt in nbgrader's student version, as `attn-course release` does.
+
 >>> export_nbgrader(Path("solutions"), Path("course"))  # doctest: +SKIP
-NbgraderExport(course=PosixPath('course'), assignments=(...), tests=22)
+NbgraderExport(course=PosixPath('course'), assignments=(...), tests=22, answers=...)
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from attn_course import __version__
 from attn_course.grading.discover import SubmissionsError, course_notebooks
 from attn_course.grading.execute import defining_cells
 from attn_course.grading.points import POINTS
+from attn_course.questions import answer_cells, question_label
 from attn_course.reference import EXERCISES
 from attn_course.release import BEGIN, CODE_STUB, MARKDOWN_STUB, clean, with_header
 
@@ -47,7 +54,29 @@ c.Execute.interrupt_on_timeout = True
 # Triton kernels run through Triton's interpreter, and kernels see no GPU (the same scores on every
 # machine). Kernels started by nbgrader inherit this environment.
 os.environ.update({env!r})
+
+# Written answers are manually graded answer cells. nbgrader would replace such a cell by its text
+# stub; keep the course's prompt ("**Your answer (NN.K):** ..."), as `attn-course release` does.
+from nbgrader.converters import GenerateAssignment  # noqa: E402
+from nbgrader.preprocessors import ClearSolutions  # noqa: E402
+
+
+class KeepAnswerPrompts(ClearSolutions):  # ClearSolutions, except for the course's answer cells
+
+    def preprocess_cell(self, cell, resources, index):
+        if "answer" in cell.metadata.get("attn_course", {{}}):
+            return cell, resources
+        return super().preprocess_cell(cell, resources, index)
+
+
+c.GenerateAssignment.preprocessors = [
+    KeepAnswerPrompts if step is ClearSolutions else step
+    for step in GenerateAssignment.preprocessors.default()
+]
 """
+
+ANSWER_POINTS = 1
+"""Points of each written answer, graded by hand in formgrader (not part of `points.POINTS`)."""
 
 GRADING_ENV = {"ATTN_COURSE_QUICK": "1", "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
 """What the grader's kernels set (see `execute.kernel_env`) and nbgrader's kernels get too."""
@@ -67,6 +96,8 @@ class NbgraderExport:
     """One assignment per notebook, named by its stem (`source/<stem>/<stem>.ipynb`)."""
     tests: int
     """Autograder test cells written, one per exercise."""
+    answers: int = 0
+    """Manually graded answer cells written, one per written question."""
 
 
 def _nbgrader(grade_id: str, *, solution: bool, grade: bool, locked: bool, points: int = 0) -> dict:
@@ -111,6 +142,17 @@ def nbgrader_notebook(solution: nbformat.NotebookNode, stem: str) -> nbformat.No
             cell.metadata["nbgrader"] = _nbgrader(
                 f"answer-{index}", solution=True, grade=written, locked=False, points=0
             )
+    for index, label in answer_cells(notebook):  # written answers: graded by hand
+        number = label.replace(".", "-")
+        question = notebook.cells[index - 1]
+        if question_label(question) != label:
+            raise ExportError(f"{where}: the answer cell of question {label} does not follow its question")
+        question.metadata["nbgrader"] = _nbgrader(
+            f"question-{number}", solution=False, grade=False, locked=True
+        )
+        notebook.cells[index].metadata["nbgrader"] = _nbgrader(
+            f"answer-{number}", solution=True, grade=True, locked=False, points=ANSWER_POINTS
+        )
     return notebook
 
 
@@ -148,4 +190,5 @@ def export_nbgrader(
     except OSError as error:
         raise ExportError(f"cannot write the nbgrader course to {course}: {error}") from error
     tests = sum(len(EXERCISES[stem]) for stem in stems)
-    return NbgraderExport(course, stems, tests)
+    answers = sum(len(answer_cells(notebook)) for notebook in converted.values())
+    return NbgraderExport(course, stems, tests, answers)

@@ -1,0 +1,137 @@
+"""The written questions and the exercise marks of every notebook (issue 17), as docs/the spec state them.
+
+Every solution notebook has at least three questions, numbered NN.1, NN.2, ... in order, each with its
+worked answer hidden in <details> and followed by the learner's answer cell; the Markdown cell right
+before each exercise's code cell holds the exercise's mark (level and minutes); the student notebooks
+keep the question and answer cells exactly as the solutions have them.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from attn_course.grading.execute import defining_cells
+from attn_course.reference import EXERCISES
+from attn_course.release import BEGIN
+
+ROOT = Path(__file__).resolve().parents[1]
+STEMS = sorted(path.stem for path in (ROOT / "solutions").glob("*.ipynb"))
+PENDING = {
+    "04_multi_head_attention",
+    "05_rope",
+    "06_flash_attention",
+    "07_kv_cache",
+    "08_triton_flash_attention",
+}
+# Questions and marks of 04–08 are written on other branches: xfail until the 04–08 branches land.
+NOTEBOOKS = [
+    pytest.param(stem, marks=pytest.mark.xfail(strict=False, reason="until the 04–08 branches land"))
+    if stem in PENDING
+    else stem
+    for stem in STEMS
+]
+
+QUESTION = re.compile(r"\A\*\*Question (\d\d)\.(\d+) · (predict|derive)\.\*\* \S")
+HIDDEN = re.compile(
+    r"\n\n<details><summary>Show the answer</summary>\n\n(?P<answer>.+?)\n\n</details>\Z", re.S
+)
+MARK = re.compile(r"\*\*Exercise · (warm-up|core|stretch) · about (\d+) minutes\*\*")
+
+
+def _read(folder: str, stem: str) -> nbformat.NotebookNode:
+    return nbformat.read(ROOT / folder / f"{stem}.ipynb", as_version=4)
+
+
+def _meta(cell: nbformat.NotebookNode) -> dict:
+    meta = cell.get("metadata", {}).get("attn_course", {})
+    return meta if isinstance(meta, dict) else {}
+
+
+def _questions(notebook: nbformat.NotebookNode) -> list[tuple[int, str]]:
+    return [(i, _meta(c)["question"]) for i, c in enumerate(notebook.cells) if "question" in _meta(c)]
+
+
+def test_every_notebook_is_covered():
+    assert set(STEMS) == set(EXERCISES), "a solution notebook without exercises, or exercises without one"
+
+
+@pytest.mark.parametrize("stem", NOTEBOOKS)
+def test_questions_are_numbered_in_order_and_hide_a_worked_answer(stem):
+    notebook = _read("solutions", stem)
+    questions = _questions(notebook)
+    number = stem[:2]
+    assert len(questions) >= 3, f"{stem}: {len(questions)} questions, at least 3 wanted"
+    assert [label for _, label in questions] == [f"{number}.{k}" for k in range(1, len(questions) + 1)]
+    for index, label in questions:
+        cell = notebook.cells[index]
+        assert cell.cell_type == "markdown", f"{stem} question {label}: not a Markdown cell"
+        start = QUESTION.match(cell.source)
+        assert start and f"{start[1]}.{start[2]}" == label, (
+            f"{stem} question {label}: starts {cell.source[:40]!r}"
+        )
+        hidden = HIDDEN.search(cell.source)
+        assert hidden and hidden["answer"].strip(), (
+            f"{stem} question {label}: no hidden worked answer at its end"
+        )
+        assert cell.source.count("<details>") == 1, f"{stem} question {label}: one <details>, the answer"
+
+
+@pytest.mark.parametrize("stem", NOTEBOOKS)
+def test_each_question_is_followed_by_its_answer_cell(stem):
+    notebook = _read("solutions", stem)
+    questions = _questions(notebook)
+    answers = [(i, _meta(c)["answer"]) for i, c in enumerate(notebook.cells) if "answer" in _meta(c)]
+    assert [i + 1 for i, _ in questions] == [i for i, _ in answers], (
+        f"{stem}: answer cells not right after questions"
+    )
+    for index, label in answers:
+        cell = notebook.cells[index]
+        assert cell.cell_type == "markdown"
+        assert dict(_meta(cell)) == {"answer": label}
+        assert _meta(notebook.cells[index - 1])["question"] == label
+        assert cell.source == f"**Your answer ({label}):** *write it here before you open the answer.*"
+
+
+@pytest.mark.parametrize("stem", NOTEBOOKS)
+def test_every_exercise_has_its_mark_right_before_its_code_cell(stem):
+    notebook = _read("solutions", stem)
+    for name in EXERCISES[stem]:
+        cells = [i for i in defining_cells(notebook, name) if BEGIN in notebook.cells[i].source]
+        assert cells, f"{stem}: no exercise cell defines {name}"
+        before = notebook.cells[cells[-1] - 1]
+        assert before.cell_type == "markdown", f"{stem}: the cell before exercise {name} is not Markdown"
+        marks = MARK.findall(before.source)
+        assert len(marks) == 1, f"{stem}: exercise {name} has {len(marks)} marks in the cell before it"
+        assert int(marks[0][1]) > 0
+
+
+@pytest.mark.parametrize("stem", NOTEBOOKS)
+def test_optional_sections_say_what_skipping_costs(stem):
+    notebook = _read("solutions", stem)
+    for cell in notebook.cells:
+        if cell.cell_type != "markdown":
+            continue
+        lines = cell.source.split("\n")
+        for number, line in enumerate(lines):
+            if line.startswith("## ") and "(optional)" in line:
+                assert line.endswith(" (optional)"), f"{stem}: {line!r}"
+                after = "\n".join(lines[number + 1 :]).strip()
+                assert after, (
+                    f"{stem}: optional section {line!r} starts with no paragraph on what skipping costs"
+                )
+
+
+@pytest.mark.parametrize("stem", NOTEBOOKS)
+def test_student_notebook_keeps_the_question_and_answer_cells(stem):
+    solution, student = _read("solutions", stem), _read("notebooks", stem)
+
+    def written(notebook):
+        return [(c.get("id"), c.source, dict(_meta(c))) for c in notebook.cells
+                if "question" in _meta(c) or "answer" in _meta(c)]  # fmt: skip
+
+    assert written(student) == written(solution)
+    assert len(written(student)) >= 6
