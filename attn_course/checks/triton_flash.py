@@ -81,6 +81,23 @@ _SCORES_BOUNDS_HINT = (
     "mask=(offs_m[:, None] < T_q) & (offs_n[None, :] < T_k)."
 )
 
+
+
+def _scores_bounds_hint(trace: KernelTrace | None) -> str:
+    """How to stay in bounds: masks for a tile at a ragged end, else the tile's base pointer."""
+    if trace is None or not trace.out_of_bounds:
+        return _SCORES_BOUNDS_HINT
+    bad = trace.out_of_bounds[0]
+    grid = trace.launches[bad.launch].grid
+    if bad.program[0] == grid[0] - 1 or bad.program[1] == grid[1] - 1:
+        return _SCORES_BOUNDS_HINT
+    return (
+        f"Program {bad.program} holds neither the last query tile nor the last key tile, so no mask is "
+        "missing: its base pointer is off. Program axis 2 is z = b·H + h, so b = pid_bh // H and "
+        "h = pid_bh % H, and a tile starts at q_ptr + b * stride_qb + h * stride_qh (k's with k's strides)."
+    )
+
+
 _DOT_HINT = (
     "tl.dot(a, b) multiplies a (M, K) block by a (K, N) block. The key tile you load is (BLOCK_N, d), "
     "one key per row, so the scores are tl.dot(q, tl.trans(k)): (BLOCK_M, d) times (d, BLOCK_N)."
@@ -127,7 +144,7 @@ def _scores_mistakes(q: torch.Tensor, k: torch.Tensor, case: _ScoresCase) -> lis
         contiguous_q = torch.empty(q.shape).stride()
         contiguous_k = torch.empty(k.shape).stride()
         row_step = (
-            "move from one row to the next by d elements (offs[:, None] * HEAD_DIM), which is right for a "
+            "are read with rows d elements apart (offs[:, None] * HEAD_DIM), which is right for a "
             "contiguous (B, H, T, d) tensor only: in these views rows lie H·d apart. Multiply the row "
             "offsets by the row stride, offs_m[:, None] * stride_qm and offs_n[:, None] * stride_kn."
         )
@@ -150,9 +167,9 @@ def _scores_mistakes(q: torch.Tensor, k: torch.Tensor, case: _ScoresCase) -> lis
     elif case.t_q != case.t_k and case.b * case.h > 1:
         found.append(
             Mistake(
-                "read k with q's strides: with T_k != T_q the heads of k lie T_k·d apart in memory, not "
-                "T_q·d, so every batch·head after the first reads the wrong keys. Pass k.stride(0), "
-                "k.stride(1), k.stride(2) for k.",
+                "come from k read with q's strides: with T_k != T_q the heads of k lie T_k·d apart in "
+                "memory, not T_q·d, so every batch·head after the first reads the wrong keys. Pass "
+                "k.stride(0), k.stride(1), k.stride(2) for k.",
                 lambda: _scores_of(q, _with_strides(k, q.stride())),
             )
         )
@@ -250,7 +267,7 @@ def check_triton_scores(candidate: Callable[..., Any]) -> str:
                 raise CheckFailed(f"{text}\n{_DOT_HINT}") from None
             raise
         expect_launched(name, trace)
-        expect_in_bounds(name, trace, _SCORES_BOUNDS_HINT)
+        expect_in_bounds(name, trace, _scores_bounds_hint(trace))
         if isinstance(result, tuple | list):
             raise CheckFailed(
                 f"`{name}` returned a {type(result).__name__} of {len(result)} items: return the scores only."
