@@ -519,6 +519,13 @@ def test_the_reference_returns_the_lse_only_when_asked():
     torch.testing.assert_close(lse, scores.logsumexp(-1))
 
 
+def test_a_stub_inside_the_kernel_is_reported_as_not_implemented(folder, capsys):
+    # The student notebook gives the kernel's set-up and stops it with a stub where the loop goes.
+    stub = ("    hi = T_k\n", '    raise NotImplementedError("Exercise: replace this line.")\n')
+    candidate = variant(FLASH, folder, "triton_flash_attention", stub)
+    assert_rejected(check_triton_flash_attention, candidate, "not implemented yet", capsys)
+
+
 def test_check_triton_flash_attention_accepts_the_reference(capsys):
     assert_accepted(check_triton_flash_attention, reference.triton_flash_attention, capsys)
 
