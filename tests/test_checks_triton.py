@@ -590,6 +590,22 @@ def test_untraced_check_accepts_a_right_kernel_in_float16(untraced, folder, caps
     assert_accepted(check_triton_add, variant(ADD, folder, "triton_add"), capsys)
 
 
+UNTRACED_SCORES_REJECTED = {
+    "no scale": ([("T_q, T_k, 1 / math.sqrt(D),", "T_q, T_k, 1.0,")], "are not scaled"),
+    "strides ignored": (SCORES_REJECTED["strides ignored"][0], "are wrong for inputs that are views"),
+}  # an unmasked ragged load is seen in the trace only: the scores it spoils are never stored
+
+
+def test_untraced_scores_check_accepts_a_right_kernel_in_float16(untraced, folder, capsys):
+    assert_accepted(check_triton_scores, variant(SCORES, folder, "triton_scores"), capsys)
+
+
+@pytest.mark.parametrize("name", UNTRACED_SCORES_REJECTED)
+def test_untraced_scores_check_names_mistakes_from_the_numbers(name, untraced, folder, capsys):
+    pairs, phrase = UNTRACED_SCORES_REJECTED[name]
+    assert_rejected(check_triton_scores, variant(SCORES, folder, "triton_scores", *pairs), phrase, capsys)
+
+
 @pytest.mark.parametrize("name", UNTRACED_REJECTED)
 def test_untraced_check_names_mistakes_from_the_numbers(name, untraced, folder, capsys):
     pairs, phrase = UNTRACED_REJECTED[name]

@@ -295,10 +295,14 @@ def check_triton_scores(candidate: Callable[..., Any]) -> str:
             diagnose=functools.partial(_diagnose_scores, gpu=mode.gpu),
         )  # fmt: skip
     detail = f" in tiles of {' and '.join(f'{m}×{n}' for m, n in sorted(blocks_seen))}" if blocks_seen else ""
-    where = "interpreted on the CPU, every load traced" if mode.traced else f"on {mode.device} in float16"
+    where = (
+        "every score written, no access out of bounds; interpreted on the CPU, every load traced"
+        if mode.traced
+        else f"on {mode.device} in float16"
+    )
     return (
         f"q·kᵀ/√d on {len(_SCORES_CASES)} shapes (ragged on both axes, several batch·heads, T_q ≠ T_k, "
-        f"views){detail}, every score written, no access out of bounds; {where}."
+        f"views){detail}; {where}."
     )
 
 
