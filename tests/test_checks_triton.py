@@ -229,8 +229,8 @@ SCORES_ACCEPTED = {
 }  # fmt: skip
 
 SCORES_REJECTED = {
-    "no scale": ([("T_q, T_k, 1 / math.sqrt(D),", "T_q, T_k, 1.0,")], "are not scaled"),
-    "scale 1/d": ([("T_q, T_k, 1 / math.sqrt(D),", "T_q, T_k, 1 / D,")], "are scaled by 1/d"),
+    "no scale": ([("T_q, T_k, 1 / math.sqrt(D),", "T_q, T_k, 1.0,")], "does not scale the scores"),
+    "scale 1/d": ([("T_q, T_k, 1 / math.sqrt(D),", "T_q, T_k, 1 / D,")], "scales the scores by 1/d"),
     "key tile not transposed": (
         [("s = tl.dot(q, tl.trans(k)) * scale", "s = tl.dot(q, k) * scale")],
         "tl.dot(q, tl.trans(k))",
@@ -263,16 +263,16 @@ SCORES_REJECTED = {
     "strides ignored": (
         [("q, k, s, q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),",
           "q, k, s, H * T_q * D, T_q * D, D, H * T_k * D, T_k * D, D,")],
-        "are wrong for inputs that are views",
+        "is wrong for inputs that are views",
     ),
     "rows d apart": (
         [("offs_m[:, None] * sqm + offs_d", "offs_m[:, None] * D + offs_d"),
          ("offs_n[:, None] * skn + offs_d", "offs_n[:, None] * D + offs_d")],
-        "are read with rows d elements apart",
+        "reads q and k rows d elements apart",
     ),
     "k read with q's strides": (
         [("k.stride(0), k.stride(1), k.stride(2),", "q.stride(0), q.stride(1), q.stride(2),")],
-        "come from k read with q's strides",
+        "reads k with q's strides",
     ),
     "batch and head swapped": (
         [("    b = pid_bh // H\n    h = pid_bh % H\n", "    b = pid_bh % H\n    h = pid_bh // H\n")],
@@ -591,8 +591,8 @@ def test_untraced_check_accepts_a_right_kernel_in_float16(untraced, folder, caps
 
 
 UNTRACED_SCORES_REJECTED = {
-    "no scale": ([("T_q, T_k, 1 / math.sqrt(D),", "T_q, T_k, 1.0,")], "are not scaled"),
-    "strides ignored": (SCORES_REJECTED["strides ignored"][0], "are wrong for inputs that are views"),
+    "no scale": ([("T_q, T_k, 1 / math.sqrt(D),", "T_q, T_k, 1.0,")], "does not scale the scores"),
+    "strides ignored": (SCORES_REJECTED["strides ignored"][0], "is wrong for inputs that are views"),
 }  # an unmasked ragged load is seen in the trace only: the scores it spoils are never stored
 
 

@@ -147,7 +147,7 @@ def _triton_cases() -> dict[str, tuple[str, str, list[tuple[str, str]], str]]:
                                       "does not rescale the running sum"),
         "scores, right": (SCORES, "triton_scores", [], ""),
         "scores, no scale": (SCORES, "triton_scores", [("T_q, T_k, 1 / math.sqrt(D),", "T_q, T_k, 1.0,")],
-                             "are not scaled"),
+                             "does not scale the scores"),
         "flash, stub where the loop goes": (FLASH, "triton_flash_attention",
                                             [("    hi = T_k\n", '    raise NotImplementedError("Do")\n')],
                                             "not implemented yet"),

@@ -87,10 +87,14 @@ def _scores_bounds_hint(trace: KernelTrace | None) -> str:
     """How to stay in bounds: masks for a tile at a ragged end, else the tile's base pointer."""
     if trace is None or not trace.out_of_bounds:
         return _SCORES_BOUNDS_HINT
-    bad = trace.out_of_bounds[0]
-    grid = trace.launches[bad.launch].grid
-    if bad.program[0] == grid[0] - 1 or bad.program[1] == grid[1] - 1:
+    def at_a_ragged_end(access: Any) -> bool:
+        grid = trace.launches[access.launch].grid
+        return access.program[0] == grid[0] - 1 or access.program[1] == grid[1] - 1
+
+    inner = [access for access in trace.out_of_bounds if not at_a_ragged_end(access)]
+    if not inner:  # (programs may run in any order: look at all, not the first)
         return _SCORES_BOUNDS_HINT
+    bad = inner[0]
     return (
         f"Program {bad.program} holds neither the last query tile nor the last key tile, so no mask is "
         "missing: its base pointer is off. Program axis 2 is z = b·H + h, so b = pid_bh // H and "
@@ -131,20 +135,23 @@ def _scores_mistakes(q: torch.Tensor, k: torch.Tensor, case: _ScoresCase) -> lis
     d = case.d
     found = [
         Mistake(
-            "are not scaled: multiply q·kᵀ by sm_scale = 1 / math.sqrt(d), the 1/√d of attention's scores.",
+            "does not scale the scores: multiply q·kᵀ by sm_scale = 1 / math.sqrt(d), attention's 1/√d.",
             functools.partial(_scores_of, q, k, 1.0),
         ),
         Mistake(
-            "are scaled by 1/d: the scale is 1/√d (math.sqrt(d), not d).",
+            "scales the scores by 1/d: the scale is 1/√d (math.sqrt(d), not d).",
             functools.partial(_scores_of, q, k, 1 / d),
         ),
-        Mistake("are multiplied by √d: the scale is 1/√d.", functools.partial(_scores_of, q, k, d**0.5)),
+        Mistake(
+            "multiplies the scores by √d: the scale is 1/√d.",
+            functools.partial(_scores_of, q, k, d**0.5),
+        ),
     ]
     if case.strided:
         contiguous_q = torch.empty(q.shape).stride()
         contiguous_k = torch.empty(k.shape).stride()
         row_step = (
-            "are read with rows d elements apart (offs[:, None] * HEAD_DIM), which is right for a "
+            "reads q and k rows d elements apart (offs[:, None] * HEAD_DIM), which is right for a "
             "contiguous (B, H, T, d) tensor only: in these views rows lie H·d apart. Multiply the row "
             "offsets by the row stride, offs_m[:, None] * stride_qm and offs_n[:, None] * stride_kn."
         )
@@ -154,7 +161,7 @@ def _scores_mistakes(q: torch.Tensor, k: torch.Tensor, case: _ScoresCase) -> lis
 
         found += [
             Mistake(
-                "are wrong for inputs that are views: q.transpose(1, 2) of a (B, T, H, d) tensor keeps its "
+                "is wrong for inputs that are views: q.transpose(1, 2) of a (B, T, H, d) tensor keeps its "
                 "data in (B, T, H, d) order, so row t of head h of batch b is not at ((b·H + h)·T + t)·d. "
                 "Pass q.stride(0), q.stride(1), q.stride(2) and k's three strides to the kernel and use "
                 "them, or call .contiguous() first.",
@@ -167,7 +174,7 @@ def _scores_mistakes(q: torch.Tensor, k: torch.Tensor, case: _ScoresCase) -> lis
     elif case.t_q != case.t_k and case.b * case.h > 1:
         found.append(
             Mistake(
-                "come from k read with q's strides: with T_k != T_q the heads of k lie T_k·d apart in "
+                "reads k with q's strides: with T_k != T_q the heads of k lie T_k·d apart in "
                 "memory, not T_q·d, so every batch·head after the first reads the wrong keys. Pass "
                 "k.stride(0), k.stride(1), k.stride(2) for k.",
                 lambda: _scores_of(q, _with_strides(k, q.stride())),
@@ -230,7 +237,7 @@ def _diagnose_scores(actual: torch.Tensor, expected: torch.Tensor, gpu: bool) ->
     if not heads.all():
         first = int(heads.nonzero()[0, 0])
         return (
-            f"are right for some batch·heads but wrong for others (the first wrong is batch·head {first}): "
+            f"is right for some batch·heads but wrong for others (the first wrong is batch·head {first}): "
             "program axis 2 is z = b·H + h, so b = pid_bh // H and h = pid_bh % H, and the tile starts at "
             "q_ptr + b * stride_qb + h * stride_qh (k's with k's own strides)."
         )
@@ -238,13 +245,13 @@ def _diagnose_scores(actual: torch.Tensor, expected: torch.Tensor, gpu: bool) ->
     cols = bad.any(dim=-2).flatten(0, 1).any(dim=0)  # (T_k,)
     if not rows.all():
         return (
-            f"are right in some query rows and wrong in others ({int(rows.sum())} of {rows.numel()} rows "
+            f"is right in some query rows and wrong in others ({int(rows.sum())} of {rows.numel()} rows "
             f"wrong, the first is row {int(rows.nonzero()[0, 0])}): look at how offs_m and the q pointers "
             "follow pid_m, and at the store's row offsets."
         )
     if not cols.all():
         return (
-            f"are right in some key columns and wrong in others ({int(cols.sum())} of {cols.numel()} "
+            f"is right in some key columns and wrong in others ({int(cols.sum())} of {cols.numel()} "
             f"wrong, the first is column {int(cols.nonzero()[0, 0])}): look at how offs_n and the k pointers "
             "follow pid_n, and at the store's column offsets."
         )
@@ -291,7 +298,7 @@ def check_triton_scores(candidate: Callable[..., Any]) -> str:
         if blocks:
             blocks_seen.add(blocks)
         compare(
-            "the scores", out, _scores_of(q, k), mode, _scores_mistakes(q, k, case), case.describe(),
+            "`triton_scores`", out, _scores_of(q, k), mode, _scores_mistakes(q, k, case), case.describe(),
             diagnose=functools.partial(_diagnose_scores, gpu=mode.gpu),
         )  # fmt: skip
     detail = f" in tiles of {' and '.join(f'{m}×{n}' for m, n in sorted(blocks_seen))}" if blocks_seen else ""
