@@ -235,6 +235,11 @@ SCORES_REJECTED = {
         [("s = tl.dot(q, tl.trans(k)) * scale", "s = tl.dot(q, k) * scale")],
         "tl.dot(q, tl.trans(k))",
     ),
+    "k·qᵀ in square tiles": (
+        [("BLOCK_M, BLOCK_N = 16, 32", "BLOCK_M, BLOCK_N = 32, 32"),
+         ("s = tl.dot(q, tl.trans(k)) * scale", "s = tl.dot(k, tl.trans(q)) * scale")],
+        "stores each tile transposed",
+    ),
     "query loads unmasked": (
         [("q = tl.load(q_ptrs, mask=offs_m[:, None] < T_q, other=0.0)", "q = tl.load(q_ptrs)")],
         "read from memory outside its tensors",

@@ -102,6 +102,12 @@ def _scores_bounds_hint(trace: KernelTrace | None) -> str:
     )
 
 
+_TRANSPOSED_TILES = (
+    "stores each tile transposed: tl.dot(k, tl.trans(q)) is the (BLOCK_N, BLOCK_M) tile of k·qᵀ, one "
+    "key per row. The scores have one query per row: s = tl.dot(q, tl.trans(k)), (BLOCK_M, d) times "
+    "(d, BLOCK_N), stored at rows offs_m and columns offs_n."
+)
+
 _DOT_HINT = (
     "tl.dot(a, b) multiplies a (M, K) block by a (K, N) block. The key tile you load is (BLOCK_N, d), "
     "one key per row, so the scores are tl.dot(q, tl.trans(k)): (BLOCK_M, d) times (d, BLOCK_N)."
@@ -181,6 +187,17 @@ def _scores_mistakes(q: torch.Tensor, k: torch.Tensor, case: _ScoresCase) -> lis
             )
         )
     return found
+
+
+def _tiles_transposed(q: torch.Tensor, k: torch.Tensor, block: int) -> torch.Tensor:
+    """What square tiles of tl.dot(k, tl.trans(q)) give when stored as tiles of q·kᵀ/√d."""
+    t_q, t_k = q.shape[-2], k.shape[-2]
+    rows, cols = -(-t_q // block) * block, -(-t_k // block) * block  # padded to whole tiles
+    q = torch.nn.functional.pad(q.detach().to("cpu", torch.float64), (0, 0, 0, rows - t_q))
+    k = torch.nn.functional.pad(k.detach().to("cpu", torch.float64), (0, 0, 0, cols - t_k))
+    s = _scores_of(q, k)  # (B, H, rows, cols); zero where a masked load gave zeros
+    tiles = s.unflatten(-1, (cols // block, block)).unflatten(-3, (rows // block, block))  # (B,H,R,b,C,b)
+    return tiles.transpose(-3, -1).flatten(-2).flatten(-3, -2)[..., :t_q, :t_k]  # (B, H, T_q, T_k)
 
 
 def _scores_coverage_hint(trace: KernelTrace | None, out: torch.Tensor) -> str:
@@ -297,8 +314,11 @@ def check_triton_scores(candidate: Callable[..., Any]) -> str:
         blocks = _scores_blocks(trace, q, k)
         if blocks:
             blocks_seen.add(blocks)
+        mistakes = _scores_mistakes(q, k, case)
+        if blocks and blocks[0] == blocks[1]:
+            mistakes.append(Mistake(_TRANSPOSED_TILES, functools.partial(_tiles_transposed, q, k, blocks[0])))
         compare(
-            "`triton_scores`", out, _scores_of(q, k), mode, _scores_mistakes(q, k, case), case.describe(),
+            "`triton_scores`", out, _scores_of(q, k), mode, mistakes, case.describe(),
             diagnose=functools.partial(_diagnose_scores, gpu=mode.gpu),
         )  # fmt: skip
     detail = f" in tiles of {' and '.join(f'{m}×{n}' for m, n in sorted(blocks_seen))}" if blocks_seen else ""
