@@ -1,4 +1,4 @@
-"""The course's Triton kernels: a warm-up add, a streaming row softmax, FlashAttention forward and backward.
+"""The course's Triton kernels: a warm-up add, a streaming row softmax, one tile of scores, FlashAttention.
 
 This module needs Triton, and imports it after `setup_triton()`; `attn_course.triton_ops` wraps each kernel
 in a function that allocates the output, picks the grid and launches it, and says how to get
@@ -48,6 +48,37 @@ def softmax_kernel(x_ptr, out_ptr, n_cols, x_row_stride, out_row_stride, BLOCK: 
         x = tl.load(x_row + cols, mask=cols < n_cols, other=float("-inf")).to(tl.float32)  # (BLOCK,)
         y = tl.exp(x - row_max) / row_sum  # (BLOCK,)
         tl.store(out_row + cols, y.to(out_ptr.dtype.element_ty), mask=cols < n_cols)
+
+
+@triton.jit
+def scores_kernel(
+    q_ptr, k_ptr, scores_ptr,
+    stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn, stride_sb, stride_sh, stride_sm,
+    heads, t_q, t_k, sm_scale,
+    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    """One program per (query block, key block, batch·head): one BLOCK_M × BLOCK_N tile of QKᵀ·sm_scale.
+
+    The first step of the FlashAttention kernel on its own: strided 2-D loads of a query and a key
+    tile, masked at the ragged ends, one `tl.dot`, a masked 2-D store. HEAD_DIM is a power of two, at
+    least 16, and the head dim is contiguous.
+    """
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    pid_bh = tl.program_id(2)
+    b = pid_bh // heads
+    h = pid_bh % heads
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # (BLOCK_M,): query rows
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)  # (BLOCK_N,): key rows
+    offs_d = tl.arange(0, HEAD_DIM)  # (HEAD_DIM,)
+    q_ptrs = q_ptr + b * stride_qb + h * stride_qh + offs_m[:, None] * stride_qm + offs_d[None, :]
+    k_ptrs = k_ptr + b * stride_kb + h * stride_kh + offs_n[:, None] * stride_kn + offs_d[None, :]
+    q = tl.load(q_ptrs, mask=offs_m[:, None] < t_q, other=0.0)  # (BLOCK_M, HEAD_DIM)
+    k = tl.load(k_ptrs, mask=offs_n[:, None] < t_k, other=0.0)  # (BLOCK_N, HEAD_DIM)
+    s = tl.dot(q, tl.trans(k)) * sm_scale  # (BLOCK_M, BLOCK_N), float32
+    s_ptrs = scores_ptr + b * stride_sb + h * stride_sh + offs_m[:, None] * stride_sm + offs_n[None, :]
+    inside = (offs_m[:, None] < t_q) & (offs_n[None, :] < t_k)  # (BLOCK_M, BLOCK_N)
+    tl.store(s_ptrs, s.to(scores_ptr.dtype.element_ty), mask=inside)
 
 
 @triton.jit

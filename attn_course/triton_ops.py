@@ -62,6 +62,37 @@ def triton_softmax(x: torch.Tensor, block_size: int = 64) -> torch.Tensor:
     return out.reshape(x.shape)
 
 
+@exercise("08_triton_flash_attention", 3)
+def triton_scores(q: torch.Tensor, k: torch.Tensor, block_m: int = 32, block_n: int = 32) -> torch.Tensor:
+    """The scaled scores QKᵀ/√d, (B, H, T_q, T_k) in float32, one program per block_m × block_n tile.
+
+    q (B, H, T_q, d) and k (B, H, T_k, d), any strides with the head dim contiguous; d a power of
+    two, at least 16 (what `tl.dot` takes unpadded). The grid is (⌈T_q / block_m⌉, ⌈T_k / block_n⌉, B·H).
+
+    Introduced in 08_triton_flash_attention.
+    """
+    require_triton()
+    from attn_course.kernels import scores_kernel, triton
+
+    if q.dim() != 4 or k.dim() != 4 or q.shape[:2] != k.shape[:2] or q.shape[3] != k.shape[3]:
+        raise ValueError(f"q (B, H, T_q, d) and k (B, H, T_k, d) do not fit: {q.shape}, {k.shape}")
+    b, h, t_q, d = q.shape
+    t_k = k.shape[2]
+    if d < 16 or d & (d - 1):
+        raise ValueError(f"the head dim must be a power of two, at least 16; got {d}")
+    require_device(q)
+    q, k = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, k))
+    scores = torch.empty(b, h, t_q, t_k, device=q.device, dtype=torch.float32)  # (B, H, T_q, T_k)
+    grid = (triton.cdiv(t_q, block_m), triton.cdiv(t_k, block_n), b * h)
+    if scores.numel():
+        scores_kernel[grid](
+            q, k, scores, q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
+            scores.stride(0), scores.stride(1), scores.stride(2), h, t_q, t_k, 1.0 / math.sqrt(d),
+            HEAD_DIM=d, BLOCK_M=block_m, BLOCK_N=block_n,
+        )  # fmt: skip
+    return scores
+
+
 @dataclass(frozen=True)
 class KernelConfig:
     """Block sizes and launch settings of one FlashAttention launch."""
@@ -157,7 +188,7 @@ def flash_attention_launch(
     return args, constants, (out, lse)
 
 
-@exercise("08_triton_flash_attention", 3)
+@exercise("08_triton_flash_attention", 4)
 def triton_flash_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool = False, return_lse: bool = False
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
@@ -288,5 +319,6 @@ __all__ = [
     "triton_flash_attention",
     "triton_flash_attention_backward",
     "triton_flash_attention_forward",
+    "triton_scores",
     "triton_softmax",
 ]

@@ -345,7 +345,7 @@ def test_notebook_08_runs_its_triton_kernels_through_the_interpreter_in_jupyterl
     saved = save_and_read(page, lab, path)
     assert_no_errors_and_every_plot_shown(page, saved)
     assert page.get_by_text("kernels are interpreted on the CPU (TRITON_INTERPRET=1)").count() == 1
-    for name in ("triton_add", "triton_softmax", "triton_flash_attention"):
+    for name in ("triton_add", "triton_softmax", "triton_scores", "triton_flash_attention"):
         assert page.get_by_text(f"check_{name} passed", exact=True).count() == 1
     OUTPUT.mkdir(parents=True, exist_ok=True)
     page.get_by_text("check_triton_flash_attention passed", exact=True).scroll_into_view_if_needed()

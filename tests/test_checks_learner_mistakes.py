@@ -242,6 +242,7 @@ def test_the_hold_out_set_covers_every_python_exercise_and_its_first_named_rate_
     python_exercises = {  # the hold-out set was written for notebooks 01-08
         n for stem, names in attn_course.reference.EXERCISES.items() if stem < "09" for n in names
     }
-    assert python_exercises - exercises <= {"triton_add", "triton_softmax", "triton_flash_attention"}
+    triton = {"triton_add", "triton_softmax", "triton_scores", "triton_flash_attention"}  # test_checks_triton
+    assert python_exercises - exercises <= triton
     named = sum(case[4] for case in HOLD_OUT)
     assert (len(HOLD_OUT), named) == (46, 30)  # measured once, before the checks were changed for them

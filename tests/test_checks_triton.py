@@ -11,10 +11,15 @@ import math
 import pytest
 import torch
 from check_assertions import assert_accepted, assert_rejected
-from triton_variants import ADD, FLASH, SOFTMAX, variant
+from triton_variants import ADD, FLASH, SCORES, SOFTMAX, variant
 
 from attn_course import reference
-from attn_course.checks import check_triton_add, check_triton_flash_attention, check_triton_softmax
+from attn_course.checks import (
+    check_triton_add,
+    check_triton_flash_attention,
+    check_triton_scores,
+    check_triton_softmax,
+)
 
 pytest.importorskip("triton")
 
@@ -196,6 +201,110 @@ def test_check_triton_softmax_rejects(name, folder, capsys):
 
 def test_check_triton_softmax_accepts_the_reference(capsys):
     assert_accepted(check_triton_softmax, reference.triton_softmax, capsys)
+
+
+# ---------------------------------------------------------------------------------------------
+# triton_scores
+
+SCORES_ACCEPTED = {
+    "tiles of 16×32": [],
+    "tiles of 64×16": [("BLOCK_M, BLOCK_N = 16, 32", "BLOCK_M, BLOCK_N = 64, 16")],
+    "key tile loaded transposed, no tl.trans": [
+        ("k_ptrs = K + b * skb + h * skh + offs_n[:, None] * skn + offs_d[None, :]",
+         "k_ptrs = K + b * skb + h * skh + offs_n[None, :] * skn + offs_d[:, None]"),
+        ("k = tl.load(k_ptrs, mask=offs_n[:, None] < T_k, other=0.0)",
+         "k = tl.load(k_ptrs, mask=offs_n[None, :] < T_k, other=0.0)"),
+        ("s = tl.dot(q, tl.trans(k)) * scale", "s = tl.dot(q, k) * scale"),
+    ],
+    "scores in q's dtype": [("dtype=torch.float32)", "dtype=q.dtype)")],
+    "contiguous copies instead of strides": [
+        ("    B, H, T_q, D = q.shape\n",
+         "    q, k = q.contiguous(), k.contiguous()\n    B, H, T_q, D = q.shape\n")
+    ],
+    "q scaled before the product": [
+        ("q = tl.load(q_ptrs, mask=offs_m[:, None] < T_q, other=0.0)",
+         "q = tl.load(q_ptrs, mask=offs_m[:, None] < T_q, other=0.0) * scale"),
+        ("s = tl.dot(q, tl.trans(k)) * scale", "s = tl.dot(q, tl.trans(k))"),
+    ],
+}  # fmt: skip
+
+SCORES_REJECTED = {
+    "no scale": ([("T_q, T_k, 1 / math.sqrt(D),", "T_q, T_k, 1.0,")], "does not scale the scores"),
+    "scale 1/d": ([("T_q, T_k, 1 / math.sqrt(D),", "T_q, T_k, 1 / D,")], "scales the scores by 1/d"),
+    "key tile not transposed": (
+        [("s = tl.dot(q, tl.trans(k)) * scale", "s = tl.dot(q, k) * scale")],
+        "tl.dot(q, tl.trans(k))",
+    ),
+    "k·qᵀ in square tiles": (
+        [("BLOCK_M, BLOCK_N = 16, 32", "BLOCK_M, BLOCK_N = 32, 32"),
+         ("s = tl.dot(q, tl.trans(k)) * scale", "s = tl.dot(k, tl.trans(q)) * scale")],
+        "stores each tile transposed",
+    ),
+    "query loads unmasked": (
+        [("q = tl.load(q_ptrs, mask=offs_m[:, None] < T_q, other=0.0)", "q = tl.load(q_ptrs)")],
+        "read from memory outside its tensors",
+    ),
+    "key loads unmasked": (
+        [("k = tl.load(k_ptrs, mask=offs_n[:, None] < T_k, other=0.0)", "k = tl.load(k_ptrs)")],
+        "read from memory outside its tensors",
+    ),
+    "store masked on the rows only": (
+        [("mask=(offs_m[:, None] < T_q) & (offs_n[None, :] < T_k))", "mask=offs_m[:, None] < T_q)")],
+        "wrote to memory outside its tensors",
+    ),
+    "row offsets without the block size": (
+        [("offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)", "offs_m = pid_m + tl.arange(0, BLOCK_M)")],
+        "offs_m = pid * BLOCK_M + tl.arange(0, BLOCK_M)",
+    ),
+    "column offsets without the block size": (
+        [("offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)", "offs_n = pid_n + tl.arange(0, BLOCK_N)")],
+        "offs_n = pid * BLOCK_N + tl.arange(0, BLOCK_N)",
+    ),
+    "grid rounds down": (
+        [("grid = (triton.cdiv(T_q, BLOCK_M), triton.cdiv(T_k, BLOCK_N), B * H)",
+          "grid = (max(1, T_q // BLOCK_M), max(1, T_k // BLOCK_N), B * H)")],
+        "The grid needs (triton.cdiv(T_q, BLOCK_M), triton.cdiv(T_k, BLOCK_N), B * H) programs",
+    ),
+    "strides ignored": (
+        [("q, k, s, q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),",
+          "q, k, s, H * T_q * D, T_q * D, D, H * T_k * D, T_k * D, D,")],
+        "is wrong for inputs that are views",
+    ),
+    "rows d apart": (
+        [("offs_m[:, None] * sqm + offs_d", "offs_m[:, None] * D + offs_d"),
+         ("offs_n[:, None] * skn + offs_d", "offs_n[:, None] * D + offs_d")],
+        "reads q and k rows d elements apart",
+    ),
+    "k read with q's strides": (
+        [("k.stride(0), k.stride(1), k.stride(2),", "q.stride(0), q.stride(1), q.stride(2),")],
+        "reads k with q's strides",
+    ),
+    "batch and head swapped": (
+        [("    b = pid_bh // H\n    h = pid_bh % H\n", "    b = pid_bh % H\n    h = pid_bh // H\n")],
+        "so no mask is missing: its base pointer is off",
+    ),
+    "scores transposed": (
+        [("s = torch.empty(B, H, T_q, T_k,", "s = torch.empty(B, H, T_k, T_q,")],
+        "That is (B, H, T_k, T_q)",
+    ),
+    "no return": ([("    return s\n", "")], "returned None"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", SCORES_ACCEPTED)
+def test_check_triton_scores_accepts(name, folder, capsys):
+    candidate = variant(SCORES, folder, "triton_scores", *SCORES_ACCEPTED[name])
+    assert_accepted(check_triton_scores, candidate, capsys)
+
+
+@pytest.mark.parametrize("name", SCORES_REJECTED)
+def test_check_triton_scores_rejects(name, folder, capsys):
+    pairs, phrase = SCORES_REJECTED[name]
+    assert_rejected(check_triton_scores, variant(SCORES, folder, "triton_scores", *pairs), phrase, capsys)
+
+
+def test_check_triton_scores_accepts_the_reference(capsys):
+    assert_accepted(check_triton_scores, reference.triton_scores, capsys)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -415,6 +524,13 @@ def test_the_reference_returns_the_lse_only_when_asked():
     torch.testing.assert_close(lse, scores.logsumexp(-1))
 
 
+def test_a_stub_inside_the_kernel_is_reported_as_not_implemented(folder, capsys):
+    # The student notebook gives the kernel's set-up and stops it with a stub where the loop goes.
+    stub = ("    hi = T_k\n", '    raise NotImplementedError("Exercise: replace this line.")\n')
+    candidate = variant(FLASH, folder, "triton_flash_attention", stub)
+    assert_rejected(check_triton_flash_attention, candidate, "not implemented yet", capsys)
+
+
 def test_check_triton_flash_attention_accepts_the_reference(capsys):
     assert_accepted(check_triton_flash_attention, reference.triton_flash_attention, capsys)
 
@@ -479,6 +595,22 @@ def test_untraced_check_accepts_a_right_kernel_in_float16(untraced, folder, caps
     assert_accepted(check_triton_add, variant(ADD, folder, "triton_add"), capsys)
 
 
+UNTRACED_SCORES_REJECTED = {
+    "no scale": ([("T_q, T_k, 1 / math.sqrt(D),", "T_q, T_k, 1.0,")], "does not scale the scores"),
+    "strides ignored": (SCORES_REJECTED["strides ignored"][0], "is wrong for inputs that are views"),
+}  # an unmasked ragged load is seen in the trace only: the scores it spoils are never stored
+
+
+def test_untraced_scores_check_accepts_a_right_kernel_in_float16(untraced, folder, capsys):
+    assert_accepted(check_triton_scores, variant(SCORES, folder, "triton_scores"), capsys)
+
+
+@pytest.mark.parametrize("name", UNTRACED_SCORES_REJECTED)
+def test_untraced_scores_check_names_mistakes_from_the_numbers(name, untraced, folder, capsys):
+    pairs, phrase = UNTRACED_SCORES_REJECTED[name]
+    assert_rejected(check_triton_scores, variant(SCORES, folder, "triton_scores", *pairs), phrase, capsys)
+
+
 @pytest.mark.parametrize("name", UNTRACED_REJECTED)
 def test_untraced_check_names_mistakes_from_the_numbers(name, untraced, folder, capsys):
     pairs, phrase = UNTRACED_REJECTED[name]
@@ -490,7 +622,7 @@ def test_without_triton_every_check_says_how_to_get_it(monkeypatch, capsys):
     from attn_course import triton_support
 
     monkeypatch.setattr(triton_support, "_triton_version", lambda: None)
-    for check in (check_triton_add, check_triton_softmax, check_triton_flash_attention):
+    for check in (check_triton_add, check_triton_softmax, check_triton_scores, check_triton_flash_attention):
         assert_rejected(check, lambda *args, **kwargs: None, "Triton is not installed", capsys)
 
 

@@ -136,7 +136,7 @@ def _triton_cases() -> dict[str, tuple[str, str, list[tuple[str, str]], str]]:
     """name: (template, function, replacements, phrase); an empty phrase means: accepted."""
     from backward_variants import TRITON_BACKWARD
     from test_checks_triton import UNTRACED_REJECTED
-    from triton_variants import ADD, FLASH, SOFTMAX
+    from triton_variants import ADD, FLASH, SCORES, SOFTMAX
 
     cases = {
         "add, right": (ADD, "triton_add", [], ""),
@@ -145,6 +145,12 @@ def _triton_cases() -> dict[str, tuple[str, str, list[tuple[str, str]], str]]:
         "softmax, sum not rescaled": (SOFTMAX, "triton_softmax",
                                       [("total = total * scale + ", "total = total + ")],
                                       "does not rescale the running sum"),
+        "scores, right": (SCORES, "triton_scores", [], ""),
+        "scores, no scale": (SCORES, "triton_scores", [("T_q, T_k, 1 / math.sqrt(D),", "T_q, T_k, 1.0,")],
+                             "does not scale the scores"),
+        "flash, stub where the loop goes": (FLASH, "triton_flash_attention",
+                                            [("    hi = T_k\n", '    raise NotImplementedError("Do")\n')],
+                                            "not implemented yet"),
         "flash, right": (FLASH, "triton_flash_attention", [], ""),
         "flash, blocks of 64×16": (FLASH, "triton_flash_attention",
                                    [("BLOCK_M, BLOCK_N = 32, 32", "BLOCK_M, BLOCK_N = 64, 16")], ""),
@@ -159,7 +165,8 @@ def _triton_cases() -> dict[str, tuple[str, str, list[tuple[str, str]], str]]:
 
 
 TRITON_CASES = [
-    "add, right", "add, subtracts", "softmax, right", "softmax, sum not rescaled", "flash, right",
+    "add, right", "add, subtracts", "softmax, right", "softmax, sum not rescaled", "scores, right",
+    "scores, no scale", "flash, stub where the loop goes", "flash, right",
     "flash, blocks of 64×16", "flash, accumulator not rescaled, blocks of 64×16 found by search",
     "flash, causal bound one block short", "flash, ragged value loads unmasked read the NaN after the inputs",
     "flash, no scale", "backward, right", "backward, no scale in dQ",
@@ -192,7 +199,11 @@ def test_the_triton_checks_judge_compiled_kernels(name, folder, capsys):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize(
-    "name", ["triton_add", "triton_softmax", "triton_flash_attention", "triton_flash_attention_backward"]
+    "name",
+    [
+        "triton_add", "triton_softmax", "triton_scores", "triton_flash_attention",
+        "triton_flash_attention_backward",
+    ],  # fmt: skip
 )
 def test_the_triton_checks_accept_the_package_kernels_compiled(name, capsys):
     assert_accepted(_check(name), getattr(reference, name), capsys)

@@ -20,6 +20,7 @@ from attn_course.triton_ops import (  # noqa: E402
     triton_add,
     triton_flash_attention,
     triton_flash_attention_forward,
+    triton_scores,
     triton_softmax,
 )
 from attn_course.triton_support import is_interpreted, setup_triton, triton_status  # noqa: E402
@@ -61,6 +62,22 @@ def test_triton_softmax_on_a_non_contiguous_input_and_batched_rows():
 def test_triton_softmax_refuses_a_block_size_that_is_not_a_power_of_two():
     with pytest.raises(ValueError, match="power of two"):
         triton_softmax(torch.randn(2, 8), 12)
+
+
+@pytest.mark.parametrize(
+    "b, h, t_q, t_k, d, block_m, block_n",
+    [(1, 1, 5, 7, 16, 16, 16), (2, 3, 37, 45, 32, 16, 32), (1, 2, 64, 64, 64, 32, 32)],
+)
+def test_triton_scores_tile_by_tile_match_the_scaled_product(b, h, t_q, t_k, d, block_m, block_n):
+    q, k = torch.randn(b, h, t_q, d), torch.randn(b, t_k, h, d).transpose(1, 2)  # k a view
+    scores = triton_scores(q, k, block_m, block_n)  # (B, H, T_q, T_k)
+    assert scores.dtype == torch.float32
+    torch.testing.assert_close(scores, q @ k.transpose(-1, -2) / math.sqrt(d), atol=1e-5, rtol=1e-5)
+
+
+def test_triton_scores_refuses_a_head_dim_tl_dot_cannot_take_unpadded():
+    with pytest.raises(ValueError, match="power of two, at least 16"):
+        triton_scores(torch.randn(1, 1, 4, 24), torch.randn(1, 1, 4, 24))
 
 
 def _reference(q, k, v, is_causal):

@@ -62,7 +62,7 @@ def compile_one(job: dict) -> dict:
     for name in kernel.arg_names:
         if name in constexprs:
             signature[name] = "constexpr"
-        elif name in ("lse_ptr", "delta_ptr"):
+        elif name in ("lse_ptr", "delta_ptr", "scores_ptr"):
             signature[name] = "*fp32"
         elif name.endswith("_ptr"):
             signature[name] = "*" + job["dtype"]
@@ -124,6 +124,11 @@ def jobs() -> list[dict]:
                          constexprs={**blocks, "BLOCK_M": 32, "BLOCK_N": 32}, num_warps=4, num_stages=2)
                 )  # fmt: skip
     for source in ("package", "notebook"):
+        for arch in (75, 90):  # one tile of scores per program: 32×32 in the package and the notebook
+            found.append(
+                dict(source=source, kernel="scores_kernel", arch=arch, dtype="fp16",
+                     constexprs={"HEAD_DIM": 128, "BLOCK_M": 32, "BLOCK_N": 32}, num_warps=4, num_stages=2)
+            )  # fmt: skip
         for kernel, block in (("add_kernel", 1024), ("softmax_kernel", 64)):
             found.append(
                 dict(source=source, kernel=kernel, arch=75, dtype="fp32", constexprs={"BLOCK": block},

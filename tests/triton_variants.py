@@ -141,6 +141,51 @@ def triton_flash_attention(q, k, v, is_causal=False, return_lse=False):
     return (o, lse) if return_lse else o
 """
 
+SCORES = """
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+BLOCK_M, BLOCK_N = 16, 32
+
+
+@triton.jit
+def scores_kernel(
+    Q, K, S, sqb, sqh, sqm, skb, skh, skn, ssb, ssh, ssm, H, T_q, T_k, scale,
+    D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    pid_bh = tl.program_id(2)
+    b = pid_bh // H
+    h = pid_bh % H
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, D)
+    q_ptrs = Q + b * sqb + h * sqh + offs_m[:, None] * sqm + offs_d[None, :]
+    k_ptrs = K + b * skb + h * skh + offs_n[:, None] * skn + offs_d[None, :]
+    q = tl.load(q_ptrs, mask=offs_m[:, None] < T_q, other=0.0)
+    k = tl.load(k_ptrs, mask=offs_n[:, None] < T_k, other=0.0)
+    s = tl.dot(q, tl.trans(k)) * scale
+    s_ptrs = S + b * ssb + h * ssh + offs_m[:, None] * ssm + offs_n[None, :]
+    tl.store(s_ptrs, s, mask=(offs_m[:, None] < T_q) & (offs_n[None, :] < T_k))
+
+
+def triton_scores(q, k):
+    B, H, T_q, D = q.shape
+    T_k = k.shape[2]
+    s = torch.empty(B, H, T_q, T_k, device=q.device, dtype=torch.float32)
+    grid = (triton.cdiv(T_q, BLOCK_M), triton.cdiv(T_k, BLOCK_N), B * H)
+    scores_kernel[grid](
+        q, k, s, q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
+        s.stride(0), s.stride(1), s.stride(2), H, T_q, T_k, 1 / math.sqrt(D),
+        D=D, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
+    )
+    return s
+"""
+
 _counter = itertools.count()
 
 

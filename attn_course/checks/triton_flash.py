@@ -1,6 +1,11 @@
-"""The check of notebook 08's FlashAttention kernel: `triton_flash_attention` against attention.
+"""The checks of notebook 08's FlashAttention kernel and of its first step, one tile of scores.
 
-It compares with the float64 reference on ragged, causal, T_q < T_k and strided inputs, and names
+`triton_scores` (one BLOCK_M × BLOCK_N tile of QKᵀ/√d per program) is compared with q kᵀ/√d in
+float64 on ragged, strided and T_q ≠ T_k inputs; from the trace the check names loads and stores
+past the ragged ends and tiles no program wrote. `triton_flash_attention` is compared with attention.
+
+For `triton_flash_attention` it compares with the float64 reference on ragged, causal, T_q < T_k
+and strided inputs, and names
 mistakes by simulating them block by block (`_blockwise`) with the learner's block sizes, read off
 the trace where the kernel is interpreted, else searched. From the trace it also names keys a
 program never reads (a causal loop that stops early, a ragged block left out) and key blocks a
@@ -39,6 +44,294 @@ from attn_course.checks._triton_harness import (
     traced_call,
 )
 from attn_course.checks._triton_trace import KernelTrace
+
+# ---------------------------------------------------------------------------------------------
+# triton_scores: one tile of QKᵀ/√d per program, the first step of the FlashAttention kernel
+
+
+@dataclass(frozen=True)
+class _ScoresCase:
+    """One input shape of the scores check."""
+
+    b: int
+    h: int
+    t_q: int
+    t_k: int
+    d: int
+    strided: bool = False
+    """q and k as transposes of (B, T, H, d) tensors: rows H·d apart, heads d apart."""
+
+    def describe(self) -> str:
+        """The call in words, for messages."""
+        layout = ", q and k (B, T, H, d).transpose(1, 2) views" if self.strided else ""
+        sizes = f"B={self.b}, H={self.h}, T_q={self.t_q}, T_k={self.t_k}, d={self.d}"
+        return f"triton_scores(q, k) with {sizes}{layout}"
+
+
+_SCORES_CASES = (
+    _ScoresCase(1, 2, 32, 64, 16),
+    _ScoresCase(2, 3, 37, 45, 16),
+    _ScoresCase(1, 1, 5, 7, 32),
+    _ScoresCase(2, 2, 20, 40, 32, strided=True),
+)
+
+_SCORES_BOUNDS_HINT = (
+    "When T_q or T_k is not a multiple of the block size the last tiles run past the end: load q with "
+    "mask=offs_m[:, None] < T_q and k with mask=offs_n[:, None] < T_k (other=0.0), and store with both, "
+    "mask=(offs_m[:, None] < T_q) & (offs_n[None, :] < T_k)."
+)
+
+
+
+def _scores_bounds_hint(trace: KernelTrace | None) -> str:
+    """How to stay in bounds: masks for a tile at a ragged end, else the tile's base pointer."""
+    if trace is None or not trace.out_of_bounds:
+        return _SCORES_BOUNDS_HINT
+    def at_a_ragged_end(access: Any) -> bool:
+        grid = trace.launches[access.launch].grid
+        return access.program[0] == grid[0] - 1 or access.program[1] == grid[1] - 1
+
+    inner = [access for access in trace.out_of_bounds if not at_a_ragged_end(access)]
+    if not inner:  # (programs may run in any order: look at all, not the first)
+        return _SCORES_BOUNDS_HINT
+    bad = inner[0]
+    return (
+        f"Program {bad.program} holds neither the last query tile nor the last key tile, so no mask is "
+        "missing: its base pointer is off. Program axis 2 is z = b·H + h, so b = pid_bh // H and "
+        "h = pid_bh % H, and a tile starts at q_ptr + b * stride_qb + h * stride_qh (k's with k's strides)."
+    )
+
+
+_TRANSPOSED_TILES = (
+    "stores each tile transposed: tl.dot(k, tl.trans(q)) is the (BLOCK_N, BLOCK_M) tile of k·qᵀ, one "
+    "key per row. The scores have one query per row: s = tl.dot(q, tl.trans(k)), (BLOCK_M, d) times "
+    "(d, BLOCK_N), stored at rows offs_m and columns offs_n."
+)
+
+_DOT_HINT = (
+    "tl.dot(a, b) multiplies a (M, K) block by a (K, N) block. The key tile you load is (BLOCK_N, d), "
+    "one key per row, so the scores are tl.dot(q, tl.trans(k)): (BLOCK_M, d) times (d, BLOCK_N)."
+)
+
+
+def _scores_inputs(case: _ScoresCase, mode: Mode) -> tuple[torch.Tensor, torch.Tensor]:
+    dtype = torch.float16 if mode.gpu else torch.float32
+
+    def make(t: int) -> torch.Tensor:
+        if case.strided:
+            return guarded(case.b, t, case.h, case.d, device=mode.device, dtype=dtype).transpose(1, 2)
+        return guarded(case.b, case.h, t, case.d, device=mode.device, dtype=dtype)
+
+    return make(case.t_q), make(case.t_k)
+
+
+def _scores_of(q: torch.Tensor, k: torch.Tensor, scale: float | None = None) -> torch.Tensor:
+    """q kᵀ · scale in float64 (scale 1/√d by default): (B, H, T_q, T_k)."""
+    q, k = (x.detach().to("cpu", torch.float64) for x in (q, k))
+    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+    return q @ k.transpose(-1, -2) * scale  # (B, H, T_q, T_k)
+
+
+def _with_strides(x: torch.Tensor, strides: Sequence[int]) -> torch.Tensor:
+    """What a kernel reads from x's memory when it walks x's shape with these strides."""
+    return torch.as_strided(x, x.shape, tuple(strides))
+
+
+def _scores_mistakes(q: torch.Tensor, k: torch.Tensor, case: _ScoresCase) -> list[Mistake]:
+    d = case.d
+    found = [
+        Mistake(
+            "does not scale the scores: multiply q·kᵀ by sm_scale = 1 / math.sqrt(d), attention's 1/√d.",
+            functools.partial(_scores_of, q, k, 1.0),
+        ),
+        Mistake(
+            "scales the scores by 1/d: the scale is 1/√d (math.sqrt(d), not d).",
+            functools.partial(_scores_of, q, k, 1 / d),
+        ),
+        Mistake(
+            "multiplies the scores by √d: the scale is 1/√d.",
+            functools.partial(_scores_of, q, k, d**0.5),
+        ),
+    ]
+    if case.strided:
+        contiguous_q = torch.empty(q.shape).stride()
+        contiguous_k = torch.empty(k.shape).stride()
+        row_step = (
+            "reads q and k rows d elements apart (offs[:, None] * HEAD_DIM), which is right for a "
+            "contiguous (B, H, T, d) tensor only: in these views rows lie H·d apart. Multiply the row "
+            "offsets by the row stride, offs_m[:, None] * stride_qm and offs_n[:, None] * stride_kn."
+        )
+
+        def rows_d_apart(x: torch.Tensor) -> torch.Tensor:
+            return _with_strides(x, (*x.stride()[:2], d, 1))
+
+        found += [
+            Mistake(
+                "is wrong for inputs that are views: q.transpose(1, 2) of a (B, T, H, d) tensor keeps its "
+                "data in (B, T, H, d) order, so row t of head h of batch b is not at ((b·H + h)·T + t)·d. "
+                "Pass q.stride(0), q.stride(1), q.stride(2) and k's three strides to the kernel and use "
+                "them, or call .contiguous() first.",
+                lambda: _scores_of(_with_strides(q, contiguous_q), _with_strides(k, contiguous_k)),
+            ),
+            Mistake(row_step, lambda: _scores_of(rows_d_apart(q), rows_d_apart(k))),
+            Mistake(row_step, lambda: _scores_of(rows_d_apart(q), k)),
+            Mistake(row_step, lambda: _scores_of(q, rows_d_apart(k))),
+        ]
+    elif case.t_q != case.t_k and case.b * case.h > 1:
+        found.append(
+            Mistake(
+                "reads k with q's strides: with T_k != T_q the heads of k lie T_k·d apart in "
+                "memory, not T_q·d, so every batch·head after the first reads the wrong keys. Pass "
+                "k.stride(0), k.stride(1), k.stride(2) for k.",
+                lambda: _scores_of(q, _with_strides(k, q.stride())),
+            )
+        )
+    return found
+
+
+def _tiles_transposed(q: torch.Tensor, k: torch.Tensor, block: int) -> torch.Tensor:
+    """What square tiles of tl.dot(k, tl.trans(q)) give when stored as tiles of q·kᵀ/√d."""
+    t_q, t_k = q.shape[-2], k.shape[-2]
+    rows, cols = -(-t_q // block) * block, -(-t_k // block) * block  # padded to whole tiles
+    q = torch.nn.functional.pad(q.detach().to("cpu", torch.float64), (0, 0, 0, rows - t_q))
+    k = torch.nn.functional.pad(k.detach().to("cpu", torch.float64), (0, 0, 0, cols - t_k))
+    s = _scores_of(q, k)  # (B, H, rows, cols); zero where a masked load gave zeros
+    tiles = s.unflatten(-1, (cols // block, block)).unflatten(-3, (rows // block, block))  # (B,H,R,b,C,b)
+    return tiles.transpose(-3, -1).flatten(-2).flatten(-3, -2)[..., :t_q, :t_k]  # (B, H, T_q, T_k)
+
+
+def _scores_coverage_hint(trace: KernelTrace | None, out: torch.Tensor) -> str:
+    """Why some scores were never stored: tile offsets without the block size, or too small a grid."""
+    grid = (
+        "The grid needs (triton.cdiv(T_q, BLOCK_M), triton.cdiv(T_k, BLOCK_N), B * H) programs, and "
+        "each stores its whole tile (masked at the ragged ends)."
+    )
+    if trace is None:
+        return grid
+    t_q, t_k = out.shape[-2:]
+    for access in trace.accesses_to(out, store=True):
+        if not access.elements.size:
+            continue
+        pid_m, pid_n, _ = access.program
+        first_row = int((access.elements // t_k % t_q).min())
+        first_col = int((access.elements % t_k).min())
+        starts = ((pid_m, first_row, "offs_m", "BLOCK_M"), (pid_n, first_col, "offs_n", "BLOCK_N"))
+        for pid, first, axis, block in starts:
+            if pid >= 1 and first == pid:
+                return (
+                    f"Program {access.program[:3]} starts its tile at {axis} = {pid}, its program id: a tile "
+                    f"starts at pid * {block}, so {axis} = pid * {block} + tl.arange(0, {block})."
+                )
+    return grid
+
+
+def _scores_blocks(trace: KernelTrace | None, q: torch.Tensor, k: torch.Tensor) -> tuple[int, int] | None:
+    """(BLOCK_M, BLOCK_N) read off the shapes of the first q and k loads."""
+    if trace is None:
+        return None
+    d = q.shape[-1]
+
+    def rows(x: torch.Tensor) -> int | None:
+        for access in trace.accesses_to(x, store=False):
+            shape = [s for s in access.block_shape if s != 1]
+            if len(shape) == 2:
+                return shape[0] if shape[1] == d else shape[1]
+        return None
+
+    block_m, block_n = rows(q), rows(k)
+    return (block_m, block_n) if block_m and block_n else None
+
+
+def _diagnose_scores(actual: torch.Tensor, expected: torch.Tensor, gpu: bool) -> str | None:
+    """Name scores that are right for some batch·heads, rows or key columns only."""
+    a = actual.detach().to("cpu", torch.float64)
+    e = expected.detach().to("cpu", torch.float64)
+    tol = dict(atol=1e-2, rtol=1e-2) if gpu else dict(atol=2e-5, rtol=1e-4)
+    bad = ~torch.isclose(a, e, **tol)  # (B, H, T_q, T_k)
+    if not bad.any():
+        return None
+    heads = bad.flatten(0, 1).flatten(1).any(dim=-1)  # (B·H,)
+    if not heads.all():
+        first = int(heads.nonzero()[0, 0])
+        return (
+            f"is right for some batch·heads but wrong for others (the first wrong is batch·head {first}): "
+            "program axis 2 is z = b·H + h, so b = pid_bh // H and h = pid_bh % H, and the tile starts at "
+            "q_ptr + b * stride_qb + h * stride_qh (k's with k's own strides)."
+        )
+    rows = bad.any(dim=-1).flatten(0, 1).any(dim=0)  # (T_q,)
+    cols = bad.any(dim=-2).flatten(0, 1).any(dim=0)  # (T_k,)
+    if not rows.all():
+        return (
+            f"is right in some query rows and wrong in others ({int(rows.sum())} of {rows.numel()} rows "
+            f"wrong, the first is row {int(rows.nonzero()[0, 0])}): look at how offs_m and the q pointers "
+            "follow pid_m, and at the store's row offsets."
+        )
+    if not cols.all():
+        return (
+            f"is right in some key columns and wrong in others ({int(cols.sum())} of {cols.numel()} "
+            f"wrong, the first is column {int(cols.nonzero()[0, 0])}): look at how offs_n and the k pointers "
+            "follow pid_n, and at the store's column offsets."
+        )
+    return None
+
+
+@check
+def check_triton_scores(candidate: Callable[..., Any]) -> str:
+    """The learner's scores kernel against q kᵀ/√d in float64: ragged, several heads, T_q ≠ T_k, views."""
+    name = "triton_scores"
+    mode = kernel_mode(name, candidate)
+    blocks_seen: set[tuple[int, int]] = set()
+    for case in _SCORES_CASES:
+        q, k = _scores_inputs(case, mode)
+        try:
+            result, trace = traced_call(name, candidate, mode, q, k)
+        except CheckFailed as failed:
+            text = str(failed)
+            if "reduction dimension" in text or "compatible" in text and "dot" in text:
+                raise CheckFailed(f"{text}\n{_DOT_HINT}") from None
+            raise
+        expect_launched(name, trace)
+        expect_in_bounds(name, trace, _scores_bounds_hint(trace))
+        if isinstance(result, tuple | list):
+            raise CheckFailed(
+                f"`{name}` returned a {type(result).__name__} of {len(result)} items: return the scores only."
+            )
+        if result is None:
+            raise CheckFailed(f"`{name}` returned None: end it with `return scores` (what the kernel wrote).")
+        shape = (case.b, case.h, case.t_q, case.t_k)
+        hints = {
+            (case.b, case.h, case.t_k, case.t_q): "That is (B, H, T_k, T_q): the scores have one row per "
+            "query and one column per key, (B, H, T_q, T_k).",
+            (case.b * case.h, case.t_q, case.t_k): "Keep the batch and head axes apart: (B, H, T_q, T_k).",
+        }
+        out = expect_tensor(result, shape, "the scores", device=q.device, finite=False, hints=hints)
+        if out.dtype not in (torch.float32, q.dtype):
+            raise CheckFailed(
+                f"the scores have dtype {out.dtype}: allocate them in float32 (tl.dot accumulates in "
+                "float32), torch.empty(B, H, T_q, T_k, device=q.device, dtype=torch.float32)."
+            )
+        expect_all_written(trace, out, _scores_coverage_hint(trace, out))
+        blocks = _scores_blocks(trace, q, k)
+        if blocks:
+            blocks_seen.add(blocks)
+        mistakes = _scores_mistakes(q, k, case)
+        if blocks and blocks[0] == blocks[1]:
+            mistakes.append(Mistake(_TRANSPOSED_TILES, functools.partial(_tiles_transposed, q, k, blocks[0])))
+        compare(
+            "`triton_scores`", out, _scores_of(q, k), mode, mistakes, case.describe(),
+            diagnose=functools.partial(_diagnose_scores, gpu=mode.gpu),
+        )  # fmt: skip
+    detail = f" in tiles of {' and '.join(f'{m}×{n}' for m, n in sorted(blocks_seen))}" if blocks_seen else ""
+    where = (
+        "every score written, no access out of bounds; interpreted on the CPU, every load traced"
+        if mode.traced
+        else f"on {mode.device} in float16"
+    )
+    return (
+        f"q·kᵀ/√d on {len(_SCORES_CASES)} shapes (ragged on both axes, several batch·heads, T_q ≠ T_k, "
+        f"views){detail}; {where}."
+    )
+
 
 # ---------------------------------------------------------------------------------------------
 # triton_flash_attention
