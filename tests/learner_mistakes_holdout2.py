@@ -1,17 +1,20 @@
 """A second hold-out of learner mistakes, written blind (issue 15, part 4).
 
 Each mistake is a text edit of the solution notebook's exercise cell, taken without its
-`### BEGIN/END SOLUTION` marker lines (`old` replaced by `new`, `old` occurring exactly once), with the idea of the mistake in one short phrase. They
-were written from the solution notebooks and the topic modules only, before reading any check or
-any test of a check, and committed before any measurement.
-
-Measurement: filled in below once measured (caught = the check fails it; named = its message
-names the idea of the mistake, judged by the idea, not by a matching word).
+`### BEGIN/END SOLUTION` marker lines (`old` replaced by `new`, `old` occurring exactly once),
+with the idea of the mistake in one short phrase. They were written from the solution notebooks
+and the topic modules only, before reading any check or any test of a check, and committed before
+any measurement. The measurements are in tests/test_checks_holdout2.py.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import importlib.util
+import itertools
+import json
+import re
+from pathlib import Path
+from typing import Any, NamedTuple
 
 
 class BlindMistake(NamedTuple):
@@ -165,8 +168,7 @@ HOLDOUT2: tuple[BlindMistake, ...] = (
         "padding lanes loaded as 0 instead of -inf in the first pass: counted in the sum",
         'x = tl.load(x_row + cols, mask=cols < n_cols, other=float("-inf")).to(tl.float32)  # (BLOCK,)\n'
         "        m_new",
-        "x = tl.load(x_row + cols, mask=cols < n_cols, other=0.0).to(tl.float32)  # (BLOCK,)\n"
-        "        m_new",
+        "x = tl.load(x_row + cols, mask=cols < n_cols, other=0.0).to(tl.float32)  # (BLOCK,)\n        m_new",
     ),
     BlindMistake(
         "triton_flash_attention",
@@ -226,3 +228,63 @@ HOLDOUT2: tuple[BlindMistake, ...] = (
     ),
 )
 """30 mistakes over the exercises of notebooks 01-10, written blind."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading a mistake: the solution notebook's cell, edited, written to a file and imported (Triton
+# reads a kernel's source from its file), with the names the notebook's earlier cells define.
+
+PRELUDE = """
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+from einops import einsum, rearrange, repeat
+from torch import nn
+
+from attn_course.attention import attention, dot_product_scores, softmax
+from attn_course.flash import flash_attention_backward, flash_attention_forward
+from attn_course.gqa import repeat_kv
+from attn_course.heads import MultiHeadAttention, merge_heads, split_heads
+from attn_course.kv_cache import KVCache
+from attn_course.masking import causal_mask
+from attn_course.rope import RotaryMultiHeadAttention, apply_rope, rope_frequencies
+"""
+
+SOLUTIONS = Path(__file__).resolve().parents[1] / "solutions"
+_counter = itertools.count()
+
+
+def solution_cells() -> dict[str, str]:
+    """Exercise name -> its solution cell's source, without the BEGIN/END SOLUTION marker lines."""
+    cells: dict[str, str] = {}
+    for notebook in sorted(SOLUTIONS.glob("*.ipynb")):
+        for cell in json.loads(notebook.read_text())["cells"]:
+            source = "".join(cell["source"])
+            if cell["cell_type"] != "code" or "### BEGIN SOLUTION" not in source:
+                continue
+            source = "\n".join(line for line in source.split("\n") if "### BEGIN SOLUTION" not in line
+                               and "### END SOLUTION" not in line)  # fmt: skip
+            for name in re.findall(r"^(?:def|class) (\w+)", source, re.MULTILINE):
+                cells[name] = source
+    return cells
+
+
+def load(mistake: BlindMistake | tuple[str, str | None, str, str], folder: Path) -> Any:
+    """The learner's `exercise` with the mistake's edit (none where `old` is empty), from a file."""
+    exercise, _, old, new = mistake
+    source = solution_cells()[exercise]
+    if old:
+        assert source.count(old) == 1, f"{old!r} should occur once in the solution of {exercise}"
+        source = source.replace(old, new)
+    path = folder / f"holdout2_{exercise}_{next(_counter)}.py"
+    path.write_text(PRELUDE + source)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return getattr(module, exercise)
