@@ -262,6 +262,8 @@ def test_check_rejects_mistake_with_its_message(check, candidate, phrase, capsys
 
 MASK_LINE = 'scores = scores.masked_fill(~mask, float("-inf"))'
 COMBINE = "mask = causal if mask is None else mask & causal"
+MASKED = "    if mask is not None:\n        " + MASK_LINE + "\n"
+SOFTMAX = "    weights = torch.softmax(scores, dim=-1)\n"
 
 LEARNER_WRONG = [
     ("attention", ATTENTION, [(" / math.sqrt(q.shape[-1])", "")], "without the 1/√d_k scale"),
@@ -269,8 +271,7 @@ LEARNER_WRONG = [
      "use the mask the wrong way round"),
     ("attention", ATTENTION, [(MASK_LINE, "scores = scores.masked_fill(~mask, 0.0)")],
      "fill masked scores with 0"),
-    ("attention", ATTENTION, [("    if mask is not None:\n        " + MASK_LINE + "\n    weights = torch.softmax(scores, dim=-1)\n",
-                               "    weights = torch.softmax(scores, dim=-1)\n    if mask is not None:\n        weights = weights * mask\n")],
+    ("attention", ATTENTION, [(MASKED + SOFTMAX, SOFTMAX + "    if mask is not None:\n        weights = weights * mask\n")],
      "apply the mask after the softmax"),
     ("attention", ATTENTION, [(COMBINE, "mask = causal if mask is None else mask")],
      "ignore is_causal=True when a mask"),
@@ -278,9 +279,9 @@ LEARNER_WRONG = [
     ("attention", ATTENTION, [(COMBINE, "mask = causal if mask is None else mask | causal")],
      "combine mask and is_causal with OR"),
     ("attention", ATTENTION, [("tril(diagonal=t_k - t_q)", "tril()")], "top-left aligned"),
-    ("attention", ATTENTION, [("    if is_causal:\n", "    if False:\n")], "ignore is_causal=True: a query must not"),
-    ("attention", ATTENTION, [("    if mask is not None:\n        " + MASK_LINE + "\n",
-                               "    if is_causal:\n        " + MASK_LINE + "\n")], "ignore `mask`: fill"),
+    ("attention", ATTENTION, [("    if is_causal:\n", "    if False:\n")],
+     "ignore is_causal=True: a query must not"),
+    ("attention", ATTENTION, [(MASKED, "    if is_causal:\n        " + MASK_LINE + "\n")], "ignore `mask`: fill"),
 ]  # fmt: skip
 """(exercise, right learner solution, text edits, phrase the message must contain)."""
 
@@ -292,10 +293,9 @@ def test_learner_mistakes_are_named(exercise, source, edits, phrase, capsys):
 
 def test_the_attention_simulator_with_its_default_knobs_is_the_reference():
     torch.manual_seed(0)
-    q, k, v = torch.randn(2, 3, 8, dtype=torch.float64), torch.randn(2, 5, 8, dtype=torch.float64), torch.randn(
-        2, 5, 4, dtype=torch.float64
-    )
+    q, k, v = (torch.randn(2, t, d, dtype=torch.float64) for t, d in [(3, 8), (5, 8), (5, 4)])
     mask = torch.tensor([[True, False, True, True, True]] * 3)
     for m, causal in [(None, False), (mask, False), (None, True), (mask, True)]:
-        for got, want in zip(_masked_attention(q, k, v, m, causal), reference.attention(q, k, v, m, causal), strict=True):
-            torch.testing.assert_close(got, want)
+        want = reference.attention(q, k, v, m, causal)
+        for got, expected in zip(_masked_attention(q, k, v, m, causal), want, strict=True):
+            torch.testing.assert_close(got, expected)
