@@ -1,5 +1,7 @@
 """The checks of notebook 03 reject known mistakes with the right message, accept right answers."""
 
+# ruff: noqa: E501  (tables of learner code, one case a line)
+
 from __future__ import annotations
 
 import math
