@@ -243,3 +243,35 @@ def test_the_hold_out_set_covers_every_python_exercise_and_its_first_named_rate_
     assert python_exercises - exercises <= {"triton_add", "triton_softmax", "triton_flash_attention"}
     named = sum(case[4] for case in HOLD_OUT)
     assert (len(HOLD_OUT), named) == (46, 30)  # measured once, before the checks were changed for them
+
+
+# ---------------------------------------------------------------------------------------------
+# Mistakes whose message no other learner-written case reached (tests/test_checks_mistake_coverage.py
+# found them): text edits of the solution notebooks' own cells, loaded as the notebook defines them.
+
+SOLUTION_CELL_EDITS = [
+    ("flash_attention", "denom = alpha * denom + p.sum(dim=-1, keepdim=True)", "denom = denom + p.sum(dim=-1, keepdim=True)", "(the softmax denominator) when the running maximum grows"),
+    ("softmax", "amax(dim=dim, keepdim=True)  # same shape as x, largest entry 0\n    exps = shifted.exp()\n    return exps / exps.sum(dim=dim", "amax(dim=-1, keepdim=True)  # same shape as x, largest entry 0\n    exps = shifted.exp()\n    return exps / exps.sum(dim=-1", "use the `dim` argument in both the max and the sum"),
+    ("MultiHeadAttention", "        if context is not None:  # cross-attention", "        if False:  # cross-attention", "takes the keys and values from x instead of from `context`"),
+    ("KVCache", "        return k, v", "        return v, k", "return (keys, values), each cached separately"),
+    ("padding_mask", 'rearrange(lengths, "b -> b 1")', 'rearrange(lengths - 1, "b -> b 1")', "marks one position too few in each row"),
+    ("sliding_window_mask", "(distance < window)", "(distance < window - 1)", "lets each query see only window - 1 keys"),
+    ("alibi_score_mod", "torch.arange(1, n_heads + 1)", "torch.arange(n_heads, 0, -1)", "gives the heads their slopes in reverse order"),
+    ("triton_flash_attention", "h, t_q, t_k, 1.0 / math.sqrt(d),", "h, t_q, t_k, math.sqrt(d),", "multiplies the scores by √d"),
+    ("triton_flash_attention", "h, t_q, t_k, 1.0 / math.sqrt(d),", "h, t_q, t_k, 1.4426950408889634 / math.sqrt(d),", "folds log2(e) into the scale but then uses tl.exp"),
+]
+"""(exercise, old, new, phrase): a text edit of the solution notebook's cell, and the phrase its message needs."""
+
+
+@pytest.fixture(scope="module")
+def cell_folder(tmp_path_factory):
+    return tmp_path_factory.mktemp("solution_cells")
+
+
+@pytest.mark.parametrize(("exercise", "old", "new", "phrase"), SOLUTION_CELL_EDITS)
+def test_solution_cell_mistakes_are_named(exercise, old, new, phrase, cell_folder, capsys):
+    from learner_mistakes_holdout2 import load
+
+    if exercise.startswith("triton"):
+        pytest.importorskip("triton")
+    assert_rejected(_check(exercise), load((exercise, None, old, new), cell_folder), phrase, capsys)
