@@ -59,6 +59,12 @@ def _merge_mistakes() -> list[Mistake]:
             lambda x: x.reshape(x.shape[0], x.shape[2], x.shape[1] * x.shape[3]),
         ),
         Mistake(
+            "swaps the token and feature axes (transpose(2, 3)) before reshaping, where the heads should "
+            "move behind the tokens: transpose(1, 2), then reshape, x.transpose(1, 2).reshape(b, t, h * d), "
+            'or rearrange(x, "b h t d -> b t (h d)").',
+            lambda x: x.transpose(2, 3).reshape(x.shape[0], x.shape[2], x.shape[1] * x.shape[3]),
+        ),
+        Mistake(
             "interleaves the heads, grouping the merged axis as (d h): the result must be head 0's d "
             'features, then head 1\'s, …, the grouping (h d): rearrange(x, "b h t d -> b t (h d)").',
             lambda x: rearrange(x, "b h t d -> b t (d h)"),
@@ -177,6 +183,8 @@ def _multi_head(
     invert_causal: bool = False,
     softmax_dim: int = -1,
     split_v: str | None = None,
+    v_from_x: bool = False,
+    causal_diagonal: int = 0,
 ) -> torch.Tensor:
     """Multi-head self-attention with each knob a learner might get wrong; the defaults are right."""
     b, t, d_model = x.shape
@@ -191,14 +199,18 @@ def _multi_head(
         q, k, v = (_split(assigned[name], n_heads, split) for name in "qkv")  # each (b, h, t, d_k)
         if split_v is not None:
             v = _split(assigned["v"], n_heads, split_v)  # (b, h, t, d_k)
-    divisor = {"d_k": math.sqrt(d_k), "d_model": math.sqrt(d_model), "none": 1.0}[scale]
+    if v_from_x:
+        v = _split(x, n_heads, "h d")  # (b, h, t, d_k): the input itself, not its projection
+    divisor = {
+        "d_k": math.sqrt(d_k), "d_model": math.sqrt(d_model), "n_heads": math.sqrt(n_heads), "none": 1.0
+    }[scale]  # fmt: skip
     scores = q @ k.transpose(-2, -1) / divisor  # (b, h, t, t)
     allowed = torch.ones_like(scores, dtype=torch.bool)  # (b, h, t, t)
     if mask is not None and use_mask:
         head_mask = mask.unsqueeze(-3)  # (b, 1, t, t) or broadcastable
         allowed = allowed & (~head_mask if invert_mask else head_mask)
     if is_causal and use_causal:
-        causal = torch.ones(t, t, dtype=torch.bool).tril()  # (t, t)
+        causal = torch.ones(t, t, dtype=torch.bool).tril(diagonal=causal_diagonal)  # (t, t)
         allowed = allowed & (causal.T if invert_causal else causal)
     weights = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=softmax_dim)  # (b, h, t, t)
     merged = _merge(weights @ v, merge)  # (b, t, d_model)
@@ -234,6 +246,22 @@ _MHA_MISTAKES: list[tuple[str, dict[str, Any]]] = [
     (
         "looks like the scores were not scaled: divide them by √d_k, d_k = d_model / n_heads.",
         {"scale": "none"},
+    ),
+    (
+        "looks like the scores were divided by √n_heads: the scale is √d_k, the width of each head's "
+        "queries and keys (d_k = d_model / n_heads, q.shape[-1] after the split), not the number of heads.",
+        {"scale": "n_heads"},
+    ),
+    (
+        "looks like v was taken from x itself, not from the projection: the values are the third chunk "
+        "of self.qkv(x), split into heads like q and k.",
+        {"v_from_x": True},
+    ),
+    (
+        "masks the diagonal too (a strict causal mask, torch.tril(..., diagonal=-1) or key < query): a "
+        "position may attend itself, so with is_causal=True keep key j when j <= i (torch.tril with "
+        "diagonal=0); the first query then has no key at all, hence the NaN.",
+        {"causal_diagonal": -1},
     ),
     (
         "looks like the output projection is missing: after merging the heads, apply self.out "
