@@ -468,7 +468,9 @@ def check_score_variance(candidate: Callable[..., Any]) -> str:
             if abs(value - expected) <= 0.1 * expected:
                 checked.append(value)
                 continue
-            raise CheckFailed(_score_variance_mistake(d_k, scaled, value, expected))
+            raise CheckFailed(
+                _n_samples_dependence(candidate, scaled) or _score_variance_mistake(d_k, scaled, value, expected)
+            )
     return f"Var(q·k) ≈ d_k unscaled and ≈ 1 scaled, for d_k = 4, 16, 64 ({len(checked)} estimates)"
 
 
@@ -487,6 +489,22 @@ def _as_float(value: Any) -> float:
     if not math.isfinite(number):
         raise CheckFailed(f"`score_variance` returned {number}, which is not a finite number.")
     return number
+
+
+def _n_samples_dependence(candidate: Callable[..., Any], scaled: bool) -> str | None:
+    """Name an estimate that grows or shrinks with n_samples: the variance of one score cannot."""
+    small, large = (
+        _as_float(call("score_variance", candidate, 64, n_samples=n, scaled=scaled)) for n in (2_000, 20_000)
+    )
+    if small <= 0 or large <= 0 or 1 / 3 < large / small < 3:
+        return None
+    return (
+        f"score_variance(64, scaled={scaled}) returned {small:.3g} with n_samples=2000 and {large:.3g} with "
+        "n_samples=20000: it changes with the number of samples, but the variance of one score q·k does "
+        "not. Each score is the sum over the d_k components of one pair, (q * k).sum(dim=-1) (not a sum "
+        "over the samples, dim=0), scaled by √d_k alone (nothing involving n_samples); the variance is "
+        "then taken over the n_samples scores."
+    )
 
 
 def _score_variance_mistake(d_k: int, scaled: bool, value: float, expected: float) -> str:

@@ -189,6 +189,13 @@ def check_padding_mask(candidate: Callable[..., Any]) -> str:
                 f"Your padding_mask has shape {tuple(got.shape)}: it should be (B, t) = "
                 f"{tuple(expected.shape)}, one row per sequence."
             )
+        if isinstance(got, torch.Tensor) and len(lengths_list) > 1 and tuple(got.shape) in {(1, t), (t,)}:
+            raise CheckFailed(
+                f"Your padding_mask of {len(lengths_list)} sequences has shape {tuple(got.shape)}: one row "
+                "for all of them, as if every sequence had the same length (one number such as "
+                "lengths.max() in the comparison). Compare the positions with each sequence's own length, "
+                "a (B, 1) column: positions[None, :] < lengths[:, None], which gives (B, t)."
+            )
         mask = _expect_bool_mask(got, expected, "padding_mask")
         expect_close(
             mask,
