@@ -48,7 +48,7 @@ DEVELOPMENT = [
     ('softmax', SOFTMAX, [('exps = torch.exp(x - x_max)', 'exps = torch.exp(x) - x_max')], 'did you return x - max, a log-probability or skip the exp?).'),
     ('softmax', SOFTMAX, [('exps = torch.exp(x - x_max)', 'exps = torch.exp(x_max - x)')], 'and take exp of x itself, not of a rescaled or reordered x.'),
     ('softmax', SOFTMAX, [('    return exps / total', '    return exps / total.sum()')], 'he very exponentials you return (after subtracting the max).'),
-    ('softmax', SOFTMAX, [('x_max = x.max(dim=dim, keepdim=True).values', 'x_max = x.max(dim=-1, keepdim=True).values')], 'and take exp of x itself, not of a rescaled or reordered x.'),
+    ('softmax', SOFTMAX, [('x_max = x.max(dim=dim, keepdim=True).values', 'x_max = x.max(dim=-1, keepdim=True).values')], 'subtracts the max taken along dim=2 instead of along the dim=1'),
     ('softmax', SOFTMAX, [('x_max = x.max(dim=dim, keepdim=True).values', 'x_max = x.min(dim=dim, keepdim=True).values')], 'inite entry: subtract the row max (not the mean) before exp.'),
     ('dot_product_scores', SCORES, [('q @ k.transpose(-2, -1)', 'q @ k.transpose(0, 1)')], 'raised RuntimeError'),
     ('dot_product_scores', SCORES, [('q @ k.transpose(-2, -1)', '(q * k).sum(-1)')], 'raised RuntimeError'),

@@ -423,6 +423,8 @@ def _softmax_slip(kind: str) -> Callable[[torch.Tensor, torch.Tensor, int], torc
             return p * (grad_p - grad_p.sum(dim=dim, keepdim=True))
         if kind == "no-outer-p":
             return grad_p - (grad_p * p).sum(dim=dim, keepdim=True)
+        if kind == "whole-sum":
+            return p * (grad_p - (grad_p * p).sum())
         return p * (grad_p - (grad_p * p).sum(dim=-1, keepdim=True))  # "last-dim"
 
     return slip
@@ -449,6 +451,11 @@ _SOFTMAX_SLIPS = [
     (
         "sums over the last axis instead of the `dim` it was given: use dim in the sum (keepdim=True).",
         "last-dim",
+    ),
+    (
+        "subtracts one sum over the whole tensor: Σ_j grad_p_j p_j belongs to each row (each softmax) on "
+        "its own, (grad_p * p).sum(dim=dim, keepdim=True), one number per row.",
+        "whole-sum",
     ),
 ]
 
@@ -488,6 +495,14 @@ def check_softmax_backward(candidate: Callable[..., Any]) -> str:
             wrong = _softmax_slip(kind)(p, grad_p, dim)
             if not is_close(wrong, expected) and is_close(out, wrong):
                 raise CheckFailed(f"{what} {message}")
+        sums = out.detach().double().sum(dim=dim)
+        if not torch.allclose(sums, torch.zeros_like(sums), atol=1e-4):
+            raise CheckFailed(
+                f"{what} is wrong, and its entries do not sum to 0 along dim={dim}: a softmax's outputs sum "
+                "to 1 whatever x is, so the gradient of x must sum to 0 along the same axis. "
+                "dx = p ∘ (grad_p − D) does, with D = Σ_j grad_p_j p_j taken per row, over dim "
+                f"(keepdim=True). ({difference(out, expected)})"
+            )
         raise CheckFailed(f"{what} is wrong: {difference(out, expected)}")
     return "4 shapes, dim=-1, 1 and 0, float32 and float64, against autograd"
 

@@ -370,6 +370,15 @@ def _softmax_mistakes(x: torch.Tensor, dim: int) -> list[Mistake]:
         )
         for d in other_dims
     ]
+    wrong_axis += [
+        Mistake(
+            f"subtracts the max taken along dim={d} instead of along the dim={dim} you were given: then "
+            "each row along dim is shifted by several different numbers, not by one, and the ratios of "
+            "its probabilities change. Take the max along `dim` too: x.amax(dim=dim, keepdim=True).",
+            lambda x, dim, d=d: torch.softmax(x - x.amax(dim=d, keepdim=True), dim=dim),
+        )
+        for d in other_dims
+    ]
     return [
         *wrong_axis,
         Mistake(
