@@ -477,9 +477,8 @@ def check_score_variance(candidate: Callable[..., Any]) -> str:
             if abs(value - expected) <= 0.1 * expected:
                 checked.append(value)
                 continue
-            raise CheckFailed(
-                _n_samples_dependence(candidate, scaled) or _score_variance_mistake(d_k, scaled, value, expected)
-            )
+            found = _n_samples_dependence(candidate, scaled)
+            raise CheckFailed(found or _score_variance_mistake(d_k, scaled, value, expected))
     return f"Var(q·k) ≈ d_k unscaled and ≈ 1 scaled, for d_k = 4, 16, 64 ({len(checked)} estimates)"
 
 
