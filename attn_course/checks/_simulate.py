@@ -359,7 +359,7 @@ def tiled_lse(
     """The log-sum-exp per query row (..., T_q) of the masked scaled scores, one `kind` per mistake.
 
     kind: "right"; "last-block" (the lse of the last key block visited only: m + log of that block's
-    p.sum()); "max-only" (the running maximum m, no log of the sum); "log2" (m + log2(l)); "base2"
+    p.sum()); "max-only" (the running maximum m, no log of the sum); "log-sum-only" (log(l) without m); "log2" (m + log2(l)); "base2"
     (the lse in base 2, lse · log2(e), as exp2 code keeps it); "unscaled" (the lse of q @ kᵀ without
     1/√d); "unscaled-max" (m/scale + log(l): the maximum of the unscaled scores, the sum of the
     scaled); "block-rows" (each query block's lse written to rows 0 … B - 1, the rest left at 0);
@@ -381,6 +381,8 @@ def tiled_lse(
     m = s.amax(dim=-1)  # (..., T_q)
     if kind == "max-only":
         return m
+    if kind == "log-sum-only":
+        return lse - m
     if kind == "unscaled-max":
         return lse - m + m * math.sqrt(d)
     if kind == "log2":
@@ -445,5 +447,12 @@ def tiled_lse_mistakes(simulate: Callable[..., torch.Tensor]) -> list[Mistake]:
             "the block's absolute rows, lse[..., qs:qe].",
         ),
     ]
+    table.append(
+        (
+            "log-sum-only",
+            "is log(l) alone, without the running maximum: l sums exp(s - m), so the log-sum-exp of "
+            "the scores is m + log(l), the maximum added back.",
+        )
+    )
     table.insert(5, ("unscaled-max", table[4][1]))
     return [Mistake(message, functools.partial(simulate, kind=kind)) for kind, message in table]
