@@ -62,7 +62,7 @@ def _tiled_backward(
 
     delta: "out" (rowsum(dO ∘ O), right), "none" (dS = P ∘ dP), "tile" (rowsum(dP ∘ P) of this tile
     only), "dp" (rowsum(dP), without P). probs: "lse" (exp(S - lse), right), "tile-max" (exp(S - the
-    tile's row max)), "raw" (exp(S)). lse_rows: "query" (right) or "key" (the lse of the key block's
+    tile's row max)), "tile-softmax" (a softmax within each tile), "raw" (exp(S)). lse_rows: "query" (right) or "key" (the lse of the key block's
     rows). scale_q, scale_k: factors on top of the right 1/√d of dQ and dK. mask: "right",
     "none" (no mask in the recomputation, every block visited), "blocks-only" (blocks above the
     diagonal skipped, none masked inside), "top-left" (j <= i), "top-left-all" (j <= i in the forward
@@ -103,6 +103,8 @@ def _tiled_backward(
                 p = torch.exp(s - row_lse)  # (..., Bq, Bk)
             elif probs == "tile-max":
                 p = torch.exp(s - s.amax(dim=-1, keepdim=True))  # (..., Bq, Bk)
+            elif probs == "tile-softmax":
+                p = torch.softmax(s, dim=-1).nan_to_num(0.0)  # (..., Bq, Bk): rows sum to 1 in each tile
             else:
                 p = torch.exp(s)  # (..., Bq, Bk)
             dv_tile = p.transpose(-1, -2) @ do_blk if transpose_p else p @ do_blk  # (..., Bk, d_v)
@@ -219,6 +221,12 @@ _TILED_SLIPS: list[Slip] = [
         "uses exp(S) instead of the probabilities: P = exp(S − lse), with the log-sum-exp the forward "
         "returned for each query row.",
         dict(probs="raw"),
+    ),
+    (
+        "normalises P within each tile (a softmax over the tile's keys): each row of a tile then sums "
+        "to 1, but a query's probabilities sum to 1 over ALL its keys. P = exp(S − lse), with the "
+        "log-sum-exp the forward returned for each query row, which already holds the whole row's sum.",
+        dict(probs="tile-softmax"),
     ),
     (
         "uses the lse of the key block's rows: the lse belongs to the queries, so the tile needs "
