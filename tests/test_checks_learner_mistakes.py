@@ -275,3 +275,28 @@ def test_solution_cell_mistakes_are_named(exercise, old, new, phrase, cell_folde
     if exercise.startswith("triton"):
         pytest.importorskip("triton")
     assert_rejected(_check(exercise), load((exercise, None, old, new), cell_folder), phrase, capsys)
+
+
+SOLUTION_CELL_RIGHT = [
+    ("dot_product_scores", 'torch.einsum("...qd,...kd->...qk", q, k)', "q @ k.mT"),
+    ("attention", "dot_product_scores(q, k) / math.sqrt(q.shape[-1])", 'torch.einsum("...qd,...kd->...qk", q / math.sqrt(q.shape[-1]), k)'),
+    ("attention", 'scores = scores.masked_fill(~allowed, float("-inf"))', "scores = torch.where(allowed, scores, torch.finfo(scores.dtype).min)"),
+    ("padding_mask", 'rearrange(positions, "t -> 1 t") < rearrange(lengths, "b -> b 1")', "positions.unsqueeze(0) < lengths.unsqueeze(1)"),
+    ("merge_heads", 'rearrange(x, "b h t d -> b t (h d)")', "x.permute(0, 2, 1, 3).flatten(2)"),
+    ("MultiHeadAttention", "out, _ = attention(q, k, v, mask=mask, is_causal=is_causal)", "out = torch.stack([attention(q[:, i], k[:, i], v[:, i], mask=None if mask is None else mask.squeeze(-3), is_causal=is_causal)[0] for i in range(self.n_heads)], dim=1)"),
+    ("score_variance", "scores = scores / math.sqrt(d_k)", "scores = scores * d_k**-0.5"),
+    ("softmax_backward", "D = (grad_p * p).sum(dim=dim, keepdim=True)", "D = torch.sum(p * grad_p, dim=dim, keepdim=True)"),
+    ("attention_backward", "ds = p * (dp - (dp * p).sum(dim=-1, keepdim=True))", 'ds = p * (dp - torch.einsum("...qk,...qk->...q", dp, p)[..., None])'),
+    ("repeat_kv", 'return repeat(x, "b h t d -> b (h r) t d", r=n_rep)', "return x.repeat_interleave(n_rep, dim=1)"),
+    ("sliding_window_mask", "return (distance >= 0) & (distance < window)", "return (distance >= 0) & ~(distance >= window)"),
+    ("KVCache", "        return k, v", "        return self.keys[layer], self.values[layer]"),
+    ("cached_attention", 'return attn.out(rearrange(out, "b h t d -> b t (h d)"))', "return attn.out(out.transpose(1, 2).flatten(2))"),
+]
+"""(exercise, old, new): other right spellings of the solution cells, which the checks must accept."""
+
+
+@pytest.mark.parametrize(("exercise", "old", "new"), SOLUTION_CELL_RIGHT)
+def test_other_right_solution_cells_pass(exercise, old, new, cell_folder, capsys):
+    from learner_mistakes_holdout2 import load
+
+    assert_accepted(_check(exercise), load((exercise, None, old, new), cell_folder), capsys)

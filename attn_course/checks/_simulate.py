@@ -359,11 +359,12 @@ def tiled_lse(
     """The log-sum-exp per query row (..., T_q) of the masked scaled scores, one `kind` per mistake.
 
     kind: "right"; "last-block" (the lse of the last key block visited only: m + log of that block's
-    p.sum()); "max-only" (the running maximum m, no log of the sum); "log-sum-only" (log(l) without m); "log2" (m + log2(l)); "base2"
-    (the lse in base 2, lse · log2(e), as exp2 code keeps it); "unscaled" (the lse of q @ kᵀ without
-    1/√d); "unscaled-max" (m/scale + log(l): the maximum of the unscaled scores, the sum of the
-    scaled); "block-rows" (each query block's lse written to rows 0 … B - 1, the rest left at 0);
-    "unmasked" (the lse of every key's score, the causal mask left out of it).
+    p.sum()); "max-only" (the running maximum m, no log of the sum); "log-sum-only" (log(l) without
+    m); "log2" (m + log2(l)); "base2" (the lse in base 2, lse · log2(e), as exp2 code keeps it);
+    "unscaled" (the lse of q @ kᵀ without 1/√d); "unscaled-max" (m/scale + log(l): the maximum of
+    the unscaled scores, the sum of the scaled); "block-rows" (each query block's lse written to rows
+    0 … B - 1, the rest left at 0); "unmasked" (the lse of every key's score, the causal mask left
+    out of it).
     """
     q, k = (x.detach().to("cpu", torch.float64) for x in (q, k))
     t_q, d = q.shape[-2:]

@@ -62,8 +62,9 @@ def _tiled_backward(
 
     delta: "out" (rowsum(dO ∘ O), right), "none" (dS = P ∘ dP), "tile" (rowsum(dP ∘ P) of this tile
     only), "dp" (rowsum(dP), without P). probs: "lse" (exp(S - lse), right), "tile-max" (exp(S - the
-    tile's row max)), "tile-softmax" (a softmax within each tile), "raw" (exp(S)). lse_rows: "query" (right) or "key" (the lse of the key block's
-    rows). scale_q, scale_k: factors on top of the right 1/√d of dQ and dK. mask: "right",
+    tile's row max)), "tile-softmax" (a softmax within each tile), "raw" (exp(S)). lse_rows: "query"
+    (right) or "key" (the lse of the key block's rows). scale_q, scale_k: factors on top of the right
+    1/√d of dQ and dK. mask: "right",
     "none" (no mask in the recomputation, every block visited), "blocks-only" (blocks above the
     diagonal skipped, none masked inside), "top-left" (j <= i), "top-left-all" (j <= i in the forward
     too), "ignored" (no mask in the forward either).
