@@ -142,7 +142,7 @@ DEVELOPMENT = [
 """(exercise, right solution, edits, phrase the message must contain)."""
 
 HOLD_OUT = [
-('dot_product_scores', SCORES, [('q @ k.transpose(-2, -1)', "torch.einsum('...id,...jd->...ij', q, q)")], 'Your scores should have shape (3, 5), but has (3, 3).', False),
+('dot_product_scores', SCORES, [('q @ k.transpose(-2, -1)', "torch.einsum('...id,...jd->...ij', q, q)")], 'the scores compare the queries with themselves (q @ qᵀ)', False),
     ('dot_product_scores', SCORES, [('q @ k.transpose(-2, -1)', 'q @ k.transpose(-2, -1) / q.shape[-1]')], 'is wrong', True),
     ('softmax', SOFTMAX, [('    return exps / total', '    return exps / total.detach()')], 'tensor autograd saved, or a constant where x should enter).', True),
     ('softmax', SOFTMAX, [('total = exps.sum(dim=dim, keepdim=True)', 'total = torch.exp(x).sum(dim=dim, keepdim=True)')], 'he very exponentials you return (after subtracting the max).', True),
@@ -166,9 +166,9 @@ HOLD_OUT = [
     ('attention', ATTENTION, [('tril(diagonal=t_k - t_q)', 'tril(diagonal=t_q - t_k)')], 'shift the causal diagonal the wrong way (diagonal=t_q - t_k)', False),
     ('attention', ATTENTION, [('scores.masked_fill(~mask, float("-inf"))', 'scores.masked_fill(~mask, -1.0)')], "inf') before the softmax, so that their weight is exactly 0.", True),
     ('split_heads', SPLIT, [('x.view(b, t, n_heads, d).transpose(1, 2)', 'x.unflatten(-1, (d, n_heads)).movedim(-1, 1)')], ', "b t (h d) -> b h t d", h=n_heads), or x.view(b, t, h, d).', True),
-    ('split_heads', SPLIT, [('x.view(b, t, n_heads, d).transpose(1, 2)', 'x.view(b, t, n_heads, d).permute(0, 2, 1, 3).flip(1)')], 'is wrong', False),
+    ('split_heads', SPLIT, [('x.view(b, t, n_heads, d).transpose(1, 2)', 'x.view(b, t, n_heads, d).permute(0, 2, 1, 3).flip(1)')], 'has every head, but in the wrong order', False),
     ('merge_heads', MERGE, [('x.transpose(1, 2).reshape(b, t, h * d)', 'x.transpose(2, 3).reshape(b, t, h * d)')], 'swaps the token and feature axes (transpose(2, 3))', False),
-    ('merge_heads', MERGE, [('x.transpose(1, 2).reshape(b, t, h * d)', 'x.permute(0, 2, 1, 3).flatten(1)')], '(2, 3, 5, 4) should have shape (2, 5, 12), but has (2, 60).', False),
+    ('merge_heads', MERGE, [('x.transpose(1, 2).reshape(b, t, h * d)', 'x.permute(0, 2, 1, 3).flatten(1)')], 'That flattens the tokens into the features too', False),
     ('MultiHeadAttention', MHA, [('/ math.sqrt(d_k)', '/ math.sqrt(self.n_heads)')], 'divided by √n_heads', False),
     ('MultiHeadAttention', MHA, [('torch.ones(t, t, dtype=torch.bool, device=x.device).tril()', 'torch.ones(t, t, dtype=torch.bool, device=x.device).tril(diagonal=-1)')], 'masks the diagonal too (a strict causal mask', False),
     ('MultiHeadAttention', MHA, [('v = v.view(b, t, self.n_heads, d_k).transpose(1, 2)', 'v = x.view(b, t, self.n_heads, d_k).transpose(1, 2)')], 'v was taken from x itself', False),

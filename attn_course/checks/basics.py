@@ -266,7 +266,11 @@ def check_dot_product_scores(candidate: Callable[..., Any]) -> str:
             "Your scores",
             hints={
                 transposed: "It is transposed: rows are queries and columns keys, "
-                "so compute q @ kᵀ, not k @ qᵀ."
+                "so compute q @ kᵀ, not k @ qᵀ.",
+                (*expected.shape[:-1], q.shape[-2]): "That is one column per QUERY: the scores compare "
+                "the queries with themselves (q @ qᵀ). Each column is a key: q @ kᵀ.",
+                (*expected.shape[:-2], k.shape[-2], k.shape[-2]): "That is one row and one column per KEY: "
+                "the scores compare the keys with themselves (k @ kᵀ). Rows are queries: q @ kᵀ.",
             },
         )
         expect_close(got, expected, "Your scores", mistakes=mistakes, args=(q, k))

@@ -107,6 +107,7 @@ def check_split_heads(candidate: Callable[..., Any]) -> str:
             f"Your split_heads(x, n_heads={h})",
             mistakes=mistakes,
             args=(x, h),
+            diagnose=_diagnose_head_order,
         )
     expect_gradients(
         "split_heads", candidate, reference.split_heads, [randn(2, 5, 12)], ["x"], kwargs={"n_heads": 3}
@@ -126,11 +127,30 @@ def check_merge_heads(candidate: Callable[..., Any]) -> str:
             (b, t, h, d): "That is (b, t, h, d): the heads are behind the tokens but not merged; "
             "flatten the last two axes into h·d (.reshape(b, t, h * d)).",
             (b, h * t, d): "You merged heads with tokens: the merged axis is the features, (b, t, h·d).",
+            (b, t * h * d): "That flattens the tokens into the features too: merge only the heads and the "
+            "features, (b, t, h·d), with .flatten(2) after moving the heads behind the tokens, or "
+            ".reshape(b, t, h * d).",
         }
         result = expect_tensor(got, expected.shape, f"merge_heads(x) of x {(b, h, t, d)}", hints=hints)
         expect_close(result, expected, "Your merge_heads(x)", mistakes=mistakes, args=(x,))
     expect_gradients("merge_heads", candidate, reference.merge_heads, [randn(2, 3, 5, 4)], ["x"])
     return "4 shapes, head after head in the merged axis, gradients"
+
+
+def _diagnose_head_order(actual: torch.Tensor, expected: torch.Tensor) -> str | None:
+    """Every head right but in another place: the heads are reordered."""
+    h = expected.shape[1]
+    order = []
+    for i in range(h):
+        same = [j for j in range(h) if torch.allclose(actual[:, i].double(), expected[:, j].double())]
+        if not same:
+            return None
+        order.append(same[0])
+    return (
+        f"has every head, but in the wrong order: your heads 0 … {h - 1} are the right heads {order}. Head "
+        "i must be the i-th block of d features, x[..., i·d:(i+1)·d]; nothing reorders (flips, rolls) "
+        "the head axis."
+    )
 
 
 def _call_merge(candidate: Callable[..., Any], x: torch.Tensor) -> Any:
