@@ -179,7 +179,7 @@ HOLD_OUT = [
     ('apply_rope', APPLY_ROPE, [('angles = positions.to(torch.float64)[:, None] * theta[None, :]', 'angles = positions.to(torch.float64)[:, None] * theta[None, :] * 2')], '= base^(-2i/d) and p from `positions` (0 … T-1 by default).', True),
     ('RotaryMultiHeadAttention', ROTARY, [('scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])', 'scores = q @ k.transpose(-2, -1) / math.sqrt(d_model)')], 'looks like the scores were divided by √d_model', False),
     ('RotaryMultiHeadAttention', ROTARY, [('            allowed = allowed.tril()', '            allowed = allowed.triu()')], 'uses an inverted causal mask (the upper triangle, torch.triu)', False),
-    ('online_softmax', ONLINE_SOFTMAX, [('        m = m_new\n', '')], 'ow the row makes every exp underflow to 0, and 0 / 0 is NaN.', False),
+    ('online_softmax', ONLINE_SOFTMAX, [('        m = m_new\n', '')], 'never updates the running maximum (m = m_new after each block)', False),
     ('online_softmax', ONLINE_SOFTMAX, [('torch.exp(block - m_new).sum(dim=-1, keepdim=True)', 'torch.exp(block - m_new).sum()')], 'he very exponentials you return (after subtracting the max).', True),
     ('flash_attention', FLASH, [('acc = acc * alpha + p @ v[..., ks:ke, :]', 'acc = acc * alpha + p @ v[..., qs:qs + (ke - ks), :]')], 'raised RuntimeError', False),
     ('flash_attention', FLASH, [('s = s.masked_fill(cols > rows, float("-inf"))', 's = s.masked_fill(cols >= rows, float("-inf"))')], 'wn position. Keep key j when j <= i + T_k - T_q (<=, not <).', True),

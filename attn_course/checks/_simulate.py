@@ -32,13 +32,15 @@ def streaming_softmax(
     start_max: float = -math.inf,
     masked_lanes_zero: bool = False,
     subtract_max: bool = True,
+    update_max: bool = True,
 ) -> torch.Tensor:
     """softmax(x) over the last axis, read `block_size` entries at a time, with one knob per mistake.
 
     rescale: "right" (sum · exp(m_old - m_new)), "none" or "inverted" (· exp(m_new - m_old));
     block_max: each block's exponentials taken against its own maximum; tail: False drops the ragged
     last block; start_max: where the running maximum starts (0.0 is a mistake for negative rows);
-    masked_lanes_zero: the last block padded with 0 that counts; subtract_max: False uses exp(x).
+    masked_lanes_zero: the last block padded with 0 that counts; subtract_max: False uses exp(x);
+    update_max: False never stores the new maximum (m stays at its start).
     """
     # without the maximum, overflow is the mistake: compute in x's dtype, as the learner's code does
     x64 = x.detach().to("cpu", torch.float64 if subtract_max else x.dtype)
@@ -65,7 +67,7 @@ def streaming_softmax(
                 "inverted-guarded": torch.exp(m_safe - m).nan_to_num(posinf=0.0),
             }[rescale]
             denom = denom * alpha + torch.exp(block - m_safe).sum(dim=-1, keepdim=True)
-        m = m_new
+        m = m_new if update_max else m
     if block_max:
         maxes = torch.cat(block_maxes, dim=-1)[..., :n]  # (..., N) or shorter without the tail
         return (torch.exp(x64[..., : maxes.shape[-1]] - maxes) / denom).to(x.dtype)
@@ -115,6 +117,12 @@ STREAMING_SOFTMAX_MISTAKES = [
         "-inf (in Triton, tl.load(..., mask=cols < n_cols, other=float('-inf'))), so that they add "
         "exp(-inf) = 0.",
         lambda x, block_size: streaming_softmax(x, block_size, masked_lanes_zero=True),
+    ),
+    Mistake(
+        "never updates the running maximum (m = m_new after each block): m stays where it started, "
+        "-inf, so each block's sum replaces the previous ones, and the final exp(x - m) is inf. "
+        "Keep m_new as the new running maximum at the end of every block.",
+        lambda x, block_size: streaming_softmax(x, block_size, update_max=False),
     ),
     Mistake(
         "does not subtract the maximum: exp(x) overflows for large scores and underflows for very "
