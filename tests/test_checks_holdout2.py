@@ -11,6 +11,12 @@ block's FIRST query"), D summed over the whole tensor (softmax_backward: numbers
 probabilities renormalised within each tile (flash_attention_backward: "wrong in every query row").
 Judged by the idea, not by a matching word. `NAMED_WHEN_FIRST_RUN` records it per mistake;
 `PHRASES` are what the checks say now.
+
+After the checks were changed for them (a log(l)-only lse, a causal bound without T_k - T_q told
+apart from one taken at the block's first query by a case whose offset spans two key blocks, D
+summed over the whole tensor, P renormalised per tile; and, for the inverted mask, a message that
+no longer only lists it among the causes of NaN rows): caught 30/30, named 30/30. These 30 are no
+longer a hold-out: the next measurement needs a fresh set, written blind again.
 """
 
 from __future__ import annotations
