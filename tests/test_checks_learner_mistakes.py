@@ -12,8 +12,7 @@ Notebook 08's hold-out kernels are in test_checks_triton.py (`TRITON_HOLD_OUT`).
 The hold-out was named 30/46 when first run (with TRITON_HOLD_OUT's 4/10: 34/56, 61%). After the
 work of issue 15 part 4 (tests/test_checks_holdout2.py) its phrases name 45/46 (all but the
 flash_attention that slices v with the query block's rows, still only "raised RuntimeError"), and
-TRITON_HOLD_OUT's 9/10 (all but add's store mask one short: "no program wrote 1 of the 1000
-output elements", the property, not the idea): 54/56.
+TRITON_HOLD_OUT's 10/10: 55/56.
 """
 
 # ruff: noqa: E501  (tables of learner code, one case a line)

@@ -171,7 +171,7 @@ def expect_all_written(trace: KernelTrace | None, out: torch.Tensor, hint: str) 
             f"elements (the first at index {index}). Each program must cover its own block, starting "
             "at its id times the block size "
             "(pid * BLOCK + tl.arange(0, BLOCK), not pid + tl.arange(0, BLOCK)), "
-            f"so that consecutive programs follow each other. {hint}"
+            "so that consecutive programs follow each other."
         )
     raise CheckFailed(
         f"no program wrote {missing.size} of the {out.numel()} output elements (the first at index "

@@ -89,6 +89,15 @@ def _add_coverage_hint(trace: KernelTrace | None, out: torch.Tensor) -> str:
             "Every program wrote the same elements: the offsets of program pid start at "
             "pid * BLOCK, i.e. `offsets = pid * BLOCK + tl.arange(0, BLOCK)`."
         )
+    stores = trace.accesses_to(out, store=True)
+    if trace.launches and stores:
+        programs, block = trace.launches[0].grid[0], math.prod(stores[0].block_shape)
+        if programs * block >= out.numel():
+            return (
+                f"The grid covers all {out.numel()} elements ({programs} programs of {block}), so it is the "
+                "mask that leaves some out: every offset below n must be stored, mask=offsets < n (not "
+                "offsets < n - 1), the same mask for the loads and the store."
+            )
     return (
         "The grid needs enough programs to cover all n elements: triton.cdiv(n, BLOCK), "
         "which rounds up (n // BLOCK rounds down and leaves the tail out)."
