@@ -172,6 +172,7 @@ def expect_all_written(trace: KernelTrace | None, out: torch.Tensor, hint: str) 
             "at its id times the block size "
             "(pid * BLOCK + tl.arange(0, BLOCK), not pid + tl.arange(0, BLOCK)), "
             "so that consecutive programs follow each other."
+            + (f" {hint}" if hint.startswith("Every program wrote the same") else "")
         )
     raise CheckFailed(
         f"no program wrote {missing.size} of the {out.numel()} output elements (the first at index "
