@@ -327,6 +327,7 @@ ONLINE_SOFTMAX_MISTAKES = [  # learner code with one edit, and the phrase of the
         "counts the padding of the last block",
     ),
     ([("torch.maximum(m, block.max(dim=-1, keepdim=True).values)", "torch.zeros_like(m)")], "does not subtract the maximum"),
+    ([("        m = m_new\n", "")], "never updates the running maximum"),
 ]  # fmt: skip
 
 FLASH_MISTAKES = [  # learner code with one edit, and the phrase of the table's message it must get
@@ -373,6 +374,7 @@ LSE_MISTAKES = [  # learner code whose output is right and whose lse is not, and
     ([(LSE, "lse[..., qs:qe] = (torch.logsumexp(q_blk @ k[..., :hi, :].transpose(-2, -1), dim=-1, keepdim=True) if not is_causal else m / scale + torch.log(l)).squeeze(-1)")], "without the 1/√d scale"),
     ([(LSE, "lse[..., qs:qe, :] = m + torch.log(l)"), ("lse = torch.empty(q.shape[:-1], ", "lse = torch.empty(q.shape[:-1] + (1,), ")], "Drop the last axis"),
     ([("        return out, lse\n", "        return lse, out\n")], "the output"),
+    ([(LSE, "lse[..., qs:qe] = torch.log(l).squeeze(-1)")], "is log(l) alone, without the running maximum"),
 ]  # fmt: skip
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from functools import partial
 
 import pytest
 import torch
@@ -390,10 +389,6 @@ CORRECT = [
 ]
 
 
-def mha(**knobs):
-    return partial(PlainMHA, **knobs)
-
-
 WRONG = [
     pytest.param(check_split_heads, not_implemented, "is not implemented yet", id="split-stub"),
     pytest.param(check_split_heads, split_reshape_only, "tokens are mixed across heads", id="split-reshape"),
@@ -414,135 +409,6 @@ WRONG = [
     pytest.param(check_MultiHeadAttention, StubMHA, "is not implemented yet", id="mha-stub"),
     pytest.param(
         check_MultiHeadAttention,
-        mha(scale="d_model"),
-        "divided by √d_model",
-        id="mha-scale-d-model",
-    ),
-    pytest.param(check_MultiHeadAttention, mha(scale="none"), "were not scaled", id="mha-unscaled"),
-    pytest.param(
-        check_MultiHeadAttention,
-        mha(out_proj=False),
-        "output projection is missing",
-        id="mha-no-out-projection",
-    ),
-    pytest.param(
-        check_MultiHeadAttention,
-        mha(split="reshape"),
-        "split by reshaping (b, t, d_model) straight",
-        id="mha-split-reshape",
-    ),
-    pytest.param(
-        check_MultiHeadAttention,
-        mha(merge="reshape"),
-        "merged by reshaping (b, h, t, d_k) straight",
-        id="mha-merge-reshape",
-    ),
-    pytest.param(
-        check_MultiHeadAttention,
-        mha(split="reshape", merge="reshape"),
-        "split and merged by reshaping",
-        id="mha-split-merge-reshape",
-    ),
-    pytest.param(
-        check_MultiHeadAttention,
-        mha(split="d h", merge="d h"),
-        "grouped as (d h)",
-        id="mha-d-h-grouping",
-    ),
-    *(
-        pytest.param(
-            check_MultiHeadAttention,
-            mha(order=order),
-            f"in the wrong order ({', '.join(order)})",
-            id=f"mha-order-{order}",
-        )
-        for order in ("kqv", "vkq", "qvk", "kvq", "vqk")
-    ),
-    pytest.param(check_MultiHeadAttention, mha(order="per-head"), "read per head", id="mha-per-head-layout"),
-    pytest.param(
-        check_MultiHeadAttention, mha(softmax_dim=-2), "softmax runs over the queries", id="mha-softmax-dim"
-    ),
-    pytest.param(
-        check_MultiHeadAttention, mha(use_causal=False), "ignores is_causal", id="mha-ignores-causal"
-    ),
-    pytest.param(check_MultiHeadAttention, mha(use_mask=False), "ignores `mask`", id="mha-ignores-mask"),
-    pytest.param(
-        check_MultiHeadAttention,
-        mha(invert_mask=True),
-        "the mask the wrong way round",
-        id="mha-inverted-mask",
-    ),
-    pytest.param(
-        check_MultiHeadAttention, mha(head_axis=False), "mask.unsqueeze(-3)", id="mha-mask-without-head-axis"
-    ),
-    pytest.param(
-        check_MultiHeadAttention,
-        NoSuperInit,
-        "Call super().__init__() first in __init__",
-        id="mha-no-super-init",
-    ),
-    pytest.param(check_MultiHeadAttention, NotAModule, "should make an nn.Module", id="mha-not-a-module"),
-    pytest.param(
-        check_MultiHeadAttention,
-        reference.MultiHeadAttention(12, 3),
-        "not a layer made from it",
-        id="mha-instance",
-    ),
-    pytest.param(
-        check_MultiHeadAttention,
-        SeparateProjections,
-        "has no attribute `qkv`: create it in __init__ as self.qkv = nn.Linear(d_model, 3 * d_model",
-        id="mha-no-qkv",
-    ),
-    pytest.param(
-        check_MultiHeadAttention,
-        NarrowQkv,
-        "self.qkv.weight has shape (12, 12)",
-        id="mha-narrow-qkv",
-    ),
-    pytest.param(
-        check_MultiHeadAttention,
-        TransposedQkv,
-        "in_features and out_features swapped",
-        id="mha-transposed-qkv",
-    ),
-    pytest.param(check_MultiHeadAttention, IgnoresBias, "has a bias although", id="mha-ignores-bias"),
-    pytest.param(
-        check_MultiHeadAttention,
-        LearnedTemperature,
-        "parameters besides self.qkv and self.out: temperature",
-        id="mha-extra-parameter",
-    ),
-    pytest.param(
-        check_MultiHeadAttention,
-        ReturnsWeightsToo,
-        "should return only the output tensor",
-        id="mha-returns-tuple",
-    ),
-    pytest.param(
-        check_MultiHeadAttention,
-        NoIsCausal,
-        "The signature is forward(self, x, mask=None, is_causal=False, context=None)",
-        id="mha-no-is-causal-argument",
-    ),
-    pytest.param(
-        check_MultiHeadAttention, HeadsNotMerged, "Those are the heads before merging", id="mha-unmerged"
-    ),
-    pytest.param(check_MultiHeadAttention, Detached, "No gradient flows", id="mha-detached"),
-    pytest.param(
-        check_MultiHeadAttention,
-        IgnoresContext,
-        "takes the keys and values from x instead of from `context`",
-        id="mha-cross-ignores-context",
-    ),
-    pytest.param(
-        check_MultiHeadAttention,
-        QueriesFromContext,
-        "one row per context token",
-        id="mha-cross-queries-from-context",
-    ),
-    pytest.param(
-        check_MultiHeadAttention,
         NoContext,
         "The signature is forward(self, x, mask=None, is_causal=False, context=None)",
         id="mha-cross-no-context-argument",
@@ -560,20 +426,15 @@ def test_check_rejects_mistake_with_its_message(check, candidate, phrase, capsys
     assert_rejected(check, candidate, phrase, capsys)
 
 
-def test_each_multi_head_mistake_message_is_tested():
+def test_each_multi_head_mistake_message_is_tested_by_learner_code():
+    from test_checks_learner_mistakes import DEVELOPMENT, HOLD_OUT
+
     from attn_course.checks.heads import _MHA_MISTAKES
 
-    knobs_tested = {
-        tuple(sorted(param.values[1].keywords.items()))
-        for param in WRONG
-        if isinstance(param.values[1], partial)
-    }
-    from test_checks_learner_mistakes import DEVELOPMENT
-
-    learner_phrases = [case[3] for case in DEVELOPMENT if case[0] == "MultiHeadAttention"]
-    for message, knobs in _MHA_MISTAKES:
-        learner_case = any(phrase in message for phrase in learner_phrases)
-        assert learner_case or tuple(sorted(knobs.items())) in knobs_tested, knobs
+    phrases = [case[3] for case in [*DEVELOPMENT, *HOLD_OUT] if case[0] == "MultiHeadAttention"]
+    phrases += [case[2] for case in LEARNER_WRONG]
+    untested = [message for message, _ in _MHA_MISTAKES if not any(phrase in message for phrase in phrases)]
+    assert not untested
 
 
 # ---------------------------------------------------------------------------------------------
@@ -670,3 +531,82 @@ def test_reasoned_out_spellings_pass(check, candidate, capsys):
 @pytest.mark.parametrize(("check", "candidate", "phrase"), REASONED_WRONG)
 def test_reasoned_out_mistakes_are_named(check, candidate, phrase, capsys):
     assert_rejected(check, candidate, phrase, capsys)
+
+
+
+# ---------------------------------------------------------------------------------------------
+# MultiHeadAttention: mistakes as a learner writes them, text edits of a right solution (learner_code.py)
+
+SPLIT_Q, SPLIT_K, SPLIT_V = (f"{z} = {z}.view(b, t, self.n_heads, d_k).transpose(1, 2)" for z in "qkv")
+MERGE_LINE = "out = (weights @ v).transpose(1, 2).reshape(b, t, d_model)"
+CHUNK = "q, k, v = self.qkv(x).chunk(3, dim=-1)"
+CAUSAL_LINES = (
+    "        if is_causal:\n"
+    "            causal = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()\n"
+    '            scores = scores.masked_fill(~causal, float("-inf"))\n'
+)
+MASK_LINES = (
+    "        if mask is not None:\n"
+    '            scores = scores.masked_fill(~mask.unsqueeze(-3), float("-inf"))\n'
+)
+
+
+def _reshape_split(z):
+    return f"{z} = {z}.reshape(b, self.n_heads, t, d_k)"
+
+
+def _d_h_split(z):
+    return f"{z} = {z}.view(b, t, d_k, self.n_heads).permute(0, 3, 1, 2)"
+
+
+SPLITS = (SPLIT_Q, SPLIT_K, SPLIT_V)
+SPLIT_RESHAPE = [(line, _reshape_split(z)) for line, z in zip(SPLITS, "qkv", strict=True)]
+MERGE_RESHAPE = [(MERGE_LINE, "out = (weights @ v).reshape(b, t, d_model)")]
+
+LEARNER_WRONG = [
+    ("scale-d-model", [("/ math.sqrt(d_k)", "/ math.sqrt(d_model)")], "divided by √d_model"),
+    ("unscaled", [("/ math.sqrt(d_k)", "")], "were not scaled"),
+    ("no-out-projection", [("return self.out(out)", "return out")], "output projection is missing"),
+    ("split-reshape", SPLIT_RESHAPE, "split by reshaping (b, t, d_model) straight"),
+    ("merge-reshape", MERGE_RESHAPE, "merged by reshaping (b, h, t, d_k) straight"),
+    ("split-merge-reshape", SPLIT_RESHAPE + MERGE_RESHAPE, "split and merged by reshaping"),
+    ("d-h-grouping",
+     [(line, _d_h_split(z)) for line, z in zip(SPLITS, "qkv", strict=True)]
+     + [(MERGE_LINE, "out = (weights @ v).permute(0, 2, 3, 1).reshape(b, t, d_model)")],
+     "grouped as (d h)"),
+    *((f"order-{order}", [(CHUNK, f"{', '.join(order)} = self.qkv(x).chunk(3, dim=-1)")],
+       f"in the wrong order ({', '.join(order)})")
+      for order in ("kqv", "vkq", "qvk", "kvq", "vqk")),
+    ("per-head-layout",
+     [(f"{CHUNK}\n        {SPLIT_Q}\n        {SPLIT_K}\n        {SPLIT_V}",
+       "q, k, v = self.qkv(x).view(b, t, self.n_heads, 3, d_k).permute(3, 0, 2, 1, 4)")],
+     "read per head"),
+    ("softmax-over-queries", [("torch.softmax(scores, dim=-1)", "torch.softmax(scores, dim=-2)")],
+     "softmax runs over the queries"),
+    ("softmax-over-heads", [("torch.softmax(scores, dim=-1)", "torch.softmax(scores, dim=1)")],
+     "softmax runs over the heads"),
+    ("v-reshaped", [(SPLIT_V, _reshape_split("v"))], "v alone was split into heads by reshaping"),
+    ("causal-triu", [(".tril()", ".triu()")], "inverted causal mask"),
+    ("ignores-causal", [(CAUSAL_LINES, "")], "ignores is_causal"),
+    ("ignores-mask", [(MASK_LINES, "")], "ignores `mask`"),
+    ("inverted-mask", [("~mask.unsqueeze(-3)", "mask.unsqueeze(-3)")], "uses the mask the wrong way round"),
+]  # fmt: skip
+"""(id, text edits of the right learner MultiHeadAttention, phrase the message must contain)."""
+
+
+@pytest.mark.parametrize(("edits", "phrase"), [pytest.param(e, p, id=i) for i, e, p in LEARNER_WRONG])
+def test_learner_mistakes_are_named(edits, phrase, capsys):
+    assert_rejected(check_MultiHeadAttention, learner(MHA, "MultiHeadAttention", *edits), phrase, capsys)
+
+
+def test_the_multi_head_simulator_with_its_default_knobs_is_the_reference():
+    from attn_course.checks.heads import _multi_head
+
+    torch.manual_seed(0)
+    layer = reference.MultiHeadAttention(12, 3).double()
+    params = dict(layer.named_parameters())
+    x = torch.randn(2, 5, 12, dtype=torch.float64)
+    mask = torch.rand(2, 5, 5) > 0.3
+    mask[..., 0] = True
+    for m, causal in [(None, False), (mask, False), (None, True), (mask, True)]:
+        torch.testing.assert_close(_multi_head(params, 3, x, m, causal), layer(x, mask=m, is_causal=causal))

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-from functools import partial
-
 import pytest
 import torch
 import torch.nn.functional as F
 from check_assertions import assert_accepted, assert_rejected, cpu_standing_in_for_cuda
 from einops import rearrange
+from learner_code import CACHED, learner
 
 from attn_course import reference
 from attn_course.attention import attention
 from attn_course.checks import CheckFailed, check_cached_attention, check_KVCache
-from attn_course.checks.kv_cache import _CACHED_MISTAKES, _cached_attention
+from attn_course.checks.kv_cache import _cached_attention
 from attn_course.masking import causal_mask
 from attn_course.rope import apply_rope
 
@@ -381,11 +380,6 @@ WRONG = [
     pytest.param(check_cached_attention, positions_after_append, "t_new positions too far",
                  id="cached-positions-after-append"),  # fmt: skip
     pytest.param(check_cached_attention, returns_heads, "should have shape (2, 4, 12)", id="cached-heads"),
-    *(
-        pytest.param(check_cached_attention, partial(_cached_attention, **knobs), message[:40],
-                     id="cached-knobs-" + "-".join(f"{k}={v}" for k, v in knobs.items()))  # fmt: skip
-        for message, knobs in _CACHED_MISTAKES
-    ),
 ]
 
 
@@ -424,3 +418,43 @@ def test_the_gpu_case_runs_cached_attention_on_the_device(monkeypatch, capsys):
     calls = cpu_standing_in_for_cuda(monkeypatch, kv_checks)
     assert_accepted(check_cached_attention, reference.cached_attention, capsys)
     assert calls  # the GPU case ran
+
+
+# ---------------------------------------------------------------------------------------------
+# cached_attention: mistakes as a learner writes them, text edits of a right solution (learner_code.py)
+
+POSITIONS = "positions = torch.arange(t_past, t_past + t_new, device=x.device)"
+ATTEND = "out, _ = attention(q, keys, values, is_causal=True)"
+ROTATE_Q, ROTATE_K = "q = apply_rope(q, positions, attn.base)", "k = apply_rope(k, positions, attn.base)"
+
+LEARNER_WRONG = [
+    (POSITIONS, "positions = torch.arange(t_new, device=x.device)", "as if they started at position 0"),
+    ("    t_past = cache.length(layer)\n    positions",
+     "    t_past = cache.length(layer) + t_new\n    positions", "t_new positions too far"),
+    (ATTEND, "out = F.scaled_dot_product_attention(q, keys, values, is_causal=True)",
+     "aligns the causal mask top-left"),
+    (ATTEND, "out, _ = attention(q, keys, values)", "has no causal mask"),
+    (ATTEND, "out, _ = attention(q, k, v, is_causal=True)", "attends only to the new tokens"),
+    (ATTEND, "out, _ = attention(q, keys, keys, is_causal=True)", "uses the cached keys as values"),
+    (f"    {ROTATE_Q}\n    {ROTATE_K}\n", "", "does not rotate q and k"),
+    (f"    {ROTATE_K}\n", "", "rotates only q"),
+    (f"    {ROTATE_Q}\n", "", "rotates only k"),
+    (ATTEND, "out, _ = attention(q, apply_rope(keys, None, attn.base), values, is_causal=True)",
+     "rotates the cached keys a second time"),
+    (f"{ROTATE_Q}\n    {ROTATE_K}", "q = apply_rope(q, positions)\n    k = apply_rope(k, positions)",
+     "ignores attn.base"),
+    ("return attn.out(merge_heads(out))", "return merge_heads(out)", "forgets the output projection"),
+]  # fmt: skip
+"""(old, new, phrase): a text edit of the right learner solution, and the phrase its message needs."""
+
+
+@pytest.mark.parametrize(("old", "new", "phrase"), LEARNER_WRONG)
+def test_learner_mistakes_are_named(old, new, phrase, capsys):
+    candidate = learner(CACHED, "cached_attention", (old, new))
+    assert_rejected(check_cached_attention, candidate, phrase, capsys)
+
+
+def test_two_caches_do_not_share_state():
+    first, second = reference.KVCache(), reference.KVCache()
+    first.append(0, torch.ones(1, 1, 2, 4), torch.ones(1, 1, 2, 4))
+    assert second.length(0) == 0

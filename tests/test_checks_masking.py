@@ -1,5 +1,7 @@
 """The checks of notebook 03 reject known mistakes with the right message, accept right answers."""
 
+# ruff: noqa: E501  (tables of learner code, one case a line)
+
 from __future__ import annotations
 
 import math
@@ -8,9 +10,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 from check_assertions import assert_accepted, assert_rejected
+from learner_code import ATTENTION, learner
 
 from attn_course import reference
 from attn_course.checks import check_attention, check_causal_mask, check_padding_mask
+from attn_course.checks.masking import _masked_attention
 
 # ---------------------------------------------------------------------------------------------
 # causal_mask
@@ -146,15 +150,6 @@ def attention_renormalised_after(q, k, v, mask=None, is_causal=False):
     return weights @ v, weights
 
 
-def attention_with_variant(**knobs):
-    from attn_course.checks.masking import _masked_attention
-
-    def wrong(q, k, v, mask=None, is_causal=False):
-        return _masked_attention(q, k, v, mask, is_causal, **knobs)
-
-    return wrong
-
-
 def attention_only_out(q, k, v, mask=None, is_causal=False):
     return attention_masked_fill(q, k, v, mask, is_causal)[0]
 
@@ -201,54 +196,6 @@ WRONG = [
     pytest.param(check_padding_mask, padding_transposed, "one row per sequence", id="padding-transposed"),
     pytest.param(check_padding_mask, padding_long, "should be a boolean tensor", id="padding-long"),
     pytest.param(check_attention, not_implemented, "is not implemented yet", id="attention-stub"),
-    pytest.param(
-        check_attention,
-        attention_with_variant(scale=False),
-        "without the 1/√d_k scale",
-        id="attention-unscaled",
-    ),
-    pytest.param(
-        check_attention,
-        attention_with_variant(invert=True),
-        "use the mask the wrong way round",
-        id="attention-inverted-mask",
-    ),
-    pytest.param(
-        check_attention,
-        attention_with_variant(fill=0.0),
-        "fill masked scores with 0",
-        id="attention-fill-zero",
-    ),
-    pytest.param(
-        check_attention,
-        attention_with_variant(after_softmax=True),
-        "apply the mask after the softmax",
-        id="attention-mask-after-softmax",
-    ),
-    pytest.param(
-        check_attention,
-        attention_with_variant(combine="mask-only"),
-        "ignore is_causal=True when a mask",
-        id="attention-ignores-causal-with-mask",
-    ),
-    pytest.param(
-        check_attention,
-        attention_with_variant(combine="causal-only"),
-        "ignore `mask` when is_causal=True",
-        id="attention-causal-replaces-mask",
-    ),
-    pytest.param(
-        check_attention,
-        attention_with_variant(combine="or"),
-        "combine mask and is_causal with OR",
-        id="attention-or",
-    ),
-    pytest.param(
-        check_attention,
-        attention_with_variant(causal_alignment="top-left"),
-        "top-left aligned",
-        id="attention-top-left",
-    ),
     pytest.param(
         check_attention, attention_only_out, "should return a tuple (out, weights)", id="attention-only-out"
     ),
@@ -310,3 +257,47 @@ def test_check_accepts_correct_implementation(check, candidate, capsys):
 @pytest.mark.parametrize(("check", "candidate", "phrase"), WRONG)
 def test_check_rejects_mistake_with_its_message(check, candidate, phrase, capsys):
     assert_rejected(check, candidate, phrase, capsys)
+
+
+# ---------------------------------------------------------------------------------------------
+# attention: mistakes as a learner writes them, text edits of a right solution (learner_code.py)
+
+MASK_LINE = 'scores = scores.masked_fill(~mask, float("-inf"))'
+COMBINE = "mask = causal if mask is None else mask & causal"
+MASKED = "    if mask is not None:\n        " + MASK_LINE + "\n"
+SOFTMAX = "    weights = torch.softmax(scores, dim=-1)\n"
+
+LEARNER_WRONG = [
+    ("attention", ATTENTION, [(" / math.sqrt(q.shape[-1])", "")], "without the 1/√d_k scale"),
+    ("attention", ATTENTION, [(MASK_LINE, 'scores = scores.masked_fill(mask, float("-inf"))')],
+     "use the mask the wrong way round"),
+    ("attention", ATTENTION, [(MASK_LINE, "scores = scores.masked_fill(~mask, 0.0)")],
+     "fill masked scores with 0"),
+    ("attention", ATTENTION, [(MASKED + SOFTMAX, SOFTMAX + "    if mask is not None:\n        weights = weights * mask\n")],
+     "apply the mask after the softmax"),
+    ("attention", ATTENTION, [(COMBINE, "mask = causal if mask is None else mask")],
+     "ignore is_causal=True when a mask"),
+    ("attention", ATTENTION, [(COMBINE, "mask = causal")], "ignore `mask` when is_causal=True"),
+    ("attention", ATTENTION, [(COMBINE, "mask = causal if mask is None else mask | causal")],
+     "combine mask and is_causal with OR"),
+    ("attention", ATTENTION, [("tril(diagonal=t_k - t_q)", "tril()")], "top-left aligned"),
+    ("attention", ATTENTION, [("    if is_causal:\n", "    if False:\n")],
+     "ignore is_causal=True: a query must not"),
+    ("attention", ATTENTION, [(MASKED, "    if is_causal:\n        " + MASK_LINE + "\n")], "ignore `mask`: fill"),
+]  # fmt: skip
+"""(exercise, right learner solution, text edits, phrase the message must contain)."""
+
+
+@pytest.mark.parametrize(("exercise", "source", "edits", "phrase"), LEARNER_WRONG)
+def test_learner_mistakes_are_named(exercise, source, edits, phrase, capsys):
+    assert_rejected(check_attention, learner(source, exercise, *edits), phrase, capsys)
+
+
+def test_the_attention_simulator_with_its_default_knobs_is_the_reference():
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, t, d, dtype=torch.float64) for t, d in [(3, 8), (5, 8), (5, 4)])
+    mask = torch.tensor([[True, False, True, True, True]] * 3)
+    for m, causal in [(None, False), (mask, False), (None, True), (mask, True)]:
+        want = reference.attention(q, k, v, m, causal)
+        for got, expected in zip(_masked_attention(q, k, v, m, causal), want, strict=True):
+            torch.testing.assert_close(got, expected)

@@ -32,13 +32,15 @@ def streaming_softmax(
     start_max: float = -math.inf,
     masked_lanes_zero: bool = False,
     subtract_max: bool = True,
+    update_max: bool = True,
 ) -> torch.Tensor:
     """softmax(x) over the last axis, read `block_size` entries at a time, with one knob per mistake.
 
     rescale: "right" (sum · exp(m_old - m_new)), "none" or "inverted" (· exp(m_new - m_old));
     block_max: each block's exponentials taken against its own maximum; tail: False drops the ragged
     last block; start_max: where the running maximum starts (0.0 is a mistake for negative rows);
-    masked_lanes_zero: the last block padded with 0 that counts; subtract_max: False uses exp(x).
+    masked_lanes_zero: the last block padded with 0 that counts; subtract_max: False uses exp(x);
+    update_max: False never stores the new maximum (m stays at its start).
     """
     # without the maximum, overflow is the mistake: compute in x's dtype, as the learner's code does
     x64 = x.detach().to("cpu", torch.float64 if subtract_max else x.dtype)
@@ -65,7 +67,7 @@ def streaming_softmax(
                 "inverted-guarded": torch.exp(m_safe - m).nan_to_num(posinf=0.0),
             }[rescale]
             denom = denom * alpha + torch.exp(block - m_safe).sum(dim=-1, keepdim=True)
-        m = m_new
+        m = m_new if update_max else m
     if block_max:
         maxes = torch.cat(block_maxes, dim=-1)[..., :n]  # (..., N) or shorter without the tail
         return (torch.exp(x64[..., : maxes.shape[-1]] - maxes) / denom).to(x.dtype)
@@ -115,6 +117,12 @@ STREAMING_SOFTMAX_MISTAKES = [
         "-inf (in Triton, tl.load(..., mask=cols < n_cols, other=float('-inf'))), so that they add "
         "exp(-inf) = 0.",
         lambda x, block_size: streaming_softmax(x, block_size, masked_lanes_zero=True),
+    ),
+    Mistake(
+        "never updates the running maximum (m = m_new after each block): m stays where it started, "
+        "-inf, so each block's sum replaces the previous ones, and the final exp(x - m) is inf. "
+        "Keep m_new as the new running maximum at the end of every block.",
+        lambda x, block_size: streaming_softmax(x, block_size, update_max=False),
     ),
     Mistake(
         "does not subtract the maximum: exp(x) overflows for large scores and underflows for very "
@@ -359,11 +367,12 @@ def tiled_lse(
     """The log-sum-exp per query row (..., T_q) of the masked scaled scores, one `kind` per mistake.
 
     kind: "right"; "last-block" (the lse of the last key block visited only: m + log of that block's
-    p.sum()); "max-only" (the running maximum m, no log of the sum); "log2" (m + log2(l)); "base2"
-    (the lse in base 2, lse · log2(e), as exp2 code keeps it); "unscaled" (the lse of q @ kᵀ without
-    1/√d); "unscaled-max" (m/scale + log(l): the maximum of the unscaled scores, the sum of the
-    scaled); "block-rows" (each query block's lse written to rows 0 … B - 1, the rest left at 0);
-    "unmasked" (the lse of every key's score, the causal mask left out of it).
+    p.sum()); "max-only" (the running maximum m, no log of the sum); "log-sum-only" (log(l) without
+    m); "log2" (m + log2(l)); "base2" (the lse in base 2, lse · log2(e), as exp2 code keeps it);
+    "unscaled" (the lse of q @ kᵀ without 1/√d); "unscaled-max" (m/scale + log(l): the maximum of
+    the unscaled scores, the sum of the scaled); "block-rows" (each query block's lse written to rows
+    0 … B - 1, the rest left at 0); "unmasked" (the lse of every key's score, the causal mask left
+    out of it).
     """
     q, k = (x.detach().to("cpu", torch.float64) for x in (q, k))
     t_q, d = q.shape[-2:]
@@ -381,6 +390,8 @@ def tiled_lse(
     m = s.amax(dim=-1)  # (..., T_q)
     if kind == "max-only":
         return m
+    if kind == "log-sum-only":
+        return lse - m
     if kind == "unscaled-max":
         return lse - m + m * math.sqrt(d)
     if kind == "log2":
@@ -445,5 +456,12 @@ def tiled_lse_mistakes(simulate: Callable[..., torch.Tensor]) -> list[Mistake]:
             "the block's absolute rows, lse[..., qs:qe].",
         ),
     ]
+    table.append(
+        (
+            "log-sum-only",
+            "is log(l) alone, without the running maximum: l sums exp(s - m), so the log-sum-exp of "
+            "the scores is m + log(l), the maximum added back.",
+        )
+    )
     table.insert(5, ("unscaled-max", table[4][1]))
     return [Mistake(message, functools.partial(simulate, kind=kind)) for kind, message in table]

@@ -161,10 +161,41 @@ def expect_all_written(trace: KernelTrace | None, out: torch.Tensor, hint: str) 
         return
     missing = np.flatnonzero(~written)
     index = [int(i) for i in np.unravel_index(missing[0], tuple(out.shape))]
+    overlap = _overlapping_programs(trace, out)
+    if overlap is not None:
+        element, first, second = overlap
+        where = [int(i) for i in np.unravel_index(element, tuple(out.shape))]
+        raise CheckFailed(
+            f"the programs' blocks overlap: programs {_ids(first)} and {_ids(second)} both wrote the output "
+            f"element at index {where}, and no program wrote {missing.size} of the {out.numel()} output "
+            f"elements (the first at index {index}). Each program must cover its own block, starting "
+            "at its id times the block size "
+            "(pid * BLOCK + tl.arange(0, BLOCK), not pid + tl.arange(0, BLOCK)), "
+            "so that consecutive programs follow each other."
+            + (f" {hint}" if hint.startswith("Every program wrote the same") else "")
+        )
     raise CheckFailed(
         f"no program wrote {missing.size} of the {out.numel()} output elements (the first at index "
         f"{index}); torch.empty leaves them as whatever was in memory. {hint}"
     )
+
+
+def _overlapping_programs(
+    trace: KernelTrace, out: torch.Tensor
+) -> tuple[int, tuple[int, ...], tuple[int, ...]] | None:
+    """(element, program, other program) of an output element two programs of one launch stored to."""
+    owner: dict[tuple[int, int], tuple[int, ...]] = {}
+    for access in trace.accesses_to(out, store=True):
+        program = access.program[: 3 if access.program[2] else 2 if access.program[1] else 1]
+        for element in access.elements.tolist():
+            other = owner.setdefault((access.launch, element), program)
+            if other != program:
+                return element, other, program
+    return None
+
+
+def _ids(program: tuple[int, ...]) -> str:
+    return f"({', '.join(map(str, program))})"
 
 
 def close(actual: torch.Tensor, expected: torch.Tensor, gpu: bool) -> bool:

@@ -62,8 +62,9 @@ def _tiled_backward(
 
     delta: "out" (rowsum(dO ∘ O), right), "none" (dS = P ∘ dP), "tile" (rowsum(dP ∘ P) of this tile
     only), "dp" (rowsum(dP), without P). probs: "lse" (exp(S - lse), right), "tile-max" (exp(S - the
-    tile's row max)), "raw" (exp(S)). lse_rows: "query" (right) or "key" (the lse of the key block's
-    rows). scale_q, scale_k: factors on top of the right 1/√d of dQ and dK. mask: "right",
+    tile's row max)), "tile-softmax" (a softmax within each tile), "raw" (exp(S)). lse_rows: "query"
+    (right) or "key" (the lse of the key block's rows). scale_q, scale_k: factors on top of the right
+    1/√d of dQ and dK. mask: "right",
     "none" (no mask in the recomputation, every block visited), "blocks-only" (blocks above the
     diagonal skipped, none masked inside), "top-left" (j <= i), "top-left-all" (j <= i in the forward
     too), "ignored" (no mask in the forward either).
@@ -103,6 +104,8 @@ def _tiled_backward(
                 p = torch.exp(s - row_lse)  # (..., Bq, Bk)
             elif probs == "tile-max":
                 p = torch.exp(s - s.amax(dim=-1, keepdim=True))  # (..., Bq, Bk)
+            elif probs == "tile-softmax":
+                p = torch.softmax(s, dim=-1).nan_to_num(0.0)  # (..., Bq, Bk): rows sum to 1 in each tile
             else:
                 p = torch.exp(s)  # (..., Bq, Bk)
             dv_tile = p.transpose(-1, -2) @ do_blk if transpose_p else p @ do_blk  # (..., Bk, d_v)
@@ -219,6 +222,12 @@ _TILED_SLIPS: list[Slip] = [
         "uses exp(S) instead of the probabilities: P = exp(S − lse), with the log-sum-exp the forward "
         "returned for each query row.",
         dict(probs="raw"),
+    ),
+    (
+        "normalises P within each tile (a softmax over the tile's keys): each row of a tile then sums "
+        "to 1, but a query's probabilities sum to 1 over ALL its keys. P = exp(S − lse), with the "
+        "log-sum-exp the forward returned for each query row, which already holds the whole row's sum.",
+        dict(probs="tile-softmax"),
     ),
     (
         "uses the lse of the key block's rows: the lse belongs to the queries, so the tile needs "
@@ -423,6 +432,8 @@ def _softmax_slip(kind: str) -> Callable[[torch.Tensor, torch.Tensor, int], torc
             return p * (grad_p - grad_p.sum(dim=dim, keepdim=True))
         if kind == "no-outer-p":
             return grad_p - (grad_p * p).sum(dim=dim, keepdim=True)
+        if kind == "whole-sum":
+            return p * (grad_p - (grad_p * p).sum())
         return p * (grad_p - (grad_p * p).sum(dim=-1, keepdim=True))  # "last-dim"
 
     return slip
@@ -449,6 +460,11 @@ _SOFTMAX_SLIPS = [
     (
         "sums over the last axis instead of the `dim` it was given: use dim in the sum (keepdim=True).",
         "last-dim",
+    ),
+    (
+        "subtracts one sum over the whole tensor: Σ_j grad_p_j p_j belongs to each row (each softmax) on "
+        "its own, (grad_p * p).sum(dim=dim, keepdim=True), one number per row.",
+        "whole-sum",
     ),
 ]
 
@@ -488,6 +504,14 @@ def check_softmax_backward(candidate: Callable[..., Any]) -> str:
             wrong = _softmax_slip(kind)(p, grad_p, dim)
             if not is_close(wrong, expected) and is_close(out, wrong):
                 raise CheckFailed(f"{what} {message}")
+        sums = out.detach().double().sum(dim=dim)
+        if not torch.allclose(sums, torch.zeros_like(sums), atol=1e-4):
+            raise CheckFailed(
+                f"{what} is wrong, and its entries do not sum to 0 along dim={dim}: a softmax's outputs sum "
+                "to 1 whatever x is, so the gradient of x must sum to 0 along the same axis. "
+                "dx = p ∘ (grad_p − D) does, with D = Σ_j grad_p_j p_j taken per row, over dim "
+                f"(keepdim=True). ({difference(out, expected)})"
+            )
         raise CheckFailed(f"{what} is wrong: {difference(out, expected)}")
     return "4 shapes, dim=-1, 1 and 0, float32 and float64, against autograd"
 

@@ -266,7 +266,11 @@ def check_dot_product_scores(candidate: Callable[..., Any]) -> str:
             "Your scores",
             hints={
                 transposed: "It is transposed: rows are queries and columns keys, "
-                "so compute q @ kᵀ, not k @ qᵀ."
+                "so compute q @ kᵀ, not k @ qᵀ.",
+                (*expected.shape[:-1], q.shape[-2]): "That is one column per QUERY: the scores compare "
+                "the queries with themselves (q @ qᵀ). Each column is a key: q @ kᵀ.",
+                (*expected.shape[:-2], k.shape[-2], k.shape[-2]): "That is one row and one column per KEY: "
+                "the scores compare the keys with themselves (k @ kᵀ). Rows are queries: q @ kᵀ.",
             },
         )
         expect_close(got, expected, "Your scores", mistakes=mistakes, args=(q, k))
@@ -370,6 +374,15 @@ def _softmax_mistakes(x: torch.Tensor, dim: int) -> list[Mistake]:
         )
         for d in other_dims
     ]
+    wrong_axis += [
+        Mistake(
+            f"subtracts the max taken along dim={d} instead of along the dim={dim} you were given: then "
+            "each row along dim is shifted by several different numbers, not by one, and the ratios of "
+            "its probabilities change. Take the max along `dim` too: x.amax(dim=dim, keepdim=True).",
+            lambda x, dim, d=d: torch.softmax(x - x.amax(dim=d, keepdim=True), dim=dim),
+        )
+        for d in other_dims
+    ]
     return [
         *wrong_axis,
         Mistake(
@@ -468,7 +481,9 @@ def check_score_variance(candidate: Callable[..., Any]) -> str:
             if abs(value - expected) <= 0.1 * expected:
                 checked.append(value)
                 continue
-            raise CheckFailed(_score_variance_mistake(d_k, scaled, value, expected, n_samples=20_000))
+            found = _n_samples_dependence(candidate, scaled)
+            mistake = _score_variance_mistake(d_k, scaled, value, expected, n_samples=20_000)
+            raise CheckFailed(found or mistake)
     return f"Var(q·k) ≈ d_k unscaled and ≈ 1 scaled, for d_k = 4, 16, 64 ({len(checked)} estimates)"
 
 
@@ -493,6 +508,22 @@ def _as_float(value: Any) -> float:
     if not math.isfinite(number):
         raise CheckFailed(f"`score_variance` returned {number}, which is not a finite number.")
     return number
+
+
+def _n_samples_dependence(candidate: Callable[..., Any], scaled: bool) -> str | None:
+    """Name an estimate that grows or shrinks with n_samples: the variance of one score cannot."""
+    small, large = (
+        _as_float(call("score_variance", candidate, 64, n_samples=n, scaled=scaled)) for n in (2_000, 20_000)
+    )
+    if small <= 0 or large <= 0 or 1 / 3 < large / small < 3:
+        return None
+    return (
+        f"score_variance(64, scaled={scaled}) returned {small:.3g} with n_samples=2000 and {large:.3g} with "
+        "n_samples=20000: it changes with the number of samples, but the variance of one score q·k does "
+        "not. Each score is the sum over the d_k components of one pair, (q * k).sum(dim=-1) (not a sum "
+        "over the samples, dim=0), scaled by √d_k alone (nothing involving n_samples); the variance is "
+        "then taken over the n_samples scores."
+    )
 
 
 def _score_variance_mistake(

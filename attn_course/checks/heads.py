@@ -68,6 +68,12 @@ def _merge_mistakes() -> list[Mistake]:
             lambda x: x.reshape(x.shape[0], x.shape[2], x.shape[1] * x.shape[3]),
         ),
         Mistake(
+            "swaps the token and feature axes (transpose(2, 3)) before reshaping, where the heads should "
+            "move behind the tokens: transpose(1, 2), then reshape, x.transpose(1, 2).reshape(b, t, h * d), "
+            'or rearrange(x, "b h t d -> b t (h d)").',
+            lambda x: x.transpose(2, 3).reshape(x.shape[0], x.shape[2], x.shape[1] * x.shape[3]),
+        ),
+        Mistake(
             "interleaves the heads, grouping the merged axis as (d h): the result must be head 0's d "
             'features, then head 1\'s, …, the grouping (h d): rearrange(x, "b h t d -> b t (h d)").',
             lambda x: rearrange(x, "b h t d -> b t (d h)"),
@@ -119,6 +125,7 @@ def check_split_heads(candidate: Callable[..., Any]) -> str:
             f"Your split_heads(x, n_heads={h})",
             mistakes=mistakes,
             args=(x, h),
+            diagnose=_diagnose_head_order,
         )
     expect_gradients(
         "split_heads", candidate, reference.split_heads, [randn(2, 5, 12)], ["x"], kwargs={"n_heads": 3}
@@ -138,11 +145,30 @@ def check_merge_heads(candidate: Callable[..., Any]) -> str:
             (b, t, h, d): "That is (b, t, h, d): the heads are behind the tokens but not merged; "
             "flatten the last two axes into h·d (.reshape(b, t, h * d)).",
             (b, h * t, d): "You merged heads with tokens: the merged axis is the features, (b, t, h·d).",
+            (b, t * h * d): "That flattens the tokens into the features too: merge only the heads and the "
+            "features, (b, t, h·d), with .flatten(2) after moving the heads behind the tokens, or "
+            ".reshape(b, t, h * d).",
         }
         result = expect_tensor(got, expected.shape, f"merge_heads(x) of x {(b, h, t, d)}", hints=hints)
         expect_close(result, expected, "Your merge_heads(x)", mistakes=mistakes, args=(x,))
     expect_gradients("merge_heads", candidate, reference.merge_heads, [randn(2, 3, 5, 4)], ["x"])
     return "4 shapes, head after head in the merged axis, gradients"
+
+
+def _diagnose_head_order(actual: torch.Tensor, expected: torch.Tensor) -> str | None:
+    """Every head right but in another place: the heads are reordered."""
+    h = expected.shape[1]
+    order = []
+    for i in range(h):
+        same = [j for j in range(h) if torch.allclose(actual[:, i].double(), expected[:, j].double())]
+        if not same:
+            return None
+        order.append(same[0])
+    return (
+        f"has every head, but in the wrong order: your heads 0 … {h - 1} are the right heads {order}. Head "
+        "i must be the i-th block of d features, x[..., i·d:(i+1)·d]; nothing reorders (flips, rolls) "
+        "the head axis."
+    )
 
 
 def _call_merge(candidate: Callable[..., Any], x: torch.Tensor) -> Any:
@@ -195,6 +221,8 @@ def _multi_head(
     invert_causal: bool = False,
     softmax_dim: int = -1,
     split_v: str | None = None,
+    v_from_x: bool = False,
+    causal_diagonal: int = 0,
 ) -> torch.Tensor:
     """Multi-head self-attention with each knob a learner might get wrong; the defaults are right."""
     b, t, d_model = x.shape
@@ -209,14 +237,18 @@ def _multi_head(
         q, k, v = (_split(assigned[name], n_heads, split) for name in "qkv")  # each (b, h, t, d_k)
         if split_v is not None:
             v = _split(assigned["v"], n_heads, split_v)  # (b, h, t, d_k)
-    divisor = {"d_k": math.sqrt(d_k), "d_model": math.sqrt(d_model), "none": 1.0}[scale]
+    if v_from_x:
+        v = _split(x, n_heads, "h d")  # (b, h, t, d_k): the input itself, not its projection
+    divisor = {
+        "d_k": math.sqrt(d_k), "d_model": math.sqrt(d_model), "n_heads": math.sqrt(n_heads), "none": 1.0
+    }[scale]  # fmt: skip
     scores = q @ k.transpose(-2, -1) / divisor  # (b, h, t, t)
     allowed = torch.ones_like(scores, dtype=torch.bool)  # (b, h, t, t)
     if mask is not None and use_mask:
         head_mask = mask.unsqueeze(-3)  # (b, 1, t, t) or broadcastable
         allowed = allowed & (~head_mask if invert_mask else head_mask)
     if is_causal and use_causal:
-        causal = torch.ones(t, t, dtype=torch.bool).tril()  # (t, t)
+        causal = torch.ones(t, t, dtype=torch.bool).tril(diagonal=causal_diagonal)  # (t, t)
         allowed = allowed & (causal.T if invert_causal else causal)
     weights = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=softmax_dim)  # (b, h, t, t)
     merged = _merge(weights @ v, merge)  # (b, t, d_model)
@@ -252,6 +284,22 @@ _MHA_MISTAKES: list[tuple[str, dict[str, Any]]] = [
     (
         "looks like the scores were not scaled: divide them by √d_k, d_k = d_model / n_heads.",
         {"scale": "none"},
+    ),
+    (
+        "looks like the scores were divided by √n_heads: the scale is √d_k, the width of each head's "
+        "queries and keys (d_k = d_model / n_heads, q.shape[-1] after the split), not the number of heads.",
+        {"scale": "n_heads"},
+    ),
+    (
+        "looks like v was taken from x itself, not from the projection: the values are the third chunk "
+        "of self.qkv(x), split into heads like q and k.",
+        {"v_from_x": True},
+    ),
+    (
+        "masks the diagonal too (a strict causal mask, torch.tril(..., diagonal=-1) or key < query): a "
+        "position may attend itself, so with is_causal=True keep key j when j <= i (torch.tril with "
+        "diagonal=0); the first query then has no key at all, hence the NaN.",
+        {"causal_diagonal": -1},
     ),
     (
         "looks like the output projection is missing: after merging the heads, apply self.out "

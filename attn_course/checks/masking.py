@@ -189,6 +189,13 @@ def check_padding_mask(candidate: Callable[..., Any]) -> str:
                 f"Your padding_mask has shape {tuple(got.shape)}: it should be (B, t) = "
                 f"{tuple(expected.shape)}, one row per sequence."
             )
+        if isinstance(got, torch.Tensor) and len(lengths_list) > 1 and tuple(got.shape) in {(1, t), (t,)}:
+            raise CheckFailed(
+                f"Your padding_mask of {len(lengths_list)} sequences has shape {tuple(got.shape)}: one row "
+                "for all of them, as if every sequence had the same length (one number such as "
+                "lengths.max() in the comparison). Compare the positions with each sequence's own length, "
+                "a (B, 1) column: positions[None, :] < lengths[:, None], which gives (B, t)."
+            )
         mask = _expect_bool_mask(got, expected, "padding_mask")
         expect_close(
             mask,
@@ -247,7 +254,7 @@ def _masked_attention(
         scores = scores / math.sqrt(q.shape[-1])
     causal = None
     if is_causal:
-        shift = t_k - t_q if causal_alignment == "bottom-right" else 0
+        shift = {"bottom-right": t_k - t_q, "top-left": 0, "negated": t_q - t_k}[causal_alignment]
         causal = torch.ones(t_q, t_k, dtype=torch.bool).tril(diagonal=shift)
     if combine == "and":
         allowed = _and(mask, causal)
@@ -320,6 +327,13 @@ _ATTENTION_MISTAKES: list[tuple[str, dict[str, Any]]] = [
         "positions, so align it bottom-right (your causal_mask(t_q, t_k)), unlike torch's "
         "is_causal=True.",
         {"causal_alignment": "top-left"},
+    ),
+    (
+        "shift the causal diagonal the wrong way (diagonal=t_q - t_k): with more keys than queries, "
+        "query i sits at position i + t_k - t_q, so it may see keys up to there, "
+        "tril(diagonal=t_k - t_q) (your causal_mask(t_q, t_k)); with the minus sign the first queries "
+        "see no key at all.",
+        {"causal_alignment": "negated"},
     ),
 ]
 
@@ -425,6 +439,14 @@ def _diagnose_masked_weights(
     a = actual.detach().to("cpu", torch.float64)
     if a.shape != allowed.shape:
         return None
+    if torch.isnan(a).all() and bool(allowed.all()):
+        return (
+            "are NaN in every row although nothing is masked here (every key allowed), as when every "
+            "score is "
+            "filled with -inf: the fill hits the allowed positions, the mask used the wrong way "
+            "round. True means the query MAY attend that key, so fill where it is False, "
+            "scores.masked_fill(~allowed, float('-inf'))."
+        )
     if not torch.isfinite(a).all():
         return (
             "contain NaN or inf in rows that may attend some keys: a row becomes NaN when every one of "

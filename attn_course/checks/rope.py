@@ -386,6 +386,8 @@ def _rotary_mha(
     use_positions: bool = True,
     base: float | None = None,
     pairing: str = "interleaved",
+    scale: str = "d_k",
+    causal: str = "tril",
 ) -> torch.Tensor:
     """The reference layer with each knob a learner might get wrong; the defaults are right."""
     base = module.base if base is None else base
@@ -410,6 +412,13 @@ def _rotary_mha(
         k = rope(k) if "k" in rotate else k
         v = rope(v) if "v" in rotate else v
     head_mask = None if mask is None else mask.unsqueeze(-3)  # (b, 1, t, t)
+    if scale == "d_model":  # scores divided by √d_model: the same as q scaled by √(d_k / d_model) first
+        q = q * math.sqrt(q.shape[-1] / x.shape[-1])
+    if is_causal and causal == "triu":  # the future allowed instead of the past
+        t = x.shape[-2]
+        future = torch.ones(t, t, dtype=torch.bool, device=x.device).triu()  # (t, t)
+        head_mask = future if head_mask is None else head_mask & future
+        is_causal = False
     out, _ = reference.attention(q, k, v, mask=head_mask, is_causal=is_causal)  # (b, h, t, d_k)
     return module.out(merge_heads(out))  # (b, t, d_model)
 
@@ -456,6 +465,16 @@ _MHA_MISTAKES: list[tuple[str, dict[str, Any]]] = [
     (
         "ignores `base`: pass self.base on to apply_rope (the constructor takes base=10000.0).",
         {"base": 10000.0},
+    ),
+    (
+        "looks like the scores were divided by √d_model: each head's scores are dot products of "
+        "d_k = d_model / n_heads numbers, so divide by √d_k (q.shape[-1] after the split).",
+        {"scale": "d_model"},
+    ),
+    (
+        "uses an inverted causal mask (the upper triangle, torch.triu): with is_causal=True query i may "
+        "attend keys 0 … i, the lower triangle with the diagonal (torch.tril), and masks the rest.",
+        {"causal": "triu"},
     ),
     (
         "rotates with the rotate-half pairing (x[i], x[i+d/2]): this course uses interleaved pairs "

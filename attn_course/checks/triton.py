@@ -89,6 +89,15 @@ def _add_coverage_hint(trace: KernelTrace | None, out: torch.Tensor) -> str:
             "Every program wrote the same elements: the offsets of program pid start at "
             "pid * BLOCK, i.e. `offsets = pid * BLOCK + tl.arange(0, BLOCK)`."
         )
+    stores = trace.accesses_to(out, store=True)
+    if trace.launches and stores:
+        programs, block = trace.launches[0].grid[0], math.prod(stores[0].block_shape)
+        if programs * block >= out.numel():
+            return (
+                f"The grid covers all {out.numel()} elements ({programs} programs of {block}), so it is the "
+                "mask that leaves some out: every offset below n must be stored, mask=offsets < n (not "
+                "offsets < n - 1), the same mask for the loads and the store."
+            )
     return (
         "The grid needs enough programs to cover all n elements: triton.cdiv(n, BLOCK), "
         "which rounds up (n // BLOCK rounds down and leaves the tail out)."
@@ -128,6 +137,27 @@ _SOFTMAX_CASES = (
 )
 
 
+def _expect_output_row_stride(trace: Any, case: _SoftmaxCase) -> None:
+    """With a strided x, a store past the end of the output whose row 1 starts x.stride(0) in: out's rows
+    were addressed with x's row stride."""
+    if trace is None or not case.stride or not trace.out_of_bounds or not trace.out_of_bounds[0].store:
+        return
+    tensor = trace.out_of_bounds[0].nearest
+    starts = [
+        int(a.elements.min())
+        for a in trace.accesses
+        if a.store and a.tensor == tensor and a.program[0] == 1 and a.elements.size
+    ]
+    if starts and min(starts) == case.stride != case.cols:
+        raise CheckFailed(
+            f"`triton_softmax` writes the output's rows {case.stride} elements apart, the row stride of x "
+            f"(a view whose rows are {case.stride} apart in memory), but the output is a new contiguous "
+            f"tensor whose rows are {case.cols} apart: address the output with its own row stride, "
+            "out.stride(0), and the input with x.stride(0). (Row 2 and later were written past the end "
+            "of the output.)"
+        )
+
+
 def _softmax_input(case: _SoftmaxCase, mode: Mode) -> torch.Tensor:
     width = case.stride or case.cols
     full = guarded(case.rows, width, device=mode.device, dtype=torch.float32, scale=case.scale)
@@ -150,6 +180,7 @@ def check_triton_softmax(candidate: Callable[..., Any]) -> str:
         )
         result, trace = traced_call("triton_softmax", candidate, mode, x, **kwargs)
         expect_launched("triton_softmax", trace)
+        _expect_output_row_stride(trace, case)
         expect_in_bounds(
             "triton_softmax",
             trace,

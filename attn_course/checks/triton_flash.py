@@ -413,6 +413,7 @@ _FLASH_CASES = (
     _FlashCase(1, 2, 50, 50, 32, False),
     _FlashCase(2, 1, 64, 64, 16, True),
     _FlashCase(1, 2, 50, 50, 32, True),
+    _FlashCase(1, 1, 20, 90, 32, True),  # T_k - T_q over two key blocks: a bound without it shows
     _FlashCase(1, 1, 20, 50, 32, True),
     _FlashCase(1, 1, 300, 300, 32, False),
     _FlashCase(1, 1, 260, 260, 16, True),
