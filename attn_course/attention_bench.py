@@ -450,7 +450,8 @@ def _run(
                         if name in out_of_memory:
                             reason = f"out of memory at T={out_of_memory[name]}"
                             row = BenchRow(**base, seconds=None, tflops=None, percent_of_peak=None,
-                                           peak_bytes=None, skipped=reason)  # fmt: skip
+                                           peak_bytes=None, skipped=reason,
+                                           backward=config.backward)  # fmt: skip
                         else:
                             row = _measure_row(name, config, q, k, v, causal, base, device_name, dtype)
                             if row.skipped == "out of memory":
