@@ -178,7 +178,7 @@ def check_triton_flash_attention(candidate: Callable[..., Any]) -> str:
         if blocks:
             blocks_seen.add(blocks)
         expected = _sdpa_reference(q, k, v, case.causal)
-        tried = [blocks] if blocks else list(itertools.product(_BLOCK_SIZES, repeat=2))
+        tried = [blocks] if blocks else list(itertools.product(_BLOCK_SIZES, _BLOCK_SIZES))
         mistakes = _flash_mistakes(q, k, v, case.causal, tried)
         if case.strided:
             mistakes += _stride_mistakes(q, k, v, case)
@@ -277,7 +277,7 @@ def _compare_lse(
         )
     expect_all_written(trace, lse, f"(Of the lse, (B, H, T_q).) {_LSE_STORE_HINT}")
     expected = tiled_lse(q, k, causal=case.causal, block_m=q.shape[-2], block_n=k.shape[-2])  # (B, H, T_q)
-    tried = [blocks] if blocks else list(itertools.product(_BLOCK_SIZES, repeat=2))
+    tried = [blocks] if blocks else list(itertools.product(_BLOCK_SIZES, _BLOCK_SIZES))
     expect_close(
         lse,
         expected,
