@@ -48,6 +48,7 @@ lab: setup-lab
 
 test: setup
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 	$(BIN)/python -m pytest
 
 # The GPU tier: compiled Triton kernels, the checks' GPU cases, notebooks 06, 08 (09) at full budgets
@@ -68,4 +69,4 @@ bench-grade-dask: setup
 	$(BIN)/python -m attn_course.grading.bench_dask --learners 60 --jobs 2 --workers 1 2 4
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache

@@ -32,7 +32,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -172,6 +172,35 @@ class BenchRow:
     """Whether the backward pass was timed (then peak_bytes covers forward and backward)."""
     largest_bytes: int | None = None
     """The largest single tensor the call created (CPU only; None where not measured)."""
+
+
+class _RowFields(TypedDict):
+    """The fields that say what a BenchRow measured, shared by its measured and skipped rows."""
+
+    provider: str
+    device: str
+    dtype: str
+    b: int
+    h: int
+    t: int
+    d: int
+    causal: bool
+
+
+_T = TypeVar("_T")
+
+
+def measured_value(value: _T | None) -> _T:
+    """A measured row's seconds, tflops or peak_bytes: only skipped rows have None there.
+
+    >>> measured_value(0.5)
+    0.5
+
+    Introduced in 06_flash_attention.
+    """
+    if value is None:
+        raise ValueError("a skipped row has no measurements")
+    return value
 
 
 @dataclass(frozen=True)
@@ -416,12 +445,13 @@ def _run(
                     shape = (config.batch, config.heads, t, d)
                     q, k, v = (torch.randn(shape, generator=generator).to(device, dtype) for _ in range(3))
                     for name in providers_for(config):
-                        base = dict(provider=name, device=device_name, dtype=dtype_name, b=config.batch,
-                                    h=config.heads, t=t, d=d, causal=causal)  # fmt: skip
+                        base = _RowFields(provider=name, device=device_name, dtype=dtype_name, b=config.batch,
+                                          h=config.heads, t=t, d=d, causal=causal)  # fmt: skip
                         if name in out_of_memory:
                             reason = f"out of memory at T={out_of_memory[name]}"
                             row = BenchRow(**base, seconds=None, tflops=None, percent_of_peak=None,
-                                           peak_bytes=None, skipped=reason)  # fmt: skip
+                                           peak_bytes=None, skipped=reason,
+                                           backward=config.backward)  # fmt: skip
                         else:
                             row = _measure_row(name, config, q, k, v, causal, base, device_name, dtype)
                             if row.skipped == "out of memory":
@@ -442,12 +472,11 @@ def _measure_row(
     k: torch.Tensor,
     v: torch.Tensor,
     causal: bool,
-    base: dict[str, Any],
+    base: _RowFields,
     device_name: str,
     dtype: torch.dtype,
 ) -> BenchRow:
     largest = None
-    base = {**base, "backward": config.backward}
     fn = make_provider(name, config.block_size)  # an unknown name is an error, not a skipped row
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -462,13 +491,13 @@ def _measure_row(
             if q.device.type == "cuda":
                 torch.cuda.empty_cache()
             return BenchRow(**base, seconds=None, tflops=None, percent_of_peak=None, peak_bytes=None,
-                            skipped=_reason(error, caught))  # fmt: skip
+                            skipped=_reason(error, caught), backward=config.backward)  # fmt: skip
     b, h, t, d = q.shape
     tflops = attention_flops(b, h, t, d, causal, backward=config.backward) / seconds / 1e12
     peak_device = peak_tflops(device_name, dtype) if q.device.type == "cuda" else None
     percent = 100 * tflops / peak_device if peak_device else None
     return BenchRow(**base, seconds=seconds, tflops=tflops, percent_of_peak=percent, peak_bytes=peak,
-                    largest_bytes=largest)  # fmt: skip
+                    largest_bytes=largest, backward=config.backward)  # fmt: skip
 
 
 def format_table(rows: Sequence[BenchRow]) -> str:
@@ -485,9 +514,8 @@ def format_table(rows: Sequence[BenchRow]) -> str:
             lines.append(f"{start} skipped: {r.skipped}")
             continue
         percent = f"{r.percent_of_peak:6.1f}%" if r.percent_of_peak is not None else f"{'–':>7}"
-        lines.append(
-            f"{start} {r.seconds * 1e3:>10.2f} {r.tflops:>8.3f} {percent} {r.peak_bytes / 2**20:>9.1f}"
-        )
+        seconds, peak_bytes = measured_value(r.seconds), measured_value(r.peak_bytes)
+        lines.append(f"{start} {seconds * 1e3:>10.2f} {r.tflops:>8.3f} {percent} {peak_bytes / 2**20:>9.1f}")
     return "\n".join(lines)
 
 
@@ -520,7 +548,7 @@ def memory_slopes(rows: Sequence[BenchRow]) -> dict[tuple[str, str, int, bool], 
         if not r.skipped and r.peak_bytes:
             groups.setdefault((r.provider, r.dtype, r.d, r.causal), []).append(r)
     return {
-        key: fit_power_law([r.t for r in group], [r.peak_bytes for r in group]).exponent
+        key: fit_power_law([r.t for r in group], [measured_value(r.peak_bytes) for r in group]).exponent
         for key, group in groups.items()
         if len({r.t for r in group}) >= 2
     }
@@ -556,7 +584,9 @@ def target_summary(rows: Sequence[BenchRow], t: int | None = None, d: int | None
         at = {r.provider: r for r in measured if r.t == t and r.dtype == dtype}
         head = f"causal, d={d}, T={t}, {dtype}:"
         sdpa = at.get("sdpa-flash") or min(
-            (r for n, r in at.items() if n.startswith("sdpa-")), key=lambda r: r.seconds, default=None
+            (r for n, r in at.items() if n.startswith("sdpa-")),
+            key=lambda r: measured_value(r.seconds),
+            default=None,
         )
         naive, tiled, kernel = at.get("naive"), at.get("tiled"), at.get("triton")
         parts = []
@@ -566,17 +596,16 @@ def target_summary(rows: Sequence[BenchRow], t: int | None = None, d: int | None
             lines.append(head + ("\n  " + "\n  ".join(parts) if parts else " nothing to compare"))
             continue
         if tiled and sdpa:
-            ratio = tiled.seconds / sdpa.seconds
+            ratio = measured_value(tiled.seconds) / measured_value(sdpa.seconds)
             parts.append(f"tiled / {sdpa.provider} time = {ratio:.2f}× (target ≤ 2×)")
         if naive and tiled and tiled.peak_bytes:
-            ratio = naive.peak_bytes / tiled.peak_bytes
+            ratio = measured_value(naive.peak_bytes) / tiled.peak_bytes
             parts.append(f"naive / tiled peak memory = {ratio:.1f}× (target ≥ 16×)")
         if naive and sdpa:
-            parts.append(
-                f"naive / {sdpa.provider} time = {naive.seconds / sdpa.seconds:.1f}× (GPU target ≥ 5×)"
-            )
+            ratio = measured_value(naive.seconds) / measured_value(sdpa.seconds)
+            parts.append(f"naive / {sdpa.provider} time = {ratio:.1f}× (GPU target ≥ 5×)")
         if kernel and sdpa:
-            ratio = sdpa.seconds / kernel.seconds
+            ratio = measured_value(sdpa.seconds) / measured_value(kernel.seconds)
             parts.append(f"triton / {sdpa.provider} throughput = {ratio:.2f}× (GPU target ≥ 0.8×)")
         if sdpa and sdpa.percent_of_peak is not None:
             parts.append(f"{sdpa.provider} at {sdpa.percent_of_peak:.1f}% of the device's peak")
@@ -591,13 +620,14 @@ def _backward_targets(
     """Notebook 09's targets: the tiled backward against SDPA's, its memory against naive autograd's."""
     parts = []
     if tiled and sdpa:
-        ratio = tiled.seconds / sdpa.seconds
+        ratio = measured_value(tiled.seconds) / measured_value(sdpa.seconds)
         parts.append(f"tiled backward / {sdpa.provider} backward time = {ratio:.2f}× (target ≤ 2×)")
-    if naive and tiled and tiled.largest_bytes:
+    if naive and naive.largest_bytes is not None and tiled and tiled.largest_bytes:
         ratio = naive.largest_bytes / tiled.largest_bytes
         parts.append(f"naive / tiled largest tensor = {ratio:.1f}× (target ≥ 16×)")
     if naive and tiled and tiled.peak_bytes:
-        parts.append(f"naive / tiled peak memory = {naive.peak_bytes / tiled.peak_bytes:.1f}×")
+        ratio = measured_value(naive.peak_bytes) / tiled.peak_bytes
+        parts.append(f"naive / tiled peak memory = {ratio:.1f}×")
     measured = [r for r in rows if r.causal and r.d == d and r.dtype == dtype]
     slopes = memory_slopes(measured)
     for provider in ("tiled", "naive"):
@@ -606,12 +636,12 @@ def _backward_targets(
             parts.append(f"{provider} peak memory slope in T = {slope:.2f} (target: tiled 1, naive 2)")
     tiled_rows = sorted((r for r in measured if r.provider == "tiled" and r.peak_bytes), key=lambda r: r.t)
     pairs = zip(tiled_rows, tiled_rows[1:], strict=False)
-    steps = {(b.peak_bytes - a.peak_bytes) // (b.t - a.t) for a, b in pairs}
+    steps = {(measured_value(b.peak_bytes) - measured_value(a.peak_bytes)) // (b.t - a.t) for a, b in pairs}
     if len(tiled_rows) >= 3 and len(steps) == 1:  # the tiles are a constant: slope 1 once it is taken off
         parts.append(f"tiled peak memory is affine in T: {steps.pop():,} bytes more per token (slope 1 above "
                      "its constant tiles)")  # fmt: skip
     if kernel and sdpa:
-        ratio = sdpa.seconds / kernel.seconds
+        ratio = measured_value(sdpa.seconds) / measured_value(kernel.seconds)
         parts.append(f"triton / {sdpa.provider} backward throughput = {ratio:.2f}× (GPU target ≥ 0.6×)")
     return parts
 
@@ -651,7 +681,7 @@ def run_and_save(config: BenchConfig, out: Path | None, progress: bool = True) -
     """
 
     def show(row: BenchRow) -> None:
-        state = row.skipped or f"{row.seconds * 1e3:.2f} ms"
+        state = row.skipped or f"{measured_value(row.seconds) * 1e3:.2f} ms"
         print(f"  {row.provider} {row.dtype} d={row.d} causal={row.causal} T={row.t}: {state}", flush=True)
 
     rows = run_bench(config, progress=show if progress else None)
@@ -678,6 +708,7 @@ __all__ = [
     "default_config",
     "format_table",
     "measure_backward",
+    "measured_value",
     "memory_slopes",
     "peak_tflops",
     "prepare_backward",

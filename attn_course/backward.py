@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -23,6 +24,9 @@ from torch import nn
 from attn_course.attention import attention
 from attn_course.exercise import exercise
 from attn_course.heads import merge_heads
+
+if TYPE_CHECKING:
+    from attn_course.heads import MultiHeadAttention
 
 AttentionFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, bool], torch.Tensor]
 """attend(q, k, v, is_causal) -> out, all (b, h, t, d_k): one causal attention of every head."""
@@ -84,11 +88,12 @@ def use_attention(model: nn.Module, attend: AttentionFn) -> nn.Module:
 
     for layer in model.modules():
         if isinstance(layer, MultiHeadAttention):
-            layer.attend = _heads_with(layer, attend)  # an instance attribute: this layer only
+            # an instance attribute: this layer only; it returns no weights, unlike the method it shadows
+            layer.attend = _heads_with(layer, attend)  # type: ignore[method-assign, assignment]
     return model
 
 
-def _heads_with(layer: nn.Module, attend: AttentionFn) -> Callable[..., tuple[torch.Tensor, None]]:
+def _heads_with(layer: MultiHeadAttention, attend: AttentionFn) -> Callable[..., tuple[torch.Tensor, None]]:
     def heads(
         q: torch.Tensor,
         k: torch.Tensor,

@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 from attn_course import __version__
 from attn_course.release import ReleaseError, WorkInTheWay, release
@@ -169,8 +171,10 @@ def _bench(args: argparse.Namespace) -> int:
         "providers": args.providers,
         "backward": args.backward or None,
     }
-    config = dataclasses.replace(config, **{k: tuple(v) if isinstance(v, list) else v
-                                            for k, v in chosen.items() if v is not None})  # fmt: skip
+    changes: dict[str, Any] = {
+        k: tuple(v) if isinstance(v, list) else v for k, v in chosen.items() if v is not None
+    }
+    config = dataclasses.replace(config, **changes)
     try:
         run_and_save(config, args.out)
     except (ValueError, RuntimeError) as error:
@@ -179,8 +183,11 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
-def _positive(kind: type) -> object:
-    def parse(text: str) -> object:
+_Number = TypeVar("_Number", int, float)
+
+
+def _positive(kind: type[_Number]) -> Callable[[str], _Number]:
+    def parse(text: str) -> _Number:
         value = kind(text)
         if value <= 0:
             raise argparse.ArgumentTypeError(f"must be positive, not {text}")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -107,7 +108,7 @@ class TinyDecoder(nn.Module):
     ) -> torch.Tensor:
         """Logits for new tokens idx (b, t_new) that follow the cached ones -> (b, t_new, vocab_size)."""
         x = self.embed(idx)  # (b, t_new, d_model)
-        for layer, block in enumerate(self.blocks):
+        for layer, block in enumerate(cast("list[Block]", self.blocks)):  # nn.ModuleList is not generic
             x = block.step(x, cache, layer, attend)  # (b, t_new, d_model)
         return self.head(self.ln_f(x))  # (b, t_new, vocab_size)
 
@@ -116,7 +117,7 @@ class TinyDecoder(nn.Module):
         """Every head's causal attention weights on idx (b, t): (n_layers, b, n_heads, t, t)."""
         x = self.embed(idx)  # (b, t, d_model)
         maps = []
-        for block in self.blocks:
+        for block in cast("list[Block]", self.blocks):
             maps.append(block.attn.head_weights(block.ln1(x), is_causal=True))  # (b, h, t, t)
             x = block(x)  # (b, t, d_model)
         return torch.stack(maps)  # (n_layers, b, h, t, t)

@@ -20,6 +20,7 @@ Introduced in 06_flash_attention (the forward) and 09_backward (the backward).
 from __future__ import annotations
 
 import math
+from typing import Any, Literal, overload
 
 import torch
 
@@ -112,6 +113,23 @@ def flash_attention_forward(
         out[..., qs:qe, :] = acc / denom  # (..., Bq, d_v)
         lse[..., qs:qe] = (m + denom.log()).squeeze(-1)  # (..., Bq)
     return out, lse  # (..., T_q, d_v), (..., T_q)
+
+
+@overload
+def flash_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool = ..., block_size: int = ...,
+    return_lse: Literal[False] = ...,
+) -> torch.Tensor: ...
+@overload
+def flash_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool = ..., block_size: int = ..., *,
+    return_lse: Literal[True],
+) -> tuple[torch.Tensor, torch.Tensor]: ...
+@overload
+def flash_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool = ..., block_size: int = ...,
+    return_lse: bool = ...,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]: ...
 
 
 @exercise("06_flash_attention", 2)
@@ -221,7 +239,7 @@ class FlashAttentionFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(
-        ctx: torch.autograd.function.FunctionCtx,
+        ctx: Any,  # torch.autograd.function.FunctionCtx, with the attributes the forward sets
         q: torch.Tensor,
         k: torch.Tensor,
         v: torch.Tensor,
@@ -236,7 +254,7 @@ class FlashAttentionFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(
-        ctx: torch.autograd.function.FunctionCtx, grad_out: torch.Tensor
+        ctx: Any, grad_out: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, None, None]:
         """(dq, dk, dv) by `flash_attention_backward`; no gradient for is_causal and block_size."""
         q, k, v, out, lse = ctx.saved_tensors

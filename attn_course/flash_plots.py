@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
-from attn_course.attention_bench import BenchRow
+from attn_course.attention_bench import BenchRow, measured_value
 
 _STYLE = {"naive": "o-", "tiled": "s-"}
 
@@ -32,7 +32,8 @@ def plot_bench(rows: Sequence[BenchRow]) -> dict[str, Figure]:
         for ax, (dtype, d, causal) in zip(axes.flat, panels, strict=False):
             for provider in providers:
                 points = [
-                    (r.t, r.seconds * 1e3 if kind == "time" else r.peak_bytes / 2**20)
+                    (r.t, measured_value(r.seconds) * 1e3 if kind == "time"
+                     else measured_value(r.peak_bytes) / 2**20)  # fmt: skip
                     for r in rows
                     if (r.provider, r.dtype, r.d, r.causal) == (provider, dtype, d, causal)
                     and not r.skipped

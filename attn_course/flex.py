@@ -210,7 +210,9 @@ class Flex:
         from torch.nn.attention.flex_attention import flex_attention
 
         self._eager = flex_attention
-        self._compiled = torch.compile(flex_attention, dynamic=False) if compile else None
+        self._compiled: Callable[..., torch.Tensor] | None = (
+            torch.compile(flex_attention, dynamic=False) if compile else None
+        )
         self.problem: str | None = None if compile else "not compiled (quick run)"
         self.compile_seconds: list[float] = []
         self._seen: set[tuple[Any, ...]] = set()
@@ -222,7 +224,7 @@ class Flex:
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kwargs: Any) -> torch.Tensor:
         """flex_attention(q, k, v, **kwargs) -> (B, H, T_q, d_v)."""
-        if self.compiled:
+        if self.compiled and self._compiled is not None:  # compiled implies the second: it narrows the type
             key = (
                 kwargs.get("score_mod"),
                 id(kwargs.get("block_mask")),

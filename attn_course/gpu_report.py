@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from attn_course.attention_bench import BenchRow, find_row
+from attn_course.attention_bench import BenchRow, find_row, measured_value
 
 TRITON_SETTING = dict(dtype="float16", b=4, h=16, t=4096, d=64, causal=True)
 """Where the Triton kernel is held against SDPA's flash backend (forward, and backward with notebook 09)."""
@@ -110,7 +110,8 @@ def throughput_figure(
         why = "; ".join(_why_missing(rows, p, setting) for p, r in ((provider, mine), ("sdpa-flash", flash))
                         if r is None)  # fmt: skip
         return Figure(name, _setting(setting), f"not measured: {why}", target, None)
-    ratio = flash.seconds / mine.seconds
+    mine_seconds, flash_seconds = measured_value(mine.seconds), measured_value(flash.seconds)
+    ratio = flash_seconds / mine_seconds
 
     def share(r: BenchRow) -> str:
         return f"{r.percent_of_peak:.0f}% of peak" if r.percent_of_peak is not None else "peak unknown"
@@ -118,7 +119,7 @@ def throughput_figure(
     value = (
         f"{ratio:.2f}×: {mine.tflops:.1f} TFLOP/s ({share(mine)}) against "
         f"{flash.tflops:.1f} TFLOP/s ({share(flash)}); "
-        f"{mine.seconds * 1e3:.2f} / {flash.seconds * 1e3:.2f} ms"
+        f"{mine_seconds * 1e3:.2f} / {flash_seconds * 1e3:.2f} ms"
     )
     numbers = {
         "ratio": ratio, f"{provider}_seconds": mine.seconds, f"{provider}_tflops": mine.tflops,
@@ -136,10 +137,12 @@ def naive_figure(rows: Sequence[BenchRow], setting: dict = NAIVE_SETTING) -> Fig
         why = "; ".join(_why_missing(rows, p, setting) for p, r in (("naive", naive), ("sdpa-flash", flash))
                         if r is None)  # fmt: skip
         return Figure(name, _setting(setting), f"not measured: {why}", target, None)
-    speedup = naive.seconds / flash.seconds
+    naive_seconds, flash_seconds = measured_value(naive.seconds), measured_value(flash.seconds)
+    naive_peak, flash_peak = measured_value(naive.peak_bytes), measured_value(flash.peak_bytes)
+    speedup = naive_seconds / flash_seconds
     value = (
-        f"{speedup:.1f}× faster ({naive.seconds * 1e3:.1f} / {flash.seconds * 1e3:.2f} ms); peak memory "
-        f"naive {naive.peak_bytes / 2**20:.0f} MiB, flash {flash.peak_bytes / 2**20:.1f} MiB"
+        f"{speedup:.1f}× faster ({naive_seconds * 1e3:.1f} / {flash_seconds * 1e3:.2f} ms); peak memory "
+        f"naive {naive_peak / 2**20:.0f} MiB, flash {flash_peak / 2**20:.1f} MiB"
     )
     numbers = {
         "speedup": speedup, "naive_seconds": naive.seconds, "flash_seconds": flash.seconds,

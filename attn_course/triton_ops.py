@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal, overload
 
 import torch
 
@@ -186,6 +187,20 @@ def flash_attention_launch(
     )  # fmt: skip
     constants = {"HEAD_DIM": d, "BLOCK_D": max(16, triton.next_power_of_2(d)), "IS_CAUSAL": is_causal}
     return args, constants, (out, lse)
+
+
+@overload
+def triton_flash_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool = ..., return_lse: Literal[False] = ...
+) -> torch.Tensor: ...
+@overload
+def triton_flash_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool = ..., *, return_lse: Literal[True]
+) -> tuple[torch.Tensor, torch.Tensor]: ...
+@overload
+def triton_flash_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool = ..., return_lse: bool = ...
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]: ...
 
 
 @exercise("08_triton_flash_attention", 4)

@@ -180,7 +180,7 @@ def _learner_location(error: BaseException) -> str:
     if not frames:
         return ""
     last = frames[-1]
-    code = (last.line or linecache.getline(last.filename, last.lineno)).strip()
+    code = (last.line or linecache.getline(last.filename, last.lineno or 0)).strip()
     return f" at line {last.lineno} of your code: `{code}`" if code else ""
 
 
@@ -478,16 +478,20 @@ def expect_gradients(
         (out * upstream).sum().backward()
         grads.append([leaf.grad if leaf.grad is not None else torch.zeros_like(leaf) for leaf in leaves])
     for label, got, want in zip(labels, grads[0], grads[1], strict=True):
+
+        def diagnose(got: torch.Tensor, want: torch.Tensor, label: str = label) -> str:
+            return (
+                "is wrong, though the values of your function are right: part of the computation is cut "
+                "off from autograd or changed behind its back (.detach(), .data, torch.no_grad(), an "
+                f"in-place change of a tensor autograd saved, or a constant where {label} should enter)."
+            )
+
         expect_close(
             got,
             want,
             f"The gradient of your `{name}` with respect to {label}",
             called_as="",
-            diagnose=lambda got, want, label=label: (
-                "is wrong, though the values of your function are right: part of the computation is cut "
-                "off from autograd or changed behind its back (.detach(), .data, torch.no_grad(), an "
-                f"in-place change of a tensor autograd saved, or a constant where {label} should enter)."
-            ),
+            diagnose=diagnose,
         )
 
 

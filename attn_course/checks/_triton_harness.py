@@ -205,8 +205,8 @@ def close(actual: torch.Tensor, expected: torch.Tensor, gpu: bool) -> bool:
     if not torch.equal(torch.isnan(a), torch.isnan(e)):
         return False
     finite = ~torch.isnan(e)
-    tol = dict(atol=1e-2, rtol=1e-2) if gpu else dict(atol=2e-5, rtol=1e-4)
-    return bool(torch.allclose(a[finite], e[finite], **tol))
+    atol, rtol = (1e-2, 1e-2) if gpu else (2e-5, 1e-4)
+    return bool(torch.allclose(a[finite], e[finite], atol=atol, rtol=rtol))
 
 
 def compare(

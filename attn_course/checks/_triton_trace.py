@@ -147,7 +147,8 @@ class KernelTrace:
         if not self.launches:
             return mask
         launch = len(self.launches) - 1
-        program = tuple(int(i) for i in getattr(builder, "grid_idx", (0, 0, 0)))
+        x, y, z = (int(i) for i in getattr(builder, "grid_idx", (0, 0, 0)))  # the interpreter's 3 axes
+        program = (x, y, z)
         addresses = np.asarray(ptrs.data).astype(np.uint64)
         lanes = np.broadcast_to(np.asarray(mask.data, dtype=bool), addresses.shape)
         active = addresses[lanes]

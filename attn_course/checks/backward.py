@@ -31,6 +31,8 @@ from attn_course.checks._harness import (
 from attn_course.checks.flash import _FUSED, _OpRecorder
 
 Grads = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+Inputs = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+"""(q, k, v, grad_out) of a backward case."""
 NAMES = ("dq", "dk", "dv")
 
 # ---------------------------------------------------------------------------------------------
@@ -285,7 +287,7 @@ def _diagnose(
     actual: Grads,
     expected: Grads,
     slips: Iterable[Slip],
-    inputs: tuple[torch.Tensor, ...],
+    inputs: Inputs,
     is_causal: bool,
     blocks: tuple[int, int],
     called_as: str,
@@ -398,11 +400,11 @@ def _expect_three(name: str, result: Any, like: Sequence[torch.Tensor], what: st
             f"`{name}` returned its gradients in the wrong order (shapes {got}): return (dq, dk, dv), "
             f"shaped like (q, k, v): {shapes}."
         )
-    grads = tuple(
+    dq, dk, dv = (
         expect_tensor(r, x.shape, f"{n} of {what}", device=x.device, finite=False)
         for r, x, n in zip(result, like, NAMES, strict=True)
     )
-    return grads  # type: ignore[return-value]
+    return dq, dk, dv
 
 
 def _what_is(value: Any) -> str:
@@ -809,7 +811,8 @@ def _compare_function(
                 "dq, dk, dv, None, None."
             )
         raise CheckFailed(f"The backward of {called} raised RuntimeError: {first}.{hint}") from None
-    grads = tuple(torch.zeros_like(x) if g is None else g for g, x in zip(grads, (q, k, v), strict=True))
+    dq, dk, dv = (torch.zeros_like(x) if g is None else g for g, x in zip(grads, (q, k, v), strict=True))
+    grads = (dq, dk, dv)
     expected = _autograd_grads(q, k, v, grad_out, is_causal)
     if _grads_close(grads, expected):
         return
@@ -846,7 +849,7 @@ def _compare_function(
         f"The backward of {called}",
         grads,
         expected,
-        [*_COMMON_SLIPS, *_TILED_SLIPS],  # type: ignore[arg-type]
+        [*_COMMON_SLIPS, *_TILED_SLIPS],
         (q0, k0, v0, grad_out),
         is_causal,
         (min(block_size, q.shape[-2]), min(block_size, t_k)),

@@ -151,7 +151,9 @@ def _check_attention_like(
         "Large scores overflow exp(): use a numerically stable softmax (subtract each row's max), "
         "for example your softmax from notebook 01 or torch.softmax."
     )
-    cases = [(*shapes, 1.0, None) for shapes in ATTENTION_CASES]
+    cases: list[
+        tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], torch.dtype, float, torch.device | None]
+    ] = [(*shapes, 1.0, None) for shapes in ATTENTION_CASES]
     cases.append(((3, 4), (5, 4), (5, 2), torch.float32, 100.0, None))  # scores in the hundreds
     device = cuda_device()
     if device is not None:
@@ -179,6 +181,12 @@ def _check_attention_like(
             nonfinite_hint=unstable_hint,
             diagnose=functools.partial(_diagnose_weights, q=q, k=k),
         )
+
+        def diagnose(
+            actual: torch.Tensor, expected: torch.Tensor, w: torch.Tensor = weights, v: torch.Tensor = v
+        ) -> str | None:
+            return _diagnose_output(actual, w, v)
+
         expect_close(
             out,
             expected_out,
@@ -186,7 +194,7 @@ def _check_attention_like(
             mistakes=on_out,
             args=args,
             nonfinite_hint=unstable_hint,
-            diagnose=lambda actual, expected, w=weights, v=v: _diagnose_output(actual, w, v),
+            diagnose=diagnose,
         )
     inputs = [randn(2, 3, 4), randn(2, 5, 4), randn(2, 5, 3)]
     expect_gradients(name, candidate, expected_fn, inputs, ("q", "k", "v"), first_output=True)

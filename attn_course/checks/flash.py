@@ -199,7 +199,7 @@ def _compare(
     is_causal: bool,
     block_size: int,
 ) -> torch.Tensor:
-    kwargs = {"is_causal": is_causal, "block_size": block_size}
+    kwargs: dict[str, Any] = {"is_causal": is_causal, "block_size": block_size}
     result = call("flash_attention", candidate, q, k, v, **kwargs)
     exact = (q.double(), k.double(), v.double())
     expected = reference.attention(*exact, is_causal=is_causal)[0].to(q.dtype)  # (..., T_q, d_v)
@@ -255,7 +255,7 @@ def _compare_lse(
     out: torch.Tensor,
 ) -> None:
     """Call again with return_lse=True: the same output, and the log-sum-exp of each row's scores."""
-    kwargs = {"is_causal": is_causal, "block_size": block_size, "return_lse": True}
+    kwargs: dict[str, Any] = {"is_causal": is_causal, "block_size": block_size, "return_lse": True}
     result = call("flash_attention", candidate, q, k, v, **kwargs)
     shape = f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
     what = f"Your flash_attention({shape}, is_causal={is_causal}, block_size={block_size}, return_lse=True)"

@@ -102,7 +102,7 @@ def check_split_heads(candidate: Callable[..., Any]) -> str:
             h,
             when={"raised TypeError": "The signature is split_heads(x, n_heads)."},
         )
-        hints = {
+        hints: dict[tuple[int, ...], str] = {
             (b, t, h, d): "That is (b, t, h, d): the heads are split off but still behind the tokens; "
             "move them in front with .transpose(1, 2) (or rearrange to 'b h t d').",
             (b, d, t, h): "You used n_heads as the width of each head: h = n_heads is the number of heads, "
@@ -446,7 +446,7 @@ def _expect_cross_attention(candidate: Callable[..., Any]) -> None:
         kwargs: dict[str, Any] = {"context": context} | ({} if mask is None else {"mask": mask})
         result = _call_with_hints("MultiHeadAttention.forward", layer, x, when=when, **kwargs)
         what = f"Your MultiHeadAttention(12, 3) output for 4 queries and a context of 7 tokens, {label},"
-        hints = {
+        hints: dict[tuple[int, ...], str] = {
             (2, 7, 12): "That is one row per context token: the output has one row per query of x, "
             "(b, t_q, d_model). Take q from self.qkv(x), and k, v from self.qkv(context).",
         }
@@ -645,4 +645,5 @@ def _expect_layer_gradients(candidate: Callable[..., Any]) -> None:
                 f"No gradient reaches self.{name} of your MultiHeadAttention: the output must be computed "
                 f"from self.{name.split('.')[0]}(...) without .detach(), .data or torch.no_grad()."
             )
+        assert parameter.grad is not None  # the reference's parameters all take part in its output
         expect_close(grad, parameter.grad, f"The gradient with respect to your self.{name}")

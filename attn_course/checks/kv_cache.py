@@ -8,7 +8,6 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch import nn
 
 from attn_course import reference
 from attn_course.checks._harness import (
@@ -23,6 +22,7 @@ from attn_course.checks._harness import (
     randn,
 )
 from attn_course.heads import merge_heads
+from attn_course.rope import RotaryMultiHeadAttention
 
 # ---------------------------------------------------------------------------------------------
 # KVCache
@@ -105,8 +105,10 @@ def _expect_separate_instances(candidate: type) -> None:
 
 def _expect_pair(result: Any, shown: str) -> tuple[Any, Any]:
     if isinstance(result, torch.Tensor) or not isinstance(result, tuple | list) or len(result) != 2:
-        tensor = isinstance(result, torch.Tensor)
-        what = f"one tensor of shape {tuple(result.shape)}" if tensor else repr(result)
+        if isinstance(result, torch.Tensor):
+            what = f"one tensor of shape {tuple(result.shape)}"
+        else:
+            what = repr(result)
         raise CheckFailed(
             f"{shown} should return a tuple (keys, values) of all the layer's keys and values so far, "
             f"but returned {what:.100}. End append with `return keys, values`."
@@ -203,7 +205,7 @@ def _expect_length(
 
 
 def _cached_attention(
-    attn: nn.Module,
+    attn: RotaryMultiHeadAttention,
     x: torch.Tensor,
     cache: Any,
     layer: int,
@@ -315,7 +317,9 @@ _SIGNATURE = (
 )
 
 
-def _replay(attn: nn.Module, xs: list[torch.Tensor], upto: int, knobs: dict[str, Any]) -> torch.Tensor:
+def _replay(
+    attn: RotaryMultiHeadAttention, xs: list[torch.Tensor], upto: int, knobs: dict[str, Any]
+) -> torch.Tensor:
     """What a learner making this mistake returns on call `upto` (its cache filled its own way)."""
     cache = reference.KVCache()
     out = torch.empty(0)

@@ -197,13 +197,17 @@ def check_padding_mask(candidate: Callable[..., Any]) -> str:
                 "a (B, 1) column: positions[None, :] < lengths[:, None], which gives (B, t)."
             )
         mask = _expect_bool_mask(got, expected, "padding_mask")
+
+        def diagnose(actual: torch.Tensor, expected: torch.Tensor, lengths: torch.Tensor = lengths) -> str:
+            return _diagnose_padding(actual, lengths)
+
         expect_close(
             mask,
             expected,
             "Your padding_mask",
             mistakes=mistakes,
             args=(lengths, t),
-            diagnose=lambda actual, expected, lengths=lengths: _diagnose_padding(actual, lengths),
+            diagnose=diagnose,
         )
     device = cuda_device()
     if device is not None:
@@ -374,7 +378,8 @@ def check_attention(candidate: Callable[..., Any]) -> str:
     device = cuda_device()
     if device is not None:
         q, k, v, mask, is_causal = cases[-3]
-        cases.append((q.to(device), k.to(device), v.to(device), mask.to(device), is_causal))
+        mask = None if mask is None else mask.to(device)
+        cases.append((q.to(device), k.to(device), v.to(device), mask, is_causal))
     for q, k, v, mask, is_causal in cases:
         expected_out, expected_weights = reference.attention(q, k, v, mask=mask, is_causal=is_causal)
         hint = DEVICE_HINT if q.device.type != "cpu" else ""

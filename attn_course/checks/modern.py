@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -266,7 +267,8 @@ def check_GroupedQueryAttention(candidate: Any) -> str:  # noqa: N802 (exercise 
             raise CheckFailed(f"{what} is wrong: {difference(out, expected)}{where}")
         passed_mha = passed_mha or n_heads == n_kv_heads
     layer = _gqa_layer(candidate, 16, 4, 2).double()
-    ref = reference.GroupedQueryAttention(16, 4, 2, bias=layer.q.bias is not None).double()
+    q_proj = cast(nn.Linear, layer.q)  # the learner's layer projects with nn.Linear, as the reference does
+    ref = reference.GroupedQueryAttention(16, 4, 2, bias=q_proj.bias is not None).double()
     ref.load_state_dict(layer.state_dict())
     expect_gradients(
         "GroupedQueryAttention",
@@ -460,7 +462,7 @@ def check_sliding_window_flash_attention(candidate: Callable[..., Any]) -> str:
     for q_shape, t_k, d_v, window, block_size in _FLASH_WINDOW_CASES:
         q = randn(*q_shape)
         k, v = randn(*q_shape[:-2], t_k, q_shape[-1]), randn(*q_shape[:-2], t_k, d_v)
-        kwargs = {"block_size": block_size}
+        kwargs: dict[str, Any] = {"block_size": block_size}
         result = call("sliding_window_flash_attention", candidate, q, k, v, window, **kwargs)
         mask = reference.sliding_window_mask(q_shape[-2], t_k, window)  # (T_q, T_k)
         expected = reference.attention(q, k, v, mask=mask)[0]  # (..., T_q, d_v)
@@ -599,7 +601,7 @@ def check_alibi_score_mod(candidate: Callable[..., Any]) -> str:
         scores = randn(1, n_heads, t, t, dtype=torch.float32)  # (1, h, t, t)
         got = _evaluate(
             "alibi_score_mod",
-            lambda mod=mod, s=scores: flex.evaluate_score_mod(mod, s),
+            functools.partial(flex.evaluate_score_mod, mod, scores),
             "score_mod(score, b, h, q_idx, kv_idx)",
         )
         what = f"The scores of alibi_score_mod({n_heads}) (at and before the diagonal)"
@@ -663,7 +665,7 @@ def check_document_mask_mod(candidate: Callable[..., Any]) -> str:
         mod = _mod_from("document_mask_mod", candidate, document_ids, f"document_ids={document_ids.tolist()}")
         got = _evaluate(
             "document_mask_mod",
-            lambda mod=mod, t=t: flex.evaluate_mask_mod(mod, 1, t, t),
+            functools.partial(flex.evaluate_mask_mod, mod, 1, t, t),
             "mask_mod(b, h, q_idx, kv_idx)",
         )
         what = f"The mask of document_mask_mod(document_ids={document_ids.tolist()})"

@@ -24,7 +24,7 @@ from attn_course.checks._harness import (
     randn,
 )
 from attn_course.heads import merge_heads, split_heads
-from attn_course.rope import apply_rope_rotate_half
+from attn_course.rope import RotaryMultiHeadAttention, apply_rope_rotate_half
 
 _HALF = (torch.float16, torch.bfloat16)
 
@@ -106,7 +106,7 @@ def check_rope_frequencies(candidate: Callable[..., Any]) -> str:
             **kwargs,
         )
         expected = reference.rope_frequencies(d, **kwargs)  # (d/2,)
-        hints = {
+        hints: dict[tuple[int, ...], str] = {
             (d,): "One frequency per PAIR of channels: d/2 values, i = 0 … d/2 - 1 "
             "(torch.arange(0, d, 2) gives the 2i directly).",
             (len(range(0, d // 2, 2)),): "That is only the pairs up to d/4: the values 2i run 0, 2, …, d - 2 "
@@ -307,7 +307,7 @@ def check_apply_rope(candidate: Callable[..., Any]) -> str:
     device = cuda_device()
     if device is not None:
         x, positions, base = cases[2]
-        cases.append((x.to(device), positions.to(device), base))
+        cases.append((x.to(device), None if positions is None else positions.to(device), base))
     signature = "The signature is def apply_rope(x, positions=None, base=10000.0)."
     for x, positions, base in cases:
         kwargs: dict[str, Any] = {}
@@ -375,7 +375,7 @@ def _on_cpu(kwargs: dict[str, Any]) -> dict[str, Any]:
 
 
 def _rotary_mha(
-    module: nn.Module,
+    module: RotaryMultiHeadAttention,
     x: torch.Tensor,
     mask: torch.Tensor | None = None,
     is_causal: bool = False,
@@ -600,7 +600,7 @@ def _expect_rotary_runs_on_cuda(candidate: Callable[..., Any], signature: str) -
     expect_close(out, ref(x, is_causal=True), what)
 
 
-def _mha_knob(ref: nn.Module, knobs: dict[str, Any]) -> Callable[..., torch.Tensor]:
+def _mha_knob(ref: RotaryMultiHeadAttention, knobs: dict[str, Any]) -> Callable[..., torch.Tensor]:
     def wrong(x, mask=None, is_causal=False, positions=None):
         return _rotary_mha(ref, x, mask, is_causal, positions, **knobs)
 

@@ -174,7 +174,7 @@ def check_triton_softmax(candidate: Callable[..., Any]) -> str:
     mode = kernel_mode("triton_softmax", candidate)
     for case in _SOFTMAX_CASES:
         x = _softmax_input(case, mode)
-        kwargs = {"block_size": case.block_size}
+        kwargs: dict[str, Any] = {"block_size": case.block_size}
         called_as = describe_args((x,), kwargs) + (
             f" (rows {case.stride} apart in memory: a view)" if case.stride else ""
         )

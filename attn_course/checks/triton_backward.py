@@ -32,6 +32,7 @@ from attn_course.checks.backward import (
     _TILED_SLIPS,
     NAMES,
     Grads,
+    Inputs,
     _autograd_grads,
     _locate,
     _slip_grads,
@@ -137,11 +138,12 @@ def _expect_grads(result: Any, like: tuple[torch.Tensor, ...]) -> Grads:
                 f"{x.dtype} on {x.device.type}: allocate the gradients like the inputs "
                 "(torch.empty_like) and accumulate in float32 inside the kernels only."
             )
-    return tuple(result)  # type: ignore[return-value]
+    dq, dk, dv = result  # tensors shaped like (q, k, v), as checked above
+    return dq, dk, dv
 
 
 def _name_mistake(
-    grads: Grads, expected: Grads, inputs: tuple[torch.Tensor, ...], case: tuple, mode: Mode
+    grads: Grads, expected: Grads, inputs: Inputs, case: tuple, mode: Mode
 ) -> None:
     b, h, t_q, t_k, d, causal, strided = case
     called = (
@@ -171,8 +173,10 @@ def _name_mistake(
             if matches(slip, block_m, block_n):
                 raise CheckFailed(f"{what} {message}\n(Called as {called}.)")
     if strided:
-        contiguous = [torch.as_strided(x, x.shape, torch.empty(x.shape).stride()) for x in inputs]
-        wrong = _autograd_grads(*contiguous, causal)
+        q_c, k_c, v_c, grad_out_c = (
+            torch.as_strided(x, x.shape, torch.empty(x.shape).stride()) for x in inputs
+        )
+        wrong = _autograd_grads(q_c, k_c, v_c, grad_out_c, causal)
         if not all(close(w, e, mode.gpu) for w, e in zip(wrong, expected, strict=True)) and all(
             close(g, w, mode.gpu) for g, w in zip(grads, wrong, strict=True)
         ):

@@ -445,7 +445,7 @@ def check_triton_flash_attention(candidate: Callable[..., Any]) -> str:
     blocks_seen: set[tuple[int, int]] = set()
     for case in _FLASH_CASES:
         q, k, v = _flash_inputs(case, mode)
-        kwargs = {"is_causal": case.causal}
+        kwargs: dict[str, Any] = {"is_causal": case.causal}
         result, trace = traced_call("triton_flash_attention", candidate, mode, q, k, v, **kwargs)
         expect_launched("triton_flash_attention", trace)
         expect_in_bounds(
@@ -472,7 +472,7 @@ def check_triton_flash_attention(candidate: Callable[..., Any]) -> str:
         if blocks:
             blocks_seen.add(blocks)
         expected = _sdpa_reference(q, k, v, case.causal)
-        tried = [blocks] if blocks else list(itertools.product(_BLOCK_SIZES, repeat=2))
+        tried = [blocks] if blocks else list(itertools.product(_BLOCK_SIZES, _BLOCK_SIZES))
         mistakes = _flash_mistakes(q, k, v, case.causal, tried)
         if case.strided:
             mistakes += _stride_mistakes(q, k, v, case)
@@ -571,7 +571,7 @@ def _compare_lse(
         )
     expect_all_written(trace, lse, f"(Of the lse, (B, H, T_q).) {_LSE_STORE_HINT}")
     expected = tiled_lse(q, k, causal=case.causal, block_m=q.shape[-2], block_n=k.shape[-2])  # (B, H, T_q)
-    tried = [blocks] if blocks else list(itertools.product(_BLOCK_SIZES, repeat=2))
+    tried = [blocks] if blocks else list(itertools.product(_BLOCK_SIZES, _BLOCK_SIZES))
     expect_close(
         lse,
         expected,
@@ -625,8 +625,8 @@ def _diagnose_lse(actual: torch.Tensor, expected: torch.Tensor, gpu: bool) -> st
     """Name an lse that is right for some batch·heads or query rows only."""
     a = actual.detach().to("cpu", torch.float64)
     e = expected.detach().to("cpu", torch.float64)
-    tol = dict(atol=1e-2, rtol=1e-2) if gpu else dict(atol=2e-5, rtol=1e-4)
-    bad = ~torch.isclose(a, e, **tol)  # (B, H, T_q)
+    atol, rtol = (1e-2, 1e-2) if gpu else (2e-5, 1e-4)
+    bad = ~torch.isclose(a, e, atol=atol, rtol=rtol)  # (B, H, T_q)
     heads = bad.flatten(0, 1).any(dim=-1)  # (B·H,)
     rows = bad.flatten(0, 1).any(dim=0)  # (T_q,)
     if not bad.any():

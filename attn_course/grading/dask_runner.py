@@ -24,6 +24,7 @@ import threading
 from collections import defaultdict
 from dataclasses import asdict, replace
 from pathlib import Path
+from typing import TYPE_CHECKING, TypedDict
 
 from attn_course import __version__
 from attn_course.grading.discover import Learner, Submission, SubmissionsError
@@ -32,8 +33,21 @@ from attn_course.grading.report import ProgressBar
 from attn_course.grading.results import ExerciseResult, NotebookResult
 from attn_course.reference import EXERCISES
 
-_ZYGOTES: dict[str, object] = {}
+if TYPE_CHECKING:
+    from distributed import Client, Future
+
+    from attn_course.grading.grader import Zygote
+
+_ZYGOTES: dict[str, Zygote] = {}
 _ZYGOTE_LOCK = threading.Lock()
+
+
+class SentLimits(TypedDict):
+    """The grader's limits as sent to the workers with each task (timeout in seconds, memory in bytes)."""
+
+    timeout: float
+    memory: int
+    hidden: list[str]
 
 
 class SchedulerError(SubmissionsError):
@@ -97,7 +111,7 @@ def _worker_zygote(limits: Limits) -> str | None:
                 return None
             _ZYGOTES[key] = zygote
             atexit.register(zygote.close)
-        return _ZYGOTES[key].socket  # type: ignore[attr-defined]
+        return _ZYGOTES[key].socket
 
 
 def grade_packed(
@@ -105,7 +119,7 @@ def grade_packed(
     learner: str,
     notebook: dict[str, str],
     data: bytes,
-    limits: dict[str, object],
+    limits: SentLimits,
     threads_by_host: dict[str, int],
     version: str,
 ) -> bytes:
@@ -125,11 +139,11 @@ def grade_packed(
         where = Path(temporary, "learner")
         _unpack(folder, where)
         local = Limits(
-            timeout=float(limits["timeout"]),  # type: ignore[arg-type]
-            memory=int(limits["memory"]),  # type: ignore[call-overload]
+            timeout=float(limits["timeout"]),
+            memory=int(limits["memory"]),
             threads=max(1, (os.cpu_count() or 1) // max(1, sharing)),
             # the grader's own folders too, where a worker shares the grader's machine (a LocalCluster)
-            hidden=(temporary, str(worker.local_directory), jupyter_runtime_dir(), *limits["hidden"]),  # type: ignore[misc]
+            hidden=(temporary, str(worker.local_directory), jupyter_runtime_dir(), *limits["hidden"]),
         )
         local = replace(local, zygote=_worker_zygote(local))
         submission = Submission(stem, where / notebook["file"], data, notebook["problem"])
@@ -145,7 +159,7 @@ def _threads_by_host(workers: dict[str, dict]) -> dict[str, int]:
     return dict(found)
 
 
-def connect(address: str) -> object:
+def connect(address: str) -> Client:
     """A Dask client of the scheduler at `address`; SchedulerError naming it when it cannot be reached."""
     try:
         from distributed import Client
@@ -167,25 +181,25 @@ def grade_on_cluster(
 
     client = connect(address)
     try:
-        workers = client.scheduler_info().get("workers", {})  # type: ignore[attr-defined]
+        workers = client.scheduler_info().get("workers", {})
         if not workers:
             raise SchedulerError(f"the Dask scheduler at {address} has no workers")
         threads = _threads_by_host(workers)
-        sent = {"timeout": limits.timeout, "memory": limits.memory, "hidden": list(limits.hidden)}
+        sent: SentLimits = {"timeout": limits.timeout, "memory": limits.memory, "hidden": list(limits.hidden)}
         folders = {}
-        futures = {}
+        futures: dict[Future, tuple[str, str]] = {}
         for learner, submission in tasks:
             if learner.name not in folders:
-                folders[learner.name] = client.scatter(pack_folder(learner.folder), hash=False)  # type: ignore[attr-defined]
+                folders[learner.name] = client.scatter(pack_folder(learner.folder), hash=False)
             notebook = {"stem": submission.stem, "file": submission.path.name, "problem": submission.problem}
-            future = client.submit(  # type: ignore[attr-defined]
+            future = client.submit(
                 grade_packed, folders[learner.name], learner.name, notebook, submission.data, sent,
                 threads, __version__, pure=False, key=f"attn-grade-{len(futures)}-{submission.stem}",
             )  # fmt: skip
             futures[future] = (learner.name, submission.stem)
         bar = ProgressBar(len(tasks)) if progress else None
         results: dict[tuple[str, str], NotebookResult] = {}
-        for future in as_completed(list(futures), loop=client.loop):  # type: ignore[attr-defined]
+        for future in as_completed(list(futures), loop=client.loop):
             learner_name, stem = futures[future]
             try:
                 results[(learner_name, stem)] = result_from_bytes(future.result())
@@ -196,4 +210,4 @@ def grade_on_cluster(
                 bar.advance()
         return results
     finally:
-        client.close()  # type: ignore[attr-defined]
+        client.close()

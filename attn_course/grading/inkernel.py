@@ -192,7 +192,7 @@ def _run_check(check: Any, candidate: Any, watch: _ReferenceWatch) -> tuple[bool
         passed, message = False, f"calling your code raised {type(error).__name__}: {error}"
     finally:
         sys.setprofile(None)
-        threading.setprofile(None)  # type: ignore[arg-type]
+        threading.setprofile(None)
     if passed:
         detail = _state["harness"].pass_detail(output.getvalue(), watch.name)
         message = detail or "all cases agree with the reference"

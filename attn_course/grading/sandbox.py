@@ -19,6 +19,7 @@ import ctypes
 import json
 import os
 import sys
+from collections.abc import Sequence
 
 ENV = "ATTN_COURSE_SANDBOX"
 """Environment variable holding the kernel's policy: JSON {"writable": [...], "hidden": [...]}."""
@@ -71,7 +72,7 @@ def policy(writable: list[str], hidden: list[str]) -> str:
 
 
 def _strict_ancestors(path: str) -> set[str]:
-    found = set()
+    found: set[str] = set()
     while True:
         parent = os.path.dirname(path)
         if parent == path:
@@ -128,7 +129,7 @@ def _add(libc: ctypes.CDLL, ruleset: int, path: str, access: int) -> None:
         os.close(fd)
 
 
-def restrict(writable: list[str], hidden: list[str], readable: list[str] = ()) -> bool:
+def restrict(writable: list[str], hidden: list[str], readable: Sequence[str] = ()) -> bool:
     """Sandbox this process and its future children; False where the system has no Landlock.
 
     Everything may be read and run except beneath `hidden`; files may be written, created and
@@ -163,7 +164,7 @@ def restrict(writable: list[str], hidden: list[str], readable: list[str] = ()) -
     return True
 
 
-def apply_from_env(readable: list[str] = ()) -> bool:
+def apply_from_env(readable: Sequence[str] = ()) -> bool:
     """Apply the policy in `ENV`, if any (called in the kernel process before the kernel starts)."""
     spec = os.environ.get(ENV)
     if not spec:
