@@ -1,7 +1,8 @@
 """The attention benchmark of notebook 06 and of `attn-course bench`: time, TFLOP/s and peak memory.
 
 Providers, all on (B, H, T, d) inputs: "naive" (the course's `attention`, which writes the T×T
-scores and probabilities), "tiled" (the course's `flash_attention`), "triton" (notebook 08's Triton
+scores and probabilities), "tiled" (the course's `flash_attention`, timed
+in its CPU-tuned form `flash_fast.flash_attention_fast`), "triton" (notebook 08's Triton
 kernel, timed only where it is compiled for a GPU) and "sdpa-<backend>", torch's
 `F.scaled_dot_product_attention` forced to one backend with `torch.nn.attention.sdpa_kernel`
 (CPU: flash and math; CUDA: flash, efficient, cudnn and math). A provider that cannot run (a
@@ -41,7 +42,8 @@ from torch.utils._pytree import tree_flatten
 from attn_course.attention import attention
 from attn_course.cost import AllocationTracker, fit_power_law
 from attn_course.device import SDPA_BACKEND_MEMBERS, cpu_name
-from attn_course.flash import flash_attention, flash_attention_backward, flash_attention_forward
+from attn_course.flash import flash_attention_backward, flash_attention_forward
+from attn_course.flash_fast import flash_attention_fast
 
 PEAK_TFLOPS: dict[str, dict[str, float]] = {
     # dense tensor-core peaks (no sparsity) from the vendors' data sheets; float32 without TF32
@@ -245,7 +247,7 @@ def make_provider(name: str, block_size: int = 256) -> Callable[..., torch.Tenso
     if name == "naive":
         return lambda q, k, v, is_causal: attention(q, k, v, is_causal=is_causal)[0]
     if name == "tiled":
-        return lambda q, k, v, is_causal: flash_attention(q, k, v, is_causal=is_causal, block_size=block_size)
+        return lambda q, k, v, is_causal: flash_attention_fast(q, k, v, is_causal=is_causal, block_size=block_size)
     if name.startswith("sdpa-") and name[5:] in SDPA_BACKEND_MEMBERS:
         from torch.nn.attention import SDPBackend, sdpa_kernel
 

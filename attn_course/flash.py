@@ -2,11 +2,13 @@
 
 `online_softmax` streams a row in blocks, keeping a running maximum and a running sum of
 exponentials that is rescaled whenever the maximum grows (Milakov & Gimelshein, 2018).
-`flash_attention_forward` applies the same idea to attention (Dao et al., 2022): for each block of
-queries it streams the keys and values in blocks, keeping per query row a running maximum `m`, a
-running sum `denom` and an output accumulator `acc`, and divides by `denom` at the end. It never holds more
-than one (block, block) tile of scores per head, and also returns the log-sum-exp of each row's
-scores, which is what a backward pass needs to recompute the probabilities.
+`flash_attention` applies the same idea to attention (Dao et al., 2022), first for one block of
+queries (`flash_attention_query_block`), then for all: for each block of queries it streams the
+keys and values in blocks, keeping per query row a running maximum `m`, a running sum `denom` and
+an output accumulator `acc`, and divides by `denom` at the end. It never holds more than one
+(block, block) tile of scores per head, and also returns the log-sum-exp of each row's scores,
+which is what a backward pass needs to recompute the probabilities. The code reads like notebook
+06's solution; `attn_course.flash_fast` holds the same loop tuned for a CPU, which the benchmark times.
 
 `flash_attention_backward` is FlashAttention's backward (Dao, 2023): for each block of keys it
 streams the blocks of queries, recomputes each tile's probabilities P = exp(S - lse) from the
@@ -56,63 +58,38 @@ def online_softmax(x: torch.Tensor, block_size: int) -> torch.Tensor:
     return torch.exp(x - m) / denom  # (..., N)
 
 
-def flash_attention_forward(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool = False, block_size: int = 64
+@exercise("06_flash_attention", 2)
+def flash_attention_query_block(
+    q_blk: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int = 64
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Tiled exact attention; returns (out (..., T_q, d_v), log-sum-exp of the scaled scores (..., T_q)).
+    """One block of queries against every key, not causal: (out (..., B_q, d_v), lse (..., B_q)).
 
-    With `is_causal` the mask is bottom-right aligned like `attention`'s: query i may attend key j
-    when j <= i + T_k - T_q. Key blocks entirely above the diagonal are skipped; blocks that cross it
-    are masked. A query row that may attend no key (causal with T_q > T_k) gets NaN and lse -inf.
+    Streams the keys and values in blocks of `block_size` (the last may be shorter), keeping per
+    query row a running maximum `m`, a running sum `denom` of exp(s - m) and an unnormalised output
+    `acc`, both rescaled by alpha = exp(m_old - m_new) whenever the maximum grows; at the end
+    out = acc / denom and lse = m + log(denom). No guard for -inf is needed: without a mask the
+    maximum is finite from the first key block on.
 
-    >>> out, lse = flash_attention_forward(torch.randn(2, 100, 16), torch.randn(2, 70, 16),
-    ...                                    torch.randn(2, 70, 8), is_causal=True, block_size=32)
+    >>> out, lse = flash_attention_query_block(torch.randn(2, 16, 8), torch.randn(2, 50, 8),
+    ...                                        torch.randn(2, 50, 4), block_size=16)
     >>> out.shape, lse.shape
-    (torch.Size([2, 100, 8]), torch.Size([2, 100]))
+    (torch.Size([2, 16, 4]), torch.Size([2, 16]))
 
     Introduced in 06_flash_attention.
     """
-    if block_size < 1:
-        raise ValueError(f"block_size must be at least 1, got {block_size}")
-    *batch, t_q, d = q.shape
-    t_k, d_v = k.shape[-2], v.shape[-1]
-    offset = t_k - t_q  # query i sits at key position i + offset (bottom-right alignment)
-    # Without autograd, two tiles of memory serve every step: a CPU allocator hands big blocks back
-    # to the system, so a fresh (block × block) tensor per step costs page faults on top of the
-    # arithmetic. With autograd recording, each step's tiles must stay alive for the backward pass
-    # (memory is then quadratic again: FlashAttention's own backward recomputes them from the lse).
-    reuse = not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad))
-    scores_tile = q.new_empty((*batch, min(block_size, t_q), min(block_size, t_k)))  # (..., Bq, Bk)
-    values_tile = q.new_empty((*batch, min(block_size, t_q), d_v))  # (..., Bq, d_v)
-    out = q.new_empty((*batch, t_q, d_v))  # (..., T_q, d_v)
-    lse = q.new_empty((*batch, t_q))  # (..., T_q)
-    for qs in range(0, t_q, block_size):
-        qe = min(qs + block_size, t_q)
-        q_blk = q[..., qs:qe, :] * (1.0 / math.sqrt(d))  # (..., Bq, d), scaled once per block
-        m = q.new_full((*batch, qe - qs, 1), -math.inf)  # (..., Bq, 1): running max per row
-        denom = q.new_zeros((*batch, qe - qs, 1))  # (..., Bq, 1): running sum of exp(s - m)
-        acc = q.new_zeros((*batch, qe - qs, d_v))  # (..., Bq, d_v): unnormalised output
-        k_end = min(t_k, qe + offset) if is_causal else t_k  # keys after the last row's: skipped
-        for ks in range(0, max(k_end, 0), block_size):
-            ke = min(ks + block_size, t_k)
-            tile = scores_tile[..., : qe - qs, : ke - ks] if reuse else None
-            s = torch.matmul(q_blk, k[..., ks:ke, :].transpose(-1, -2), out=tile)  # (..., Bq, Bk)
-            if is_causal and ke - 1 > qs + offset:  # the block crosses the diagonal: mask inside it
-                rows = torch.arange(qs + offset, qe + offset, device=q.device)  # (Bq,) positions
-                cols = torch.arange(ks, ke, device=q.device)  # (Bk,)
-                s.masked_fill_(cols[None, :] > rows[:, None], -math.inf)  # in place: s is ours
-            m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))  # (..., Bq, 1)
-            m_safe = torch.where(m_new == -math.inf, 0.0, m_new)  # (..., Bq, 1): rows without keys yet
-            p = (s.sub_(m_safe) if reuse else s - m_safe).exp_()  # (..., Bq, Bk): exp(s - m)
-            alpha = torch.exp(m - m_safe)  # (..., Bq, 1): rescales what was summed under the old max
-            denom = denom * alpha + p.sum(dim=-1, keepdim=True)  # (..., Bq, 1)
-            tile = values_tile[..., : qe - qs, :] if reuse else None
-            pv = torch.matmul(p, v[..., ks:ke, :], out=tile)  # (..., Bq, d_v)
-            acc = acc.mul_(alpha).add_(pv) if reuse else torch.addcmul(pv, acc, alpha)  # acc·alpha + p v
-            m = m_new
-        out[..., qs:qe, :] = acc / denom  # (..., Bq, d_v)
-        lse[..., qs:qe] = (m + denom.log()).squeeze(-1)  # (..., Bq)
-    return out, lse  # (..., T_q, d_v), (..., T_q)
+    q_blk = q_blk / math.sqrt(q_blk.shape[-1])  # (..., Bq, d): the 1/√d scale, once per block
+    m = q_blk.new_full((*q_blk.shape[:-1], 1), -math.inf)  # (..., Bq, 1): running maximum per row
+    denom = q_blk.new_zeros((*q_blk.shape[:-1], 1))  # (..., Bq, 1): running sum of exp(s - m)
+    acc = q_blk.new_zeros((*q_blk.shape[:-1], v.shape[-1]))  # (..., Bq, d_v): unnormalised output
+    for ks in range(0, k.shape[-2], block_size):
+        s = q_blk @ k[..., ks : ks + block_size, :].transpose(-1, -2)  # (..., Bq, Bk)
+        m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))  # (..., Bq, 1)
+        p = torch.exp(s - m_new)  # (..., Bq, Bk)
+        alpha = torch.exp(m - m_new)  # (..., Bq, 1): rescales what was summed under the old max
+        denom = alpha * denom + p.sum(dim=-1, keepdim=True)  # (..., Bq, 1)
+        acc = alpha * acc + p @ v[..., ks : ks + block_size, :]  # (..., Bq, d_v)
+        m = m_new
+    return acc / denom, (m + torch.log(denom)).squeeze(-1)  # (..., Bq, d_v), (..., Bq)
 
 
 @overload
@@ -132,7 +109,7 @@ def flash_attention(
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]: ...
 
 
-@exercise("06_flash_attention", 2)
+@exercise("06_flash_attention", 3)
 def flash_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -148,6 +125,12 @@ def flash_attention(
     scores, m + log(l) in natural log (`torch.logsumexp(scores, dim=-1)`), -inf for a row that may
     attend no key; a backward pass recomputes the probabilities from it, exp(scores - lse).
 
+    With `is_causal` the mask is bottom-right aligned like `attention`'s: query i may attend key j
+    when j <= i + T_k - T_q. Key blocks entirely after a query block's last position are skipped;
+    blocks that cross the diagonal are masked inside. A query row that may attend no key (causal
+    with T_q > T_k) gets NaN and lse -inf. This is the code of notebook 06's solution; the
+    benchmark times `attn_course.flash_fast.flash_attention_fast`, the same loop tuned for a CPU.
+
     >>> out, lse = flash_attention(torch.randn(2, 4, 100, 16), torch.randn(2, 4, 100, 16),
     ...                            torch.randn(2, 4, 100, 16), is_causal=True, block_size=32,
     ...                            return_lse=True)
@@ -156,8 +139,55 @@ def flash_attention(
 
     Introduced in 06_flash_attention.
     """
-    out, lse = flash_attention_forward(q, k, v, is_causal=is_causal, block_size=block_size)
+    if block_size < 1:
+        raise ValueError(f"block_size must be at least 1, got {block_size}")
+    t_q, d = q.shape[-2:]
+    t_k = k.shape[-2]
+    offset = t_k - t_q  # query i sits at key position i + offset (bottom-right alignment)
+    out = q.new_empty((*q.shape[:-1], v.shape[-1]))  # (..., T_q, d_v)
+    lse = q.new_empty(q.shape[:-1])  # (..., T_q)
+    for qs in range(0, t_q, block_size):
+        qe = min(qs + block_size, t_q)  # the last query block may be shorter
+        q_blk = q[..., qs:qe, :] / math.sqrt(d)  # (..., Bq, d), scaled once per block
+        m = q.new_full((*q_blk.shape[:-1], 1), -math.inf)  # (..., Bq, 1): running maximum per row
+        denom = q.new_zeros((*q_blk.shape[:-1], 1))  # (..., Bq, 1): running sum of exp(s - m)
+        acc = q.new_zeros((*q_blk.shape[:-1], v.shape[-1]))  # (..., Bq, d_v): unnormalised output
+        k_end = min(t_k, qe + offset) if is_causal else t_k  # keys after the last row's position: skipped
+        for ks in range(0, max(k_end, 0), block_size):
+            ke = min(ks + block_size, t_k)  # the last key block may be shorter
+            s = q_blk @ k[..., ks:ke, :].transpose(-1, -2)  # (..., Bq, Bk)
+            if is_causal and ke - 1 > qs + offset:  # the block crosses the diagonal: mask inside it
+                rows = torch.arange(qs, qe, device=q.device) + offset  # (Bq,) positions
+                cols = torch.arange(ks, ke, device=q.device)  # (Bk,)
+                s = s.masked_fill(cols[None, :] > rows[:, None], -math.inf)  # (..., Bq, Bk)
+            m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))  # (..., Bq, 1)
+            m_safe = torch.where(m_new == -math.inf, 0.0, m_new)  # (..., Bq, 1): rows without keys yet
+            p = torch.exp(s - m_safe)  # (..., Bq, Bk)
+            alpha = torch.exp(m - m_safe)  # (..., Bq, 1)
+            denom = alpha * denom + p.sum(dim=-1, keepdim=True)  # (..., Bq, 1)
+            acc = alpha * acc + p @ v[..., ks:ke, :]  # (..., Bq, d_v)
+            m = m_new
+        out[..., qs:qe, :] = acc / denom  # (..., Bq, d_v)
+        lse[..., qs:qe] = (m + torch.log(denom)).squeeze(-1)  # (..., Bq): after the last key block
     return (out, lse) if return_lse else out
+
+
+def flash_attention_forward(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool = False, block_size: int = 64
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Tiled exact attention; returns (out (..., T_q, d_v), log-sum-exp of the scaled scores (..., T_q)).
+
+    `flash_attention(..., return_lse=True)`, typed as the pair that a backward pass starts from.
+
+    >>> out, lse = flash_attention_forward(torch.randn(2, 100, 16), torch.randn(2, 70, 16),
+    ...                                    torch.randn(2, 70, 8), is_causal=True, block_size=32)
+    >>> out.shape, lse.shape
+    (torch.Size([2, 100, 8]), torch.Size([2, 100]))
+
+    Introduced in 06_flash_attention.
+    """
+    out, lse = flash_attention(q, k, v, is_causal=is_causal, block_size=block_size, return_lse=True)
+    return out, lse  # (..., T_q, d_v), (..., T_q)
 
 
 @exercise("09_backward", 3)

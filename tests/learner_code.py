@@ -193,6 +193,23 @@ def online_softmax(x, block_size):
     return torch.exp(x - m) / total
 """
 
+FLASH_QUERY_BLOCK = """
+def flash_attention_query_block(q_blk, k, v, block_size=64):
+    scale = 1 / math.sqrt(q_blk.shape[-1])
+    m = torch.full(q_blk.shape[:-1] + (1,), float("-inf"), dtype=q_blk.dtype, device=q_blk.device)
+    l = torch.zeros_like(m)
+    acc = torch.zeros(q_blk.shape[:-1] + (v.shape[-1],), dtype=q_blk.dtype, device=q_blk.device)
+    for ks in range(0, k.shape[-2], block_size):
+        s = q_blk @ k[..., ks:ks + block_size, :].transpose(-2, -1) * scale
+        m_new = torch.maximum(m, s.max(dim=-1, keepdim=True).values)
+        p = torch.exp(s - m_new)
+        alpha = torch.exp(m - m_new)
+        l = l * alpha + p.sum(dim=-1, keepdim=True)
+        acc = acc * alpha + p @ v[..., ks:ks + block_size, :]
+        m = m_new
+    return acc / l, (m + torch.log(l)).squeeze(-1)
+"""
+
 FLASH = """
 def flash_attention(q, k, v, is_causal=False, block_size=64, return_lse=False):
     t_q, t_k, d = q.shape[-2], k.shape[-2], q.shape[-1]

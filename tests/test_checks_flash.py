@@ -11,11 +11,11 @@ import torch
 import torch.nn.functional as F
 from check_assertions import assert_accepted, assert_rejected, cpu_standing_in_for_cuda
 from einops import einsum
-from learner_code import FLASH, ONLINE_SOFTMAX, learner
+from learner_code import FLASH, FLASH_QUERY_BLOCK, ONLINE_SOFTMAX, learner
 
 from attn_course import flash
 from attn_course.attention import attention
-from attn_course.checks import check_flash_attention, check_online_softmax
+from attn_course.checks import check_flash_attention, check_flash_attention_query_block, check_online_softmax
 from attn_course.checks._simulate import (
     STREAMING_SOFTMAX_MISTAKES,
     streaming_softmax,
@@ -131,6 +131,87 @@ def softmax_tail_cut(x, block_size):
 )
 def test_online_softmax_names_each_mistake(candidate, phrase, capsys):
     assert_rejected(check_online_softmax, candidate, phrase, capsys)
+
+
+# ---------------------------------------------------------------------------------------------
+# flash_attention_query_block
+
+
+def _block(*edits):
+    return learner(FLASH_QUERY_BLOCK, "flash_attention_query_block", *edits)
+
+
+def query_block_einsum_flat_state(q_blk, k, v, block_size=64):
+    # einsum, and the running state without the trailing axis of 1
+    q_blk = q_blk / math.sqrt(q_blk.shape[-1])
+    m = torch.full(q_blk.shape[:-1], -math.inf, dtype=q_blk.dtype)
+    denom = torch.zeros_like(m)
+    acc = 0
+    for ks in range(0, k.shape[-2], block_size):
+        s = einsum(q_blk, k[..., ks : ks + block_size, :], "... i d, ... j d -> ... i j")
+        m_new = torch.maximum(m, s.amax(-1))
+        p = torch.exp(s - m_new[..., None])
+        alpha = torch.exp(m - m_new)
+        denom = alpha * denom + p.sum(-1)
+        acc = alpha[..., None] * acc + einsum(p, v[..., ks : ks + block_size, :], "... i j, ... j e -> ... i e")
+        m = m_new
+    return acc / denom[..., None], m + torch.log(denom)
+
+
+@pytest.mark.parametrize(
+    "candidate",
+    [flash.flash_attention_query_block, _block(), query_block_einsum_flat_state, _block(("return acc / l, ", "return list((acc / l, "), ("(-1)\n", "(-1)))\n"))],
+    ids=["reference", "learner", "einsum", "list"],
+)
+def test_flash_attention_query_block_accepts_right_answers(candidate, capsys):
+    assert_accepted(check_flash_attention_query_block, candidate, capsys)
+
+
+RETURN = "return acc / l, (m + torch.log(l)).squeeze(-1)"
+
+QUERY_BLOCK_MISTAKES = [  # learner code with one edit, and the phrase its message must contain
+    ([("acc = acc * alpha + ", "acc = acc + ")], "does not rescale the output accumulator"),
+    ([("l = l * alpha + ", "l = l + ")], "does not rescale the running sum (the softmax denominator)"),
+    ([("acc = acc * alpha + ", "acc = acc + "), ("l = l * alpha + ", "l = l + ")], "rescales neither"),
+    ([("alpha = torch.exp(m - m_new)", "alpha = torch.exp(m_new - m)")], "rescales the wrong way round"),
+    ([("p = torch.exp(s - m_new)", "p = torch.exp(s - m)")], "p = exp(s - m_old) taken before"),
+    ([(RETURN, "return acc, (m + torch.log(l)).squeeze(-1)")], "never divides by the running sum"),
+    ([("range(0, k.shape[-2], block_size)", "range(0, k.shape[-2] - k.shape[-2] % block_size, block_size)")], "drops the ragged last key block"),
+    ([("scale = 1 / math.sqrt(q_blk.shape[-1])", "scale = 1.0")], "forgets the 1/√d scale"),
+    ([("scale = 1 / math.sqrt(q_blk.shape[-1])", "scale = 1 / math.sqrt(v.shape[-1])")], "scales the scores by 1/√d_v"),
+    ([("m_new = torch.maximum(m, s.max(dim=-1, keepdim=True).values)", "m_new = torch.zeros_like(m)")], "not shifted by the running maximum"),
+    (
+        [
+            ("        l = l * alpha + p.sum(dim=-1, keepdim=True)\n", "        parts.append(torch.softmax(s, dim=-1) @ v[..., ks:ks + block_size, :])\n"),
+            ("        acc = acc * alpha + p @ v[..., ks:ks + block_size, :]\n", ""),
+            (RETURN, "return torch.stack(parts).mean(dim=0), (m + torch.log(l)).squeeze(-1)"),
+            ("    acc = torch.zeros(", "    parts = []\n    acc = torch.zeros("),
+        ],
+        "averages a softmax per key block",
+    ),
+    ([(RETURN, "return acc / l, (m + torch.log(p.sum(dim=-1, keepdim=True))).squeeze(-1)")], "the log-sum-exp of the last key block only"),
+    ([(RETURN, "return acc / l, m.squeeze(-1)")], "the running maximum m without the log of the sum"),
+    ([(RETURN, "return acc / l, (m + torch.log2(l)).squeeze(-1)")], "mixes natural log and log2"),
+    ([(RETURN, "return acc / l, (m / scale + torch.log(l)).squeeze(-1)")], "without the 1/√d scale"),
+    ([(RETURN, "return acc / l, m + torch.log(l)")], "Drop the last axis"),
+    ([(RETURN, "return acc / l")], "returned one tensor: return the pair (out, lse)"),
+    ([(RETURN, "return acc / l, l, m")], "should return the pair (out, lse)"),
+    ([("        s = q_blk @ k[..., ks:ks + block_size, :].transpose(-2, -1) * scale\n", "        s = (q_blk @ k.transpose(-2, -1) * scale)[..., ks:ks + block_size]\n")], "as many as the scores of the block against all 192 keys"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("edits", "phrase"), QUERY_BLOCK_MISTAKES)
+def test_flash_attention_query_block_names_learner_mistakes(edits, phrase, capsys):
+    assert_rejected(check_flash_attention_query_block, _block(*edits), phrase, capsys)
+
+
+def test_flash_attention_query_block_rejects_torchs_fused_attention_and_an_unfinished_stub(capsys):
+    def calls_sdpa(q_blk, k, v, block_size=64):
+        out = F.scaled_dot_product_attention(q_blk, k, v)
+        return out, torch.logsumexp(q_blk @ k.mT / math.sqrt(q_blk.shape[-1]), dim=-1)
+
+    assert_rejected(check_flash_attention_query_block, calls_sdpa, "torch's fused attention", capsys)
+    assert_rejected(check_flash_attention_query_block, not_implemented, "not implemented yet", capsys)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -12,7 +12,8 @@ import torch.nn.functional as F
 from attn_course import flash
 from attn_course.attention import attention
 from attn_course.attention_bench import PeakMemoryTracker
-from attn_course.flash import flash_attention, flash_attention_forward, online_softmax
+from attn_course.flash import flash_attention, flash_attention_forward, flash_attention_query_block, online_softmax
+from attn_course.flash_fast import flash_attention_fast
 from attn_course.masking import causal_mask
 
 TOL = {torch.float64: (1e-10, 1e-9), torch.float32: (2e-5, 1e-4), torch.bfloat16: (2e-2, 2e-2)}
@@ -43,12 +44,13 @@ def test_online_softmax_handles_leading_minus_infinity():
         (64, 64, 16, False, torch.bfloat16),
     ],
 )
-def test_flash_attention_matches_sdpa_and_attention(t_q, t_k, block_size, is_causal, dtype):
+@pytest.mark.parametrize("tiled", [flash_attention, flash_attention_fast], ids=["reference", "fast"])
+def test_flash_attention_matches_sdpa_and_attention(tiled, t_q, t_k, block_size, is_causal, dtype):
     g = torch.Generator().manual_seed(t_q * 1000 + t_k)
     q = torch.randn(2, 3, t_q, 16, generator=g).to(dtype)  # (B, H, T_q, d)
     k = torch.randn(2, 3, t_k, 16, generator=g).to(dtype)  # (B, H, T_k, d)
     v = torch.randn(2, 3, t_k, 8, generator=g).to(dtype)  # (B, H, T_k, d_v)
-    out = flash_attention(q, k, v, is_causal=is_causal, block_size=block_size)  # (B, H, T_q, d_v)
+    out = tiled(q, k, v, is_causal=is_causal, block_size=block_size)  # (B, H, T_q, d_v)
     mask = causal_mask(t_q, t_k) if is_causal else None  # bottom-right, as torch's causal_lower_right
     expected = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), attn_mask=mask).to(dtype)
     atol, rtol = TOL[dtype]
@@ -68,6 +70,23 @@ def test_log_sum_exp_and_rows_without_keys():
     torch.testing.assert_close(lse, scores.logsumexp(dim=-1))
     assert torch.isnan(out[:, :10]).all() and torch.isinf(lse[:, :10]).all()
     torch.testing.assert_close(out, attention(q, k, v, is_causal=True)[0], equal_nan=True)
+
+
+def test_the_fast_path_gives_the_references_output_and_lse_also_under_autograd():
+    q, k, v = (torch.randn(2, t, 16, dtype=torch.float64) for t in (50, 70, 70))  # (B, T, d)
+    for is_causal in (False, True):
+        expected = flash_attention(q, k, v, is_causal=is_causal, block_size=16, return_lse=True)
+        torch.testing.assert_close(flash_attention_fast(q, k, v, is_causal, 16, return_lse=True), expected)
+    q.requires_grad_()
+    assert torch.autograd.gradcheck(lambda q: flash_attention_fast(q, k[:, :9], v[:, :9], True, 4), (q[:, :7],))
+
+
+@pytest.mark.parametrize(("t_k", "block_size"), [(64, 16), (37, 8), (20, 1), (20, 64)])
+def test_one_query_block_against_all_keys_is_that_block_of_attention(t_k, block_size):
+    q, k, v = torch.randn(2, 3, 16, 8, dtype=torch.float64), torch.randn(2, 3, t_k, 8, dtype=torch.float64), torch.randn(2, 3, t_k, 5, dtype=torch.float64)  # fmt: skip
+    out, lse = flash_attention_query_block(q, k, v, block_size)  # (2, 3, 16, 5), (2, 3, 16)
+    torch.testing.assert_close(out, attention(q, k, v)[0])
+    torch.testing.assert_close(lse, torch.logsumexp(q @ k.mT / math.sqrt(8), dim=-1))
 
 
 def test_flash_attention_is_differentiable():

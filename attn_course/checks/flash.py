@@ -1,6 +1,6 @@
 """Checks for notebook 06: online softmax and tiled (FlashAttention-style) attention.
 
-Both checks compare numbers with the reference and name known wrong variants, and they also watch
+The checks compare numbers with the reference and name known wrong variants, and they also watch
 how the candidate computes: every tensor operation it runs passes through a `TorchDispatchMode`,
 so a softmax that reduces whole rows at once, or an attention that creates a T_q×T_k tensor or
 calls torch's fused attention, is rejected even when its numbers are right.
@@ -140,6 +140,114 @@ def _expect_streamed(candidate: Callable[..., Any]) -> None:
                     f"block_size={block_size}: the point is to read each row one block at a time. Take the "
                     "max and the sum of one block x[..., start:start + block_size] per step, and update "
                     "the running maximum and running sum from them."
+                )
+
+
+# ---------------------------------------------------------------------------------------------
+# flash_attention_query_block
+
+
+_QUERY_BLOCK_CASES = [  # (q_blk shape, T_k, d_v, block_size, scale of the inputs, dtype)
+    ((2, 3, 16, 8), 64, 8, 16, 1.0, torch.float64),
+    ((2, 16, 8), 37, 5, 8, 1.0, torch.float64),
+    ((5, 4), 20, 4, 1, 1.0, torch.float64),
+    ((1, 2, 8, 8), 20, 8, 64, 1.0, torch.float64),
+    ((2, 8, 8), 40, 8, 8, 8.0, torch.float32),
+]
+"""Key counts that are and are not multiples of block_size, d_v != d, block_size 1 and longer than
+T_k, no batch axis, and float32 scores of a few hundred (exp overflows unless m is subtracted)."""
+
+
+@check
+def check_flash_attention_query_block(candidate: Callable[..., Any]) -> str:
+    """Compare (out, lse) of one query block with attention; reject a candidate that does not stream."""
+    for q_shape, t_k, d_v, block_size, scale, dtype in _QUERY_BLOCK_CASES:
+        q = randn(*q_shape, dtype=dtype, scale=scale)  # (..., Bq, d)
+        k = randn(*q_shape[:-2], t_k, q_shape[-1], dtype=dtype, scale=scale)  # (..., T_k, d)
+        v = randn(*q_shape[:-2], t_k, d_v, dtype=dtype)  # (..., T_k, d_v)
+        _compare_query_block(candidate, q, k, v, block_size)
+    _expect_query_block_streamed(candidate)
+    return "5 query blocks (ragged key tail, block_size 1 and > T_k, float32), out and lse, streamed"
+
+
+def _compare_query_block(
+    candidate: Callable[..., Any], q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int
+) -> None:
+    result = call("flash_attention_query_block", candidate, q, k, v, block_size)
+    shape = f"q_blk {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
+    what = f"Your flash_attention_query_block({shape}, block_size={block_size})"
+    if isinstance(result, torch.Tensor):
+        raise CheckFailed(
+            f"{what} returned one tensor: return the pair (out, lse), out = acc / denom (..., B_q, d_v) "
+            "and lse = m + log(denom) (..., B_q), from the running state after the last key block."
+        )
+    if not isinstance(result, tuple | list) or len(result) != 2:
+        raise CheckFailed(f"{what} should return the pair (out, lse), but returned {_describe_value(result)}.")
+    out, lse = result
+    b_q, t_k = q.shape[-2], k.shape[-2]
+    hints = {
+        (*q.shape[:-1], t_k): "That is one weight per key: multiply the probabilities by the values.",
+        (*q.shape[:-1], 1): "That is the running sum or maximum: return acc / denom, one row of d_v "
+        "numbers per query.",
+    }
+    expected = reference.attention(q.double(), k.double(), v.double())[0].to(q.dtype)  # (..., Bq, d_v)
+    out = expect_tensor(out, expected.shape, f"{what}[0] (the output)", device=q.device, finite=False, hints=hints)
+    simulate = functools.partial(tiled_attention, q, k, v, causal=False, block_m=b_q, block_n=block_size)
+    mistakes = [
+        Mistake(_SCALE_MESSAGE, functools.partial(simulate, scale=1.0)),
+        Mistake(
+            "scales the scores by 1/√d_v, the width of the values: the scale is 1/√d with d = "
+            "q_blk.shape[-1], the width of the queries and keys.",
+            functools.partial(simulate, scale=v.shape[-1] ** -0.5),
+        ),
+        *tiled_attention_mistakes(simulate, False, python=True),
+    ]
+    expect_close(
+        out,
+        expected,
+        f"{what}[0] (the output)",
+        mistakes=mistakes,
+        called_as=describe_args((q, k, v), {"block_size": block_size}),
+        nonfinite_hint="inf or NaN comes from exp of scores that were not shifted by the running "
+        "maximum: p = exp(s - m_new) with m_new = max(m, the block's row maximum).",
+    )
+    lse_hints = {
+        (*q.shape[:-1], 1): "Drop the last axis: lse has one number per query row, shape (..., B_q) "
+        "(squeeze(-1) of the (..., B_q, 1) running statistics).",
+    }
+    lse = expect_tensor(lse, q.shape[:-1], f"{what}[1] (the lse)", device=q.device, finite=False, hints=lse_hints)
+    exact = tiled_lse(q.double(), k.double(), causal=False, block_m=b_q, block_n=block_size).to(q.dtype)
+    simulate_lse = functools.partial(tiled_lse, q, k, causal=False, block_m=b_q, block_n=block_size)
+    expect_close(
+        lse,
+        exact.to(lse.dtype) if lse.is_floating_point() else exact,
+        f"{what}[1], the log-sum-exp,",
+        mistakes=tiled_lse_mistakes(simulate_lse),
+        called_as="",
+        nonfinite_hint="Every query attends every key here, so its lse m + log(denom) is finite.",
+    )
+
+
+def _expect_query_block_streamed(candidate: Callable[..., Any]) -> None:
+    """Run once under an op recorder: no fused attention, no tensor of B_q·T_k scores or more."""
+    b_q, t_k, block_size = 32, 192, 32
+    q, k, v = (randn(1, 2, t, 8) for t in (b_q, t_k, t_k))  # (1, 2, 32, 8), (1, 2, 192, 8) twice
+    with _OpRecorder() as recorder:
+        call("flash_attention_query_block", candidate, q, k, v, block_size)
+    for name, _, outputs in recorder.ops:
+        if any(part in name for part in _FUSED):
+            raise CheckFailed(
+                f"Your flash_attention_query_block calls torch's fused attention ({name}): the exercise "
+                "is to stream the keys yourself, one block k[..., ks:ks + block_size, :] per step."
+            )
+        for numel, _dtype in outputs:
+            if numel >= 2 * b_q * t_k:  # the batch (1, 2) holds two heads
+                raise CheckFailed(
+                    f"Your flash_attention_query_block, called with B_q = {b_q} queries, T_k = {t_k} keys "
+                    f"and block_size={block_size}, created a tensor of {numel} elements ({name}), as many "
+                    f"as the scores of the block against all {t_k} keys or more: compute one (B_q, "
+                    "block_size) tile of scores per step, q_blk @ k[..., ks:ks + block_size, :]"
+                    ".transpose(-1, -2), and fold it into the running maximum, sum and accumulator."
                 )
 
 
