@@ -33,7 +33,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypedDict, TypeVar
+from typing import Any, TypedDict, TypeVar, cast
 
 import torch
 import torch.nn.functional as F
@@ -247,7 +247,9 @@ def make_provider(name: str, block_size: int = 256) -> Callable[..., torch.Tenso
     if name == "naive":
         return lambda q, k, v, is_causal: attention(q, k, v, is_causal=is_causal)[0]
     if name == "tiled":
-        return lambda q, k, v, is_causal: flash_attention_fast(q, k, v, is_causal=is_causal, block_size=block_size)
+        return lambda q, k, v, is_causal: cast(
+            torch.Tensor, flash_attention_fast(q, k, v, is_causal=is_causal, block_size=block_size)
+        )
     if name.startswith("sdpa-") and name[5:] in SDPA_BACKEND_MEMBERS:
         from torch.nn.attention import SDPBackend, sdpa_kernel
 

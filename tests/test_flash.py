@@ -12,7 +12,12 @@ import torch.nn.functional as F
 from attn_course import flash
 from attn_course.attention import attention
 from attn_course.attention_bench import PeakMemoryTracker
-from attn_course.flash import flash_attention, flash_attention_forward, flash_attention_query_block, online_softmax
+from attn_course.flash import (
+    flash_attention,
+    flash_attention_forward,
+    flash_attention_query_block,
+    online_softmax,
+)
 from attn_course.flash_fast import flash_attention_fast
 from attn_course.masking import causal_mask
 
@@ -73,17 +78,19 @@ def test_log_sum_exp_and_rows_without_keys():
 
 
 def test_the_fast_path_gives_the_references_output_and_lse_also_under_autograd():
-    q, k, v = (torch.randn(2, t, 16, dtype=torch.float64) for t in (50, 70, 70))  # (B, T, d)
+    q, k, v = (torch.randn(2, t, 16, dtype=torch.float64) for t in (50, 70, 70))  # (B, T, d)  # noqa: E501
     for is_causal in (False, True):
         expected = flash_attention(q, k, v, is_causal=is_causal, block_size=16, return_lse=True)
         torch.testing.assert_close(flash_attention_fast(q, k, v, is_causal, 16, return_lse=True), expected)
     q.requires_grad_()
-    assert torch.autograd.gradcheck(lambda q: flash_attention_fast(q, k[:, :9], v[:, :9], True, 4), (q[:, :7],))
+    assert torch.autograd.gradcheck(
+        lambda q: flash_attention_fast(q, k[:, :9], v[:, :9], True, 4), (q[:, :7],)
+    )
 
 
 @pytest.mark.parametrize(("t_k", "block_size"), [(64, 16), (37, 8), (20, 1), (20, 64)])
 def test_one_query_block_against_all_keys_is_that_block_of_attention(t_k, block_size):
-    q, k, v = torch.randn(2, 3, 16, 8, dtype=torch.float64), torch.randn(2, 3, t_k, 8, dtype=torch.float64), torch.randn(2, 3, t_k, 5, dtype=torch.float64)  # fmt: skip
+    q, k, v = torch.randn(2, 3, 16, 8, dtype=torch.float64), torch.randn(2, 3, t_k, 8, dtype=torch.float64), torch.randn(2, 3, t_k, 5, dtype=torch.float64)  # noqa: E501  # fmt: skip
     out, lse = flash_attention_query_block(q, k, v, block_size)  # (2, 3, 16, 5), (2, 3, 16)
     torch.testing.assert_close(out, attention(q, k, v)[0])
     torch.testing.assert_close(lse, torch.logsumexp(q @ k.mT / math.sqrt(8), dim=-1))

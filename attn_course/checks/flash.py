@@ -182,7 +182,9 @@ def _compare_query_block(
             "and lse = m + log(denom) (..., B_q), from the running state after the last key block."
         )
     if not isinstance(result, tuple | list) or len(result) != 2:
-        raise CheckFailed(f"{what} should return the pair (out, lse), but returned {_describe_value(result)}.")
+        raise CheckFailed(
+            f"{what} should return the pair (out, lse), but returned {_describe_value(result)}."
+        )
     out, lse = result
     b_q, t_k = q.shape[-2], k.shape[-2]
     hints = {
@@ -191,7 +193,9 @@ def _compare_query_block(
         "numbers per query.",
     }
     expected = reference.attention(q.double(), k.double(), v.double())[0].to(q.dtype)  # (..., Bq, d_v)
-    out = expect_tensor(out, expected.shape, f"{what}[0] (the output)", device=q.device, finite=False, hints=hints)
+    out = expect_tensor(
+        out, expected.shape, f"{what}[0] (the output)", device=q.device, finite=False, hints=hints
+    )
     simulate = functools.partial(tiled_attention, q, k, v, causal=False, block_m=b_q, block_n=block_size)
     mistakes = [
         Mistake(_SCALE_MESSAGE, functools.partial(simulate, scale=1.0)),
@@ -215,7 +219,9 @@ def _compare_query_block(
         (*q.shape[:-1], 1): "Drop the last axis: lse has one number per query row, shape (..., B_q) "
         "(squeeze(-1) of the (..., B_q, 1) running statistics).",
     }
-    lse = expect_tensor(lse, q.shape[:-1], f"{what}[1] (the lse)", device=q.device, finite=False, hints=lse_hints)
+    lse = expect_tensor(
+        lse, q.shape[:-1], f"{what}[1] (the lse)", device=q.device, finite=False, hints=lse_hints
+    )
     exact = tiled_lse(q.double(), k.double(), causal=False, block_m=b_q, block_n=block_size).to(q.dtype)
     simulate_lse = functools.partial(tiled_lse, q, k, causal=False, block_m=b_q, block_n=block_size)
     expect_close(

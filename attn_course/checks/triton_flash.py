@@ -246,8 +246,8 @@ def _diagnose_scores(actual: torch.Tensor, expected: torch.Tensor, gpu: bool) ->
     """Name scores that are right for some batch·heads, rows or key columns only."""
     a = actual.detach().to("cpu", torch.float64)
     e = expected.detach().to("cpu", torch.float64)
-    tol = dict(atol=1e-2, rtol=1e-2) if gpu else dict(atol=2e-5, rtol=1e-4)
-    bad = ~torch.isclose(a, e, **tol)  # (B, H, T_q, T_k)
+    atol, rtol = (1e-2, 1e-2) if gpu else (2e-5, 1e-4)
+    bad = ~torch.isclose(a, e, atol=atol, rtol=rtol)  # (B, H, T_q, T_k)
     if not bad.any():
         return None
     heads = bad.flatten(0, 1).flatten(1).any(dim=-1)  # (B·H,)
