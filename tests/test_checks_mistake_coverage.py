@@ -25,8 +25,8 @@ LEARNER_TABLES = {
     "test_checks_learner_mistakes": ["DEVELOPMENT", "HOLD_OUT", "SOLUTION_CELL_EDITS"],
     "test_checks_holdout2": ["PHRASES"],
     "test_checks_masking": ["WRONG", "LEARNER_WRONG"],
-    "test_checks_heads": ["WRONG", "LEARNER_WRONG"],
-    "test_checks_rope": ["WRONG", "LEARNER_WRONG"],
+    "test_checks_heads": ["WRONG", "LEARNER_WRONG", "REASONED_WRONG"],
+    "test_checks_rope": ["WRONG", "LEARNER_WRONG", "REASONED_WRONG"],
     "test_checks_kv_cache": ["WRONG", "LEARNER_WRONG"],
     "test_checks_basics": ["WRONG"],
     "test_checks_modern": ["WRONG"],
@@ -34,7 +34,7 @@ LEARNER_TABLES = {
     "test_checks_backward": ["FLASH_REJECTED"],
     "test_checks_triton": [
         "ADD_REJECTED", "SOFTMAX_REJECTED", "FLASH_REJECTED", "FLASH_LSE_REJECTED", "UNTRACED_REJECTED",
-        "TRITON_HOLD_OUT",
+        "TRITON_HOLD_OUT", "SCORES_REJECTED",
     ],
     "test_checks_triton_backward": ["REJECTED"],
 }  # fmt: skip

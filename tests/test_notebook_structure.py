@@ -20,16 +20,10 @@ from attn_course.release import BEGIN
 
 ROOT = Path(__file__).resolve().parents[1]
 STEMS = sorted(path.stem for path in (ROOT / "solutions").glob("*.ipynb"))
-PENDING = {
-    "04_multi_head_attention",
-    "05_rope",
-    "06_flash_attention",
-    "07_kv_cache",
-    "08_triton_flash_attention",
-}
-# Questions and marks of 04–08 are written on other branches: xfail until the 04–08 branches land.
+PENDING = {"07_kv_cache"}
+# Notebook 07's questions and marks (with its new exercises) are still on a branch: xfail until it lands.
 NOTEBOOKS = [
-    pytest.param(stem, marks=pytest.mark.xfail(strict=False, reason="until the 04–08 branches land"))
+    pytest.param(stem, marks=pytest.mark.xfail(strict=False, reason="until notebook 07's rework lands"))
     if stem in PENDING
     else stem
     for stem in STEMS
