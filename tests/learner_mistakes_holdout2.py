@@ -127,14 +127,14 @@ HOLDOUT2: tuple[BlindMistake, ...] = (
     BlindMistake(
         "flash_attention",
         "lse without the running max: log of the sum only",
-        "lses.append((m + torch.log(denom)).squeeze(-1))",
-        "lses.append(torch.log(denom).squeeze(-1))",
+        "lse[..., qs:qe] = (m + torch.log(denom)).squeeze(-1)",
+        "lse[..., qs:qe] = torch.log(denom).squeeze(-1)",
     ),
     BlindMistake(
         "flash_attention",
         "causal mask in the tiles top-left aligned (offset dropped)",
-        "rows = torch.arange(qs, qs + q_blk.shape[-2], device=q.device) + offset",
-        "rows = torch.arange(qs, qs + q_blk.shape[-2], device=q.device)",
+        "rows = torch.arange(qs, qe, device=q.device) + offset",
+        "rows = torch.arange(qs, qe, device=q.device)",
     ),
     # 07 · KV cache
     BlindMistake(

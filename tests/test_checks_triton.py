@@ -254,11 +254,11 @@ SCORES_REJECTED = {
     ),
     "row offsets without the block size": (
         [("offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)", "offs_m = pid_m + tl.arange(0, BLOCK_M)")],
-        "offs_m = pid * BLOCK_M + tl.arange(0, BLOCK_M)",
+        "the programs' blocks overlap",
     ),
     "column offsets without the block size": (
         [("offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)", "offs_n = pid_n + tl.arange(0, BLOCK_N)")],
-        "offs_n = pid * BLOCK_N + tl.arange(0, BLOCK_N)",
+        "the programs' blocks overlap",
     ),
     "grid rounds down": (
         [("grid = (triton.cdiv(T_q, BLOCK_M), triton.cdiv(T_k, BLOCK_N), B * H)",
