@@ -243,6 +243,40 @@ def flash_attention(q, k, v, is_causal=False, block_size=64, return_lse=False):
     return out
 """
 
+FLASH_SKELETON = """
+def flash_attention(q, k, v, is_causal=False, block_size=64, return_lse=False):
+    t_q, d = q.shape[-2:]
+    t_k = k.shape[-2]
+    offset = t_k - t_q
+    out = q.new_empty((*q.shape[:-1], v.shape[-1]))
+    lse = q.new_empty(q.shape[:-1])
+    for qs in range(0, t_q, block_size):
+        qe = min(qs + block_size, t_q)
+        q_blk = q[..., qs:qe, :] / math.sqrt(d)
+        m = q.new_full((*q_blk.shape[:-1], 1), -math.inf)
+        denom = q.new_zeros((*q_blk.shape[:-1], 1))
+        acc = q.new_zeros((*q_blk.shape[:-1], v.shape[-1]))
+        k_end = min(t_k, qe + offset) if is_causal else t_k
+        for ks in range(0, max(k_end, 0), block_size):
+            ke = min(ks + block_size, t_k)
+            s = q_blk @ k[..., ks:ke, :].transpose(-1, -2)
+            if is_causal and ke - 1 > qs + offset:
+                rows = torch.arange(qs, qe, device=q.device) + offset
+                cols = torch.arange(ks, ke, device=q.device)
+                s = s.masked_fill(cols[None, :] > rows[:, None], -math.inf)
+            m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
+            m_safe = torch.where(m_new == -math.inf, 0.0, m_new)
+            p = torch.exp(s - m_safe)
+            alpha = torch.exp(m - m_safe)
+            denom = alpha * denom + p.sum(dim=-1, keepdim=True)
+            acc = alpha * acc + p @ v[..., ks:ke, :]
+            m = m_new
+        out[..., qs:qe, :] = acc / denom
+        lse[..., qs:qe] = (m + torch.log(denom)).squeeze(-1)
+    return (out, lse) if return_lse else out
+"""
+"""Notebook 06's skeleton as a learner fills it: the tiles that cross the diagonal are masked inside."""
+
 KV_CACHE = """
 class KVCache:
     def __init__(self):

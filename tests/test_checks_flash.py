@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from check_assertions import assert_accepted, assert_rejected, cpu_standing_in_for_cuda
 from einops import einsum
-from learner_code import FLASH, FLASH_QUERY_BLOCK, ONLINE_SOFTMAX, learner
+from learner_code import FLASH, FLASH_QUERY_BLOCK, FLASH_SKELETON, ONLINE_SOFTMAX, learner
 
 from attn_course import flash
 from attn_course.attention import attention
@@ -180,6 +180,8 @@ QUERY_BLOCK_MISTAKES = [  # learner code with one edit, and the phrase its messa
     ([("scale = 1 / math.sqrt(q_blk.shape[-1])", "scale = 1.0")], "forgets the 1/√d scale"),
     ([("scale = 1 / math.sqrt(q_blk.shape[-1])", "scale = 1 / math.sqrt(v.shape[-1])")], "scales the scores by 1/√d_v"),
     ([("m_new = torch.maximum(m, s.max(dim=-1, keepdim=True).values)", "m_new = torch.zeros_like(m)")], "not shifted by the running maximum"),
+    ([('float("-inf")', "0.0")], "a running maximum that starts at 0 instead of -inf"),
+    ([('m = torch.full(q_blk.shape[:-1] + (1,), float("-inf"), ', "m = torch.zeros(q_blk.shape[:-1] + (1,), ")], "Start m at float('-inf')"),
     (
         [
             ("        l = l * alpha + p.sum(dim=-1, keepdim=True)\n", "        parts.append(torch.softmax(s, dim=-1) @ v[..., ks:ks + block_size, :])\n"),
@@ -545,3 +547,23 @@ def test_the_gpu_case_runs_flash_attention_on_the_device(monkeypatch, capsys):
     calls = cpu_standing_in_for_cuda(monkeypatch, flash_checks)
     assert_accepted(check_flash_attention, flash.flash_attention, capsys)
     assert calls  # the GPU case ran
+
+
+# ---------------------------------------------------------------------------------------------
+# flash_attention written in notebook 06's skeleton (only the tiles that cross the diagonal masked)
+
+
+def test_the_skeleton_as_a_learner_fills_it_passes(capsys):
+    assert_accepted(check_flash_attention, learner(FLASH_SKELETON, "flash_attention"), capsys)
+
+
+SKELETON_MISTAKES = [
+    ([("rows = torch.arange(qs, qe, device=q.device) + offset", "rows = torch.arange(qs, qe, device=q.device)")], "aligns the causal mask top-left inside the tiles that cross the diagonal"),
+    ([("k_end = min(t_k, qe + offset)", "k_end = min(t_k, qs + offset)")], "stops the causal loop one block early"),
+    ([("k_end = min(t_k, qe + offset)", "k_end = min(t_k, qe)")], "at the block's own rows, without T_k - T_q"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("edits", "phrase"), SKELETON_MISTAKES)
+def test_flash_attention_names_mistakes_in_the_skeleton(edits, phrase, capsys):
+    assert_rejected(check_flash_attention, learner(FLASH_SKELETON, "flash_attention", *edits), phrase, capsys)

@@ -80,9 +80,9 @@ def _check(exercise):
 
 
 # Notebook 06's skeleton masks only the tiles that cross the diagonal; with that, a top-left mask
-# equals stopping the loop one block early whenever T_k - T_q is a multiple of the block, which is the
-# check's first causal case, so the check names the loop. Known misnaming, to fix in the check.
-MISNAMED_SINCE_THE_SKELETON = {16}
+# equals stopping the loop one block early whenever T_k - T_q is a multiple of the block. The check
+# now tries a ragged offset first, so none is misnamed; the set stays for a future known misnaming.
+MISNAMED_SINCE_THE_SKELETON: set[int] = set()
 
 
 def _cases():

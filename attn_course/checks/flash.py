@@ -166,12 +166,39 @@ def check_flash_attention_query_block(candidate: Callable[..., Any]) -> str:
         k = randn(*q_shape[:-2], t_k, q_shape[-1], dtype=dtype, scale=scale)  # (..., T_k, d)
         v = randn(*q_shape[:-2], t_k, d_v, dtype=dtype)  # (..., T_k, d_v)
         _compare_query_block(candidate, q, k, v, block_size)
+    q, k, v = _far_below_zero_scores()
+    _compare_query_block(candidate, q, k, v, 8, nonfinite_hint=_BELOW_ZERO_HINT, nan_means_unknown=True)
     _expect_query_block_streamed(candidate)
-    return "5 query blocks (ragged key tail, block_size 1 and > T_k, float32), out and lse, streamed"
+    return (
+        "6 query blocks (ragged key tail, block_size 1 and > T_k, float32, scores far below 0), "
+        "out and lse, streamed"
+    )
+
+
+_BELOW_ZERO_HINT = (
+    "Every score of these rows is about -880 (all keys point away from the queries): a running "
+    "maximum that starts at 0 instead of -inf stays 0, exp(s - 0) underflows to 0 for every key, and "
+    "acc / denom is 0 / 0. Start m at float('-inf') (torch.full(..., float('-inf'))), so that the first "
+    "block's maximum replaces it."
+)
+
+
+def _far_below_zero_scores() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """float64 q, k, v whose every score is near -880, below exp's range from 0 (exp(-746) is 0)."""
+    q, k = randn(2, 8, 8), randn(2, 20, 8)  # (2, B_q, d), (2, T_k, d)
+    q[..., 0], k[..., 0] = 50.0, -50.0  # one channel adds -2500 / √8 to every score
+    return q, k, randn(2, 20, 8)  # v: (2, T_k, d_v)
 
 
 def _compare_query_block(
-    candidate: Callable[..., Any], q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int
+    candidate: Callable[..., Any],
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    block_size: int,
+    nonfinite_hint: str = "inf or NaN comes from exp of scores that were not shifted by the running "
+    "maximum: p = exp(s - m_new) with m_new = max(m, the block's row maximum).",
+    nan_means_unknown: bool = False,
 ) -> None:
     result = call("flash_attention_query_block", candidate, q, k, v, block_size)
     shape = f"q_blk {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
@@ -212,8 +239,8 @@ def _compare_query_block(
         f"{what}[0] (the output)",
         mistakes=mistakes,
         called_as=describe_args((q, k, v), {"block_size": block_size}),
-        nonfinite_hint="inf or NaN comes from exp of scores that were not shifted by the running "
-        "maximum: p = exp(s - m_new) with m_new = max(m, the block's row maximum).",
+        nonfinite_hint=nonfinite_hint,
+        nan_means_unknown=nan_means_unknown,
     )
     lse_hints = {
         (*q.shape[:-1], 1): "Drop the last axis: lse has one number per query row, shape (..., B_q) "
@@ -271,15 +298,17 @@ _ATTENTION_CASES = [  # (q shape, T_k, d_v, is_causal, block_size)
     ((2, 3, 37, 8), 37, 5, False, 8),
     ((2, 29, 8), 45, 6, False, 16),
     ((1, 2, 37, 8), 37, 8, True, 8),
-    ((2, 21, 8), 45, 4, True, 8),
     ((2, 2, 19, 8), 45, 4, True, 8),
+    ((2, 21, 8), 45, 4, True, 8),
     ((3, 20, 4), 20, 4, True, 1),
     ((2, 20, 8), 20, 8, True, 64),
     ((30, 8), 30, 8, True, 7),
 ]
 """Ragged tails, T_q < T_k and T_q > T_k (not causal: some rows would attend no key), causal with
 a diagonal that falls inside blocks, a causal offset T_k - T_q that is not a multiple of the block
-size (26 = 3·8 + 2), block_size 1 and longer than the sequence, and no batch axis."""
+size (26 = 3·8 + 2) before one that is (24: there a top-left mask in the diagonal tiles looks like a
+loop that stops a block early, so the ragged offset must come first to name it), block_size 1 and
+longer than the sequence, and no batch axis."""
 
 
 @check
@@ -342,6 +371,7 @@ def _compare(
             "q.shape[-1], the width of the queries and keys.",
             functools.partial(simulate, scale=v.shape[-1] ** -0.5),
         ),
+        *([_top_left_in_diagonal_tiles(q, k, v, block_size)] if is_causal else []),
         *tiled_attention_mistakes(simulate, is_causal, python=True),
     ]
     expect_close(
@@ -409,6 +439,29 @@ def _compare_lse(
         diagnose=functools.partial(_diagnose_lse_rows, block_size=block_size),
         nonfinite_hint="Every query here may attend at least one key, so its lse m + log(l) is finite.",
     )
+
+
+def _top_left_in_diagonal_tiles(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int
+) -> Mistake:
+    """The skeleton's loop and tile test with rows = torch.arange(qs, qe) inside: the offset forgotten."""
+    t_q, t_k = q.shape[-2], k.shape[-2]
+    offset = t_k - t_q
+    rows = torch.arange(t_q)[:, None]  # (T_q, 1)
+    cols = torch.arange(t_k)[None, :]  # (1, T_k)
+    first_row = rows - rows % block_size  # (T_q, 1): qs of each row's query block
+    tile_end = torch.clamp(cols - cols % block_size + block_size, max=t_k) - 1  # (1, T_k): ke - 1
+    crosses = tile_end > first_row + offset  # (T_q, T_k): the tile crosses the diagonal
+    last_row = torch.clamp(first_row + block_size, max=t_q)  # (T_q, 1): qe
+    looped = cols < torch.clamp(last_row + offset, max=t_k)  # (T_q, T_k): before the loop's bound
+    visible = looped & (~crosses | (cols <= rows))  # (T_q, T_k)
+    message = (
+        "aligns the causal mask top-left inside the tiles that cross the diagonal: rows = "
+        "torch.arange(qs, qe) are the queries' indices, but query i sits at key position i + T_k - T_q "
+        "(bottom-right alignment, as in attention and causal_mask), so compare the keys with "
+        "torch.arange(qs, qe) + (T_k - T_q), as the loop bound does."
+    )
+    return Mistake(message, lambda: reference.attention(q, k, v, mask=visible)[0])
 
 
 def _describe_value(value: Any) -> str:
