@@ -180,6 +180,7 @@ QUERY_BLOCK_MISTAKES = [  # learner code with one edit, and the phrase its messa
     ([("scale = 1 / math.sqrt(q_blk.shape[-1])", "scale = 1.0")], "forgets the 1/√d scale"),
     ([("scale = 1 / math.sqrt(q_blk.shape[-1])", "scale = 1 / math.sqrt(v.shape[-1])")], "scales the scores by 1/√d_v"),
     ([("m_new = torch.maximum(m, s.max(dim=-1, keepdim=True).values)", "m_new = torch.zeros_like(m)")], "not shifted by the running maximum"),
+    ([("acc = acc * alpha + p @ v[..., ks:ks + block_size, :]", "acc = acc * alpha + p @ v[..., :q_blk.shape[-2], :]")], "not the query block's rows"),
     ([('float("-inf")', "0.0")], "a running maximum that starts at 0 instead of -inf"),
     ([('m = torch.full(q_blk.shape[:-1] + (1,), float("-inf"), ', "m = torch.zeros(q_blk.shape[:-1] + (1,), ")], "Start m at float('-inf')"),
     (
@@ -560,6 +561,7 @@ def test_the_skeleton_as_a_learner_fills_it_passes(capsys):
 SKELETON_MISTAKES = [
     ([("rows = torch.arange(qs, qe, device=q.device) + offset", "rows = torch.arange(qs, qe, device=q.device)")], "aligns the causal mask top-left inside the tiles that cross the diagonal"),
     ([("k_end = min(t_k, qe + offset)", "k_end = min(t_k, qs + offset)")], "stops the causal loop one block early"),
+    ([("acc = alpha * acc + p @ v[..., ks:ke, :]", "acc = alpha * acc + p @ v[..., qs:qe, :]")], "p @ v takes the same key rows, v[..., ks:ke, :]"),
     ([("k_end = min(t_k, qe + offset)", "k_end = min(t_k, qe)")], "at the block's own rows, without T_k - T_q"),
 ]  # fmt: skip
 

@@ -143,6 +143,24 @@ def _expect_streamed(candidate: Callable[..., Any]) -> None:
                 )
 
 
+_SLICE_HINT = (
+    "A size mismatch inside the loops usually comes from a tile sliced with the wrong indices: a tile's "
+    "scores are the query block against k[..., ks:ke, :], and p @ v takes the same key rows, "
+    "v[..., ks:ke, :] (not the query block's rows qs:qe)."
+)
+
+
+def _call_tiled(name: str, candidate: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """`call`, adding what a size mismatch in a tiled loop usually means."""
+    try:
+        return call(name, candidate, *args, **kwargs)
+    except CheckFailed as failed:
+        text = str(failed)
+        if "raised RuntimeError" in text and ("size" in text or "shape" in text):
+            raise CheckFailed(f"{text}\n{_SLICE_HINT}") from None
+        raise
+
+
 # ---------------------------------------------------------------------------------------------
 # flash_attention_query_block
 
@@ -200,7 +218,7 @@ def _compare_query_block(
     "maximum: p = exp(s - m_new) with m_new = max(m, the block's row maximum).",
     nan_means_unknown: bool = False,
 ) -> None:
-    result = call("flash_attention_query_block", candidate, q, k, v, block_size)
+    result = _call_tiled("flash_attention_query_block", candidate, q, k, v, block_size)
     shape = f"q_blk {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
     what = f"Your flash_attention_query_block({shape}, block_size={block_size})"
     if isinstance(result, torch.Tensor):
@@ -231,6 +249,12 @@ def _compare_query_block(
             "q_blk.shape[-1], the width of the queries and keys.",
             functools.partial(simulate, scale=v.shape[-1] ** -0.5),
         ),
+        Mistake(
+            "multiplies every key block's p by the same first rows of v: p @ v takes the key block's own "
+            "rows, v[..., ks:ks + block_size, :] (the rows its scores came from), not the query block's "
+            "rows or v's first rows.",
+            functools.partial(_values_from_the_start, q, k, v, block_size),
+        ),
         *tiled_attention_mistakes(simulate, False, python=True),
     ]
     expect_close(
@@ -259,6 +283,18 @@ def _compare_query_block(
         called_as="",
         nonfinite_hint="Every query attends every key here, so its lse m + log(denom) is finite.",
     )
+
+
+def _values_from_the_start(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int
+) -> torch.Tensor:
+    """Attention whose every key block multiplies v[..., :width] instead of v[..., ks:ke]."""
+    weights = reference.attention(q, k, v)[1]  # (..., B_q, T_k)
+    out = torch.zeros_like(q[..., :1]) * v[..., :1, :]  # (..., B_q, d_v)
+    for ks in range(0, k.shape[-2], block_size):
+        ke = min(ks + block_size, k.shape[-2])
+        out = out + weights[..., ks:ke] @ v[..., : ke - ks, :]  # (..., B_q, d_v)
+    return out
 
 
 def _expect_query_block_streamed(candidate: Callable[..., Any]) -> None:
@@ -343,7 +379,7 @@ def _compare(
     block_size: int,
 ) -> torch.Tensor:
     kwargs: dict[str, Any] = {"is_causal": is_causal, "block_size": block_size}
-    result = call("flash_attention", candidate, q, k, v, **kwargs)
+    result = _call_tiled("flash_attention", candidate, q, k, v, **kwargs)
     exact = (q.double(), k.double(), v.double())
     expected = reference.attention(*exact, is_causal=is_causal)[0].to(q.dtype)  # (..., T_q, d_v)
     if isinstance(result, tuple | list):
@@ -400,7 +436,7 @@ def _compare_lse(
 ) -> None:
     """Call again with return_lse=True: the same output, and the log-sum-exp of each row's scores."""
     kwargs: dict[str, Any] = {"is_causal": is_causal, "block_size": block_size, "return_lse": True}
-    result = call("flash_attention", candidate, q, k, v, **kwargs)
+    result = _call_tiled("flash_attention", candidate, q, k, v, **kwargs)
     shape = f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
     what = f"Your flash_attention({shape}, is_causal={is_causal}, block_size={block_size}, return_lse=True)"
     if isinstance(result, torch.Tensor):

@@ -149,12 +149,24 @@ def _diagnose_frequencies(actual: torch.Tensor, expected: torch.Tensor, d: int, 
             "slower than by its position. Let i run from 0, θ_i = base^(-2i/d)."
         )
     factor = float(exponents[1] / right[1])
-    if torch.allclose(exponents, factor * right, atol=1e-9):
+    if not torch.allclose(exponents, factor * right, atol=1e-9):
+        return None
+    if math.isclose(factor, 1 / math.log(10), rel_tol=1e-6):
         return (
-            f"has exponents {factor:.3g} times the right ones -2i/d: θ_i = base^(-2i/d) for the pairs "
-            "i = 0 … d/2 - 1. (torch.arange(0, d, 2) already gives the 2i; do not double it again.)"
+            "has exponents 1/ln(10) = 0.434 times the right ones -2i/d: it takes log10(base) where "
+            "exp needs the natural log. base^x = exp(x · math.log(base)) (math.log, not math.log10), "
+            "or simply base ** x."
         )
-    return None
+    if math.isclose(factor, 2.0, rel_tol=1e-6):
+        return (
+            "has exponents twice the right ones -2i/d: either the 2 of 2i is counted twice, or the "
+            "exponent is divided by d/2 instead of d. θ_i = base^(-2i/d) for the pairs i = 0 … d/2 - 1. "
+            "(torch.arange(0, d, 2) already gives the 2i; do not double it again.)"
+        )
+    return (
+        f"has exponents {factor:.3g} times the right ones -2i/d: θ_i = base^(-2i/d) for the pairs "
+        "i = 0 … d/2 - 1, base^x = exp(x · math.log(base))."
+    )
 
 
 # ---------------------------------------------------------------------------------------------
