@@ -20,12 +20,15 @@ from pathlib import Path
 
 import nbformat
 import pytest
+import triton_variants
 from learner_code import (
     APPLY_ROPE,
     CAUSAL,
+    FLASH,
     FREQUENCIES,
     MERGE,
     MHA,
+    ONLINE_SOFTMAX,
     PRELUDE,
     ROTARY,
     SCALED,
@@ -36,6 +39,24 @@ from nbclient import NotebookClient
 from test_notebooks import check_cells
 
 ROOT = Path(__file__).resolve().parents[1]
+TRITON_FLASH_ANY_D = (
+    triton_variants.FLASH
+    + """
+
+_flash_power_of_two = triton_flash_attention
+
+
+def triton_flash_attention(q, k, v, is_causal=False, return_lse=False):
+    d = q.shape[-1]
+    width = max(16, triton.next_power_of_2(d))
+    if width != d:  # pad the head dim with zeros (no score changes); the kernel scales by 1/sqrt(width)
+        q = torch.nn.functional.pad(q * math.sqrt(width / d), (0, width - d))
+        k, v = (torch.nn.functional.pad(x, (0, width - d)) for x in (k, v))
+    out, lse = _flash_power_of_two(q, k, v, is_causal=is_causal, return_lse=True)
+    return (out[..., :d], lse) if return_lse else out[..., :d]
+"""
+)
+"""A learner's kernel for head dims that are powers of two, and a wrapper that pads any other."""
 ROTARY_LAYER = ROTARY.removeprefix(APPLY_ROPE)
 """The learner's rotary layer alone, calling the notebook's (the learner's) apply_rope."""
 
@@ -49,6 +70,11 @@ SWAPS = [
     ("05_rope", "rope_frequencies", FREQUENCIES),
     ("05_rope", "apply_rope", APPLY_ROPE),
     ("05_rope", "RotaryMultiHeadAttention", ROTARY_LAYER),
+    ("06_flash_attention", "online_softmax", ONLINE_SOFTMAX),
+    ("06_flash_attention", "flash_attention", FLASH),
+    ("08_triton_flash_attention", "triton_softmax", triton_variants.SOFTMAX),
+    ("08_triton_flash_attention", "triton_scores", triton_variants.SCORES),
+    ("08_triton_flash_attention", "triton_flash_attention", TRITON_FLASH_ANY_D),
 ]
 """(notebook, exercise, a right learner solution that is not the course's reference)."""
 
