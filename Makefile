@@ -20,7 +20,7 @@ WORK ?= my-work
 LAB_ROOT ?= $(WORK)
 LAB_EXTRA ?=
 
-.PHONY: setup setup-lab lab test test-gpu release bench bench-grade bench-grade-dask clean
+.PHONY: setup setup-lab lab test test-fast test-gpu release bench bench-grade bench-grade-dask clean
 
 $(BASE):
 	$(PYTHON) -m venv $(VENV)
@@ -50,6 +50,12 @@ test: setup
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/python -m pytest
+
+# The inner loop: lint, types, and the tests not marked slow (tests/conftest.py: no notebook, kernel,
+# browser, grader or Triton interpreter), in about a minute.
+test-fast: setup
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -m "not slow" -q
 
 # The GPU tier: compiled Triton kernels, the checks' GPU cases, notebooks 06, 08 (09) at full budgets
 # and the benchmarks, within 8 minutes; report in bench-results/gpu/. Without a GPU: one line, exit 0.

@@ -38,12 +38,37 @@ def gpu_skip_reason(gpu_tier: bool, gpu_problem: str | None) -> str | None:
     return None
 
 
+SLOW_FILES = {
+    # run notebooks, kernels, a browser or the grader
+    "test_browser.py", "test_notebooks.py", "test_learner_code_used.py", "test_colab_setup.py",
+    "test_workspace.py", "test_decoder.py",
+    # Triton's interpreter
+    "test_checks_triton.py", "test_checks_triton_backward.py", "test_triton_ops.py",
+    "test_triton_compile.py", "test_attention_bench_triton.py", "test_gpu_checks.py",
+    # many tiled loops in float64, or measurements
+    "test_checks_flash.py", "test_flash.py", "test_checks_backward.py", "test_checks_modern.py",
+    "test_checks_holdout2.py", "test_checks_learner_mistakes.py", "test_attention_bench.py",
+    # ipywidgets explorers driven control by control
+    "test_mask_explorer.py", "test_rope_explorer.py", "test_widgets.py",
+}  # fmt: skip
+"""Test files that `make test-fast` leaves out (marked `slow`), besides every grading test, nbval and the
+tests marked `slow` one by one."""
+
+
+def is_slow(path: str) -> bool:
+    """Whether the tests in the file at `path` are left out of `make test-fast`."""
+    name = path.replace("\\", "/").rsplit("/", 1)[-1]
+    return name in SLOW_FILES or name.startswith("test_grading") or name.endswith(".ipynb")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip `gpu` tests outside the GPU tier, and every other test inside it."""
+    """Mark the slow tests; skip `gpu` tests outside the GPU tier, and every other test inside it."""
     from attn_course.triton_support import gpu_problem
 
     reason = gpu_skip_reason(GPU_TIER, gpu_problem() if GPU_TIER else None)
     for item in items:
+        if is_slow(str(item.path)):
+            item.add_marker(pytest.mark.slow)
         marked = item.get_closest_marker("gpu") is not None
         if marked and reason is not None:
             item.add_marker(pytest.mark.skip(reason=reason))

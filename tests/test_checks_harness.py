@@ -108,6 +108,7 @@ def test_checks_are_deterministic():
     assert len(messages) == 1
 
 
+@pytest.mark.slow  # starts a kernel or a process
 def test_in_jupyter_a_failed_check_shows_its_message_without_traceback():
     cells = [
         "from attn_course.checks import check_causal_mask",

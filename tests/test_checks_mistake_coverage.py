@@ -31,7 +31,8 @@ LEARNER_TABLES = {
     "test_checks_basics": ["WRONG"],
     "test_checks_modern": ["WRONG"],
     "test_checks_flash": [
-        "ONLINE_SOFTMAX_MISTAKES", "FLASH_MISTAKES", "LSE_MISTAKES", "QUERY_BLOCK_MISTAKES", "SKELETON_MISTAKES",
+        "ONLINE_SOFTMAX_MISTAKES", "FLASH_MISTAKES", "LSE_MISTAKES", "QUERY_BLOCK_MISTAKES",
+        "SKELETON_MISTAKES",
     ],
     "test_checks_backward": ["FLASH_REJECTED"],
     "test_checks_triton": [

@@ -19,6 +19,7 @@ T4 = gpu_tier.GpuInfo("Tesla T4", (7, 5))
 H100 = gpu_tier.GpuInfo("NVIDIA H100 80GB HBM3", (9, 0))
 
 
+@pytest.mark.slow  # starts a kernel or a process
 def test_without_a_gpu_make_test_gpu_says_so_in_one_line_and_exits_0():
     env = dict(os.environ) | {"CUDA_VISIBLE_DEVICES": ""}  # no GPU, even on a machine with one
     result = subprocess.run([sys.executable, "-m", "attn_course.gpu_tier"], cwd=ROOT, env=env,

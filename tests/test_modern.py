@@ -96,6 +96,7 @@ def test_mods_evaluate_to_the_course_masks_and_alibi_matches_its_dense_bias():
     assert torch.equal(biased.masked_fill(~past, 0), flex.alibi_bias(4, 6))
 
 
+@pytest.mark.slow  # compiles, then falls back
 @needs_flex
 def test_flex_falls_back_to_unfused_with_a_message_when_compiling_fails(capsys):
     runner = flex.Flex(compile=True)

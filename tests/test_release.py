@@ -231,6 +231,7 @@ def test_revision_is_the_tag_of_the_package_version():
     assert REVISION == f"v{__version__}"
 
 
+@pytest.mark.slow  # starts a kernel or a process
 def test_version_option_prints_the_package_version(capsys):
     with pytest.raises(SystemExit) as stopped:
         main(["--version"])
