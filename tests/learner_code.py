@@ -331,15 +331,14 @@ def next_token_probs(logits, temperature=1.0, top_k=None):
     return torch.softmax(logits, dim=-1)
 """
 
-SAMPLE = (
-    PROBS
-    + """
-
+SAMPLE_ONLY = """
 def sample_next(logits, temperature, top_k, generator):
     probs = next_token_probs(logits, temperature, top_k)
     return torch.multinomial(probs, num_samples=1, generator=generator)
 """
-)
+
+SAMPLE = PROBS + SAMPLE_ONLY
+"""sample_next with the learner's next_token_probs above it, as the notebook defines both."""
 
 
 def learner(source: str, name: str, *edits: tuple[str, str]) -> Any:

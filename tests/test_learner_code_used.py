@@ -21,13 +21,20 @@ from pathlib import Path
 import nbformat
 import pytest
 from learner_code import (
+    ABLATE,
     APPLY_ROPE,
+    BLOCK,
+    CACHED,
     CAUSAL,
     FREQUENCIES,
+    GENERATE,
+    KV_CACHE,
     MERGE,
     MHA,
     PRELUDE,
+    PROBS,
     ROTARY,
+    SAMPLE_ONLY,
     SCALED,
     SOFTMAX,
     SPLIT,
@@ -49,6 +56,13 @@ SWAPS = [
     ("05_rope", "rope_frequencies", FREQUENCIES),
     ("05_rope", "apply_rope", APPLY_ROPE),
     ("05_rope", "RotaryMultiHeadAttention", ROTARY_LAYER),
+    ("07_kv_cache", "block_forward", BLOCK),
+    ("07_kv_cache", "ablate_heads", ABLATE),
+    ("07_kv_cache", "KVCache", KV_CACHE),
+    ("07_kv_cache", "cached_attention", CACHED),
+    ("07_kv_cache", "generate_with_cache", GENERATE),
+    ("07_kv_cache", "next_token_probs", PROBS),
+    ("07_kv_cache", "sample_next", SAMPLE_ONLY),
 ]
 """(notebook, exercise, a right learner solution that is not the course's reference)."""
 
