@@ -129,7 +129,8 @@ def run_swapped(stem: str) -> tuple[nbformat.NotebookNode, dict[str, list[str]]]
         if swap_stem != stem:
             continue
         exercise = notebook.cells[checks[name] - 1]
-        defines = f"def {name}(" in exercise.source or f"class {name}(" in exercise.source
+        spellings = (f"def {name}(", f"class {name}(", f"class {name}:")
+        defines = any(spelling in exercise.source for spelling in spellings)
         assert exercise.cell_type == "code" and defines, f"the cell before check_{name} should define {name}"
         exercise.source = swapped_source(name, solution)
     notebook.cells.append(nbformat.v4.new_code_cell(REPORT))
