@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from attn_course.exercise import exercise
 from attn_course.kv_cache import KVCache, cached_attention
 from attn_course.rope import RotaryMultiHeadAttention
 
@@ -69,13 +70,30 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """The whole sequence at once, causally: (b, t, d_model) -> (b, t, d_model)."""
-        x = x + self.attn(self.ln1(x), is_causal=True)  # (b, t, d_model)
-        return x + self.mlp(self.ln2(x))  # (b, t, d_model)
+        return block_forward(self, x)  # (b, t, d_model)
 
     def step(self, x: torch.Tensor, cache: KVCache, layer: int, attend: CachedAttention) -> torch.Tensor:
         """New positions only, attending to the cache: (b, t_new, d_model) -> (b, t_new, d_model)."""
         x = x + attend(self.attn, self.ln1(x), cache, layer)  # (b, t_new, d_model)
         return x + self.mlp(self.ln2(x))  # (b, t_new, d_model)
+
+
+BlockForward = Callable[[Block, torch.Tensor], torch.Tensor]
+"""block_forward(block, x) -> (b, t, d_model): one block over the whole sequence."""
+
+
+@exercise("07_kv_cache", 1)
+def block_forward(block: Block, x: torch.Tensor) -> torch.Tensor:
+    """The pre-norm block over the whole sequence x (b, t, d_model), causally -> (b, t, d_model).
+
+    >>> block = Block(DecoderConfig(d_model=16, n_heads=2, d_mlp=32))
+    >>> block_forward(block, torch.ones(3, 5, 16)).shape
+    torch.Size([3, 5, 16])
+
+    Introduced in 07_kv_cache.
+    """
+    x = x + block.attn(block.ln1(x), is_causal=True)  # (b, t, d_model)
+    return x + block.mlp(block.ln2(x))  # (b, t, d_model)
 
 
 class TinyDecoder(nn.Module):
@@ -85,12 +103,16 @@ class TinyDecoder(nn.Module):
     >>> model(torch.zeros(3, 7, dtype=torch.long)).shape
     torch.Size([3, 7, 10])
 
+    `block_forward(block, x)` runs every block over a whole sequence (default: the course's
+    `block_forward`; the notebook passes the learner's). Cached steps use `Block.step`.
+
     Introduced in 07_kv_cache.
     """
 
-    def __init__(self, config: DecoderConfig) -> None:
+    def __init__(self, config: DecoderConfig, block_forward: BlockForward = block_forward) -> None:
         super().__init__()
         self.config = config
+        self.block_forward = block_forward
         self.embed = nn.Embedding(config.vocab_size, config.d_model)
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layers))
         self.ln_f = nn.LayerNorm(config.d_model)
@@ -99,8 +121,8 @@ class TinyDecoder(nn.Module):
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         """Logits of the next token at every position: idx (b, t) -> (b, t, vocab_size)."""
         x = self.embed(idx)  # (b, t, d_model)
-        for block in self.blocks:
-            x = block(x)  # (b, t, d_model)
+        for block in cast("list[Block]", self.blocks):  # nn.ModuleList is not generic
+            x = self.block_forward(block, x)  # (b, t, d_model)
         return self.head(self.ln_f(x))  # (b, t, vocab_size)
 
     def step(
@@ -119,7 +141,7 @@ class TinyDecoder(nn.Module):
         maps = []
         for block in cast("list[Block]", self.blocks):
             maps.append(block.attn.head_weights(block.ln1(x), is_causal=True))  # (b, h, t, t)
-            x = block(x)  # (b, t, d_model)
+            x = self.block_forward(block, x)  # (b, t, d_model)
         return torch.stack(maps)  # (n_layers, b, h, t, t)
 
 

@@ -13,7 +13,7 @@ from attn_course.heads import merge_heads
 from attn_course.rope import RotaryMultiHeadAttention, apply_rope
 
 
-@exercise("07_kv_cache", 1)
+@exercise("07_kv_cache", 3)
 class KVCache:
     """The keys and values of every position seen so far, per layer.
 
@@ -48,7 +48,7 @@ class KVCache:
         return sum(t.numel() * t.element_size() for t in tensors)
 
 
-@exercise("07_kv_cache", 2)
+@exercise("07_kv_cache", 4)
 def cached_attention(
     attn: RotaryMultiHeadAttention, x: torch.Tensor, cache: KVCache, layer: int
 ) -> torch.Tensor:

@@ -316,6 +316,64 @@ def cached_attention(attn, x, cache, layer):
     return attn.out(merge_heads(out))
 """
 
+BLOCK = """
+def block_forward(block, x):
+    h = block.ln1(x)
+    x = x + block.attn(h, is_causal=True)
+    h = block.ln2(x)
+    x = x + block.mlp(h)
+    return x
+"""
+
+BLOCK_SHORT = """
+def block_forward(block, x):
+    attended = x + block.attn(block.ln1(x), is_causal=True)
+    return attended + block.mlp(block.ln2(attended))
+"""
+
+ABLATE = """
+import copy
+
+
+def ablate_heads(model, heads):
+    new_model = copy.deepcopy(model)
+    d_head = model.config.d_model // model.config.n_heads
+    for layer, head in heads:
+        weight = new_model.blocks[layer].attn.out.weight
+        with torch.no_grad():
+            weight[:, head * d_head:(head + 1) * d_head] = 0
+    return new_model
+"""
+
+GENERATE = """
+def generate_with_cache(model, prompt, n_new, pick, cache, attend):
+    logits = model.step(prompt, cache, attend)
+    tokens = prompt
+    for i in range(n_new):
+        next_token = pick(logits[:, -1])
+        tokens = torch.cat([tokens, next_token], dim=1)
+        logits = model.step(next_token, cache, attend)
+    return tokens
+"""
+
+PROBS = """
+def next_token_probs(logits, temperature=1.0, top_k=None):
+    logits = logits / temperature
+    if top_k is not None:
+        threshold = torch.topk(logits, top_k, dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < threshold, float("-inf"))
+    return torch.softmax(logits, dim=-1)
+"""
+
+SAMPLE_ONLY = """
+def sample_next(logits, temperature, top_k, generator):
+    probs = next_token_probs(logits, temperature, top_k)
+    return torch.multinomial(probs, num_samples=1, generator=generator)
+"""
+
+SAMPLE = PROBS + SAMPLE_ONLY
+"""sample_next with the learner's next_token_probs above it, as the notebook defines both."""
+
 
 def learner(source: str, name: str, *edits: tuple[str, str]) -> Any:
     """`name` defined by `source` with each (old, new) text replacement applied once."""

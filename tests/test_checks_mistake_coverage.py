@@ -28,6 +28,8 @@ LEARNER_TABLES = {
     "test_checks_heads": ["WRONG", "LEARNER_WRONG", "REASONED_WRONG"],
     "test_checks_rope": ["WRONG", "LEARNER_WRONG", "REASONED_WRONG"],
     "test_checks_kv_cache": ["WRONG", "LEARNER_WRONG"],
+    "test_checks_decoder": ["WRONG"],
+    "test_checks_generation": ["WRONG"],
     "test_checks_basics": ["WRONG"],
     "test_checks_modern": ["WRONG"],
     "test_checks_flash": [

@@ -1,11 +1,21 @@
-"""The tiny decoder: cached and uncached generation agree; the induction task and its training loop."""
+"""The tiny decoder: cached and uncached generation agree; the induction task and its training loop;
+the block's forward, ablation, generation with the cache and sampling as the package runs them."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from attn_course.decoder import DecoderConfig, TinyDecoder, generate, parameter_count, tokens_per_second
+from attn_course.ablation import ablate_heads
+from attn_course.decoder import (
+    DecoderConfig,
+    TinyDecoder,
+    block_forward,
+    generate,
+    parameter_count,
+    tokens_per_second,
+)
+from attn_course.generation import generate_with_cache, greedy, next_token_probs, sample_next, sampler
 from attn_course.induction import induction_accuracy, induction_batch, train_induction
 from attn_course.kv_cache import KVCache, cached_attention
 
@@ -98,3 +108,78 @@ def test_a_short_training_run_learns_something():
     run = train_induction(model, 60, batch=32, seq_len=16, periods=(3, 6), progress=False)
     assert len(run.losses) == 60 and run.losses[-1] < run.losses[0]
     assert induction_accuracy(model, test) > before
+
+
+# ---------------------------------------------------------------------------------------------
+# The learner's pieces as the package runs them: the block's forward, ablation, generation, sampling
+
+
+def test_the_model_runs_the_block_forward_it_is_given_in_every_block_and_in_its_maps():
+    calls = []
+
+    def recorded(block, x):
+        calls.append(block)
+        return block_forward(block, x)
+
+    torch.manual_seed(0)
+    default = TinyDecoder(SMALL).double().eval()
+    model = TinyDecoder(SMALL, block_forward=recorded).double().eval()
+    model.load_state_dict(default.state_dict())
+    tokens = torch.randint(0, SMALL.vocab_size, (2, 6))
+    torch.testing.assert_close(model(tokens), default(tokens), atol=0, rtol=0)
+    assert calls == list(model.blocks)
+    model.attention_maps(tokens)
+    assert len(calls) == 2 * SMALL.n_layers
+    block = default.blocks[0]
+    x = torch.randn(2, 6, SMALL.d_model, dtype=torch.float64)
+    torch.testing.assert_close(block(x), block_forward(block, x), atol=0, rtol=0)
+
+
+def test_ablating_a_head_zeroes_its_columns_in_a_copy_and_changes_the_logits():
+    torch.manual_seed(0)
+    model = TinyDecoder(SMALL).eval()
+    before = {name: p.clone() for name, p in model.state_dict().items()}
+    ablated = ablate_heads(model, [(1, 1)])
+    d_k = SMALL.d_model // SMALL.n_heads
+    weight = ablated.blocks[1].attn.out.weight
+    assert weight[:, d_k:].abs().sum() == 0 and weight[:, :d_k].abs().sum() > 0
+    assert all(torch.equal(p, before[name]) for name, p in model.state_dict().items())
+    tokens = torch.randint(0, SMALL.vocab_size, (2, 6))
+    assert not torch.allclose(ablated(tokens), model(tokens))
+    torch.testing.assert_close(ablate_heads(model, [])(tokens), model(tokens), atol=0, rtol=0)
+
+
+@pytest.mark.parametrize(("batch", "prompt_len", "n_new"), [(1, 1, 5), (3, 7, 9), (2, 4, 1)])
+def test_generate_with_cache_and_greedy_give_the_packages_greedy_tokens(batch, prompt_len, n_new):
+    torch.manual_seed(1)
+    model = TinyDecoder(SMALL).double().eval()
+    prompt = torch.randint(0, SMALL.vocab_size, (batch, prompt_len))
+    cache = KVCache()
+    tokens = generate_with_cache(model, prompt, n_new, greedy, cache, cached_attention)
+    assert torch.equal(tokens, generate(model, prompt, n_new, use_cache=False)[0])
+    assert cache.length(0) == prompt_len + n_new - 1  # the last token is picked, never fed
+
+
+def test_next_token_probs_temperature_and_top_k():
+    logits = torch.tensor([[2.0, 1.0, 0.0, -1.0], [0.0, 3.0, 1.0, 1.0]])
+    torch.testing.assert_close(next_token_probs(logits), torch.softmax(logits, dim=-1))
+    torch.testing.assert_close(next_token_probs(logits, 0.5), torch.softmax(2 * logits, dim=-1))
+    top2 = next_token_probs(logits, 1.0, top_k=2)
+    assert (top2 > 0).sum(dim=-1).tolist() == [2, 3]  # row 2 ties at its 2nd largest: both kept
+    torch.testing.assert_close(top2.sum(dim=-1), torch.ones(2))
+    assert next_token_probs(logits, 1.0, top_k=1).argmax(dim=-1).tolist() == [0, 1]
+    torch.testing.assert_close(next_token_probs(logits, 1.0, top_k=4), next_token_probs(logits))
+
+
+def test_sampling_follows_the_probabilities_and_its_generator():
+    logits = torch.tensor([[1.0, 0.0, -1.0, 0.5]]).repeat(20_000, 1)
+    draws = sample_next(logits, 2.0, 3, torch.Generator().manual_seed(0))
+    assert draws.shape == (20_000, 1) and draws.dtype == torch.long
+    frequencies = torch.bincount(draws.flatten(), minlength=4) / 20_000
+    torch.testing.assert_close(frequencies, next_token_probs(logits[:1], 2.0, 3)[0], atol=0.02, rtol=0)
+    again = sample_next(logits, 2.0, 3, torch.Generator().manual_seed(0))
+    assert torch.equal(draws, again)
+    model = TinyDecoder(SMALL).eval()
+    prompt = torch.zeros(2, 3, dtype=torch.long)
+    pick = sampler(1.0, None, torch.Generator().manual_seed(3))
+    assert generate_with_cache(model, prompt, 4, pick, KVCache()).shape == (2, 7)

@@ -22,15 +22,22 @@ import nbformat
 import pytest
 import triton_variants
 from learner_code import (
+    ABLATE,
     APPLY_ROPE,
+    BLOCK,
+    CACHED,
     CAUSAL,
     FLASH,
     FREQUENCIES,
+    GENERATE,
+    KV_CACHE,
     MERGE,
     MHA,
     ONLINE_SOFTMAX,
     PRELUDE,
+    PROBS,
     ROTARY,
+    SAMPLE_ONLY,
     SCALED,
     SOFTMAX,
     SPLIT,
@@ -72,6 +79,13 @@ SWAPS = [
     ("05_rope", "RotaryMultiHeadAttention", ROTARY_LAYER),
     ("06_flash_attention", "online_softmax", ONLINE_SOFTMAX),
     ("06_flash_attention", "flash_attention", FLASH),
+    ("07_kv_cache", "block_forward", BLOCK),
+    ("07_kv_cache", "ablate_heads", ABLATE),
+    ("07_kv_cache", "KVCache", KV_CACHE),
+    ("07_kv_cache", "cached_attention", CACHED),
+    ("07_kv_cache", "generate_with_cache", GENERATE),
+    ("07_kv_cache", "next_token_probs", PROBS),
+    ("07_kv_cache", "sample_next", SAMPLE_ONLY),
     ("08_triton_flash_attention", "triton_softmax", triton_variants.SOFTMAX),
     ("08_triton_flash_attention", "triton_scores", triton_variants.SCORES),
     ("08_triton_flash_attention", "triton_flash_attention", TRITON_FLASH_ANY_D),
@@ -141,7 +155,8 @@ def run_swapped(stem: str) -> tuple[nbformat.NotebookNode, dict[str, list[str]]]
         if swap_stem != stem:
             continue
         exercise = notebook.cells[checks[name] - 1]
-        defines = f"def {name}(" in exercise.source or f"class {name}(" in exercise.source
+        spellings = (f"def {name}(", f"class {name}(", f"class {name}:")
+        defines = any(spelling in exercise.source for spelling in spellings)
         assert exercise.cell_type == "code" and defines, f"the cell before check_{name} should define {name}"
         exercise.source = swapped_source(name, solution)
     notebook.cells.append(nbformat.v4.new_code_cell(REPORT))

@@ -1,0 +1,488 @@
+"""Checks for notebook 07: generation with the cache, and sampling at a temperature with top-k."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from attn_course import reference
+from attn_course.checks._harness import (
+    CheckFailed,
+    Mistake,
+    call,
+    check,
+    expect_close,
+    expect_tensor,
+    randn,
+)
+from attn_course.decoder import DecoderConfig, TinyDecoder
+from attn_course.generation import greedy
+
+# ---------------------------------------------------------------------------------------------
+# next_token_probs
+
+_VOCAB = 10
+_PROBS_CASES: list[tuple[float, int | None]] = [
+    (1.0, None),
+    (0.5, None),
+    (2.0, 3),
+    (0.7, 1),
+    (1.3, _VOCAB),
+    (1.0, 5),
+]
+"""(temperature, top_k) of each call: with and without top-k, k = 1 and k = vocab_size."""
+
+
+def _probs(
+    logits: torch.Tensor,
+    temperature: float,
+    top_k: int | None,
+    *,
+    when: str = "before",
+    scale: str = "divide",
+    keep: int = 0,
+    fill: float = float("-inf"),
+    softmax: bool = True,
+    renormalise: bool = True,
+) -> torch.Tensor:
+    """next_token_probs with each knob a learner might get wrong; the defaults are right."""
+    scaled = logits
+    if when == "before":
+        scaled = logits / temperature if scale == "divide" else logits * temperature  # (b, vocab)
+    if top_k is not None and top_k + keep >= 1:
+        k = min(top_k + keep, logits.shape[-1])
+        kth = scaled.topk(k, dim=-1).values[:, -1:]  # (b, 1)
+        outside = scaled < kth  # (b, vocab)
+        if not renormalise:
+            probs = torch.softmax(scaled, dim=-1).masked_fill(outside, 0.0)  # (b, vocab)
+            return probs if when != "power" else probs ** (1 / temperature)
+        scaled = scaled.masked_fill(outside, fill)  # (b, vocab)
+    if not softmax:
+        return scaled
+    probs = torch.softmax(scaled, dim=-1)  # (b, vocab)
+    if when == "power":
+        return probs ** (1 / temperature)
+    if when == "after":
+        return probs / temperature
+    return probs
+
+
+_PROBS_MISTAKES: list[tuple[str, dict[str, Any]]] = [
+    (
+        "applies the temperature after the softmax (probs ** (1 / T)), so the rows no longer sum to 1: "
+        "divide the logits by the temperature, then take the softmax.",
+        {"when": "power"},
+    ),
+    (
+        "divides the probabilities by the temperature: the temperature divides the logits, before the "
+        "softmax, softmax(logits / temperature).",
+        {"when": "after"},
+    ),
+    (
+        "multiplies the logits by the temperature: divide by it, softmax(logits / temperature), so that a "
+        "high temperature flattens the distribution and a low one sharpens it.",
+        {"scale": "multiply"},
+    ),
+    (
+        "ignores the temperature: softmax(logits / temperature).",
+        {"when": "never"},
+    ),
+    (
+        "keeps k - 1 tokens, not k: keep every logit at least as large as the k-th largest, "
+        "logits.topk(k).values[:, -1:], and mask the ones below it (<, not <=).",
+        {"keep": -1},
+    ),
+    (
+        "keeps k + 1 tokens, not k: the k-th largest logit is logits.topk(k).values[:, -1:] (index k - 1, "
+        "counting from 0).",
+        {"keep": 1},
+    ),
+    (
+        "sets the logits outside the top k to 0, which still gives them probability: set them to "
+        "float('-inf'), so that exp makes them exactly 0.",
+        {"fill": 0.0},
+    ),
+    (
+        "returns logits, not probabilities: finish with torch.softmax(scaled, dim=-1).",
+        {"softmax": False},
+    ),
+    (
+        "zeroes the tokens outside the top k after the softmax without renormalising, so the rows sum to "
+        "less than 1: mask the logits with -inf before the softmax (or divide by the new sum).",
+        {"renormalise": False},
+    ),
+    (
+        "ignores top_k: keep only the top_k largest logits of each row (the others -inf) before the "
+        "softmax, when top_k is not None.",
+        {"keep": 10**6},
+    ),
+]
+
+_PROBS_SIGNATURE = (
+    "The signature is next_token_probs(logits, temperature=1.0, top_k=None), logits (b, vocab_size); "
+    "top_k=None keeps every token."
+)
+
+
+def _diagnose_probs(logits: torch.Tensor, temperature: float, top_k: int | None) -> Callable[..., str | None]:
+    def diagnose(actual: torch.Tensor, expected: torch.Tensor) -> str | None:
+        a = actual.detach().to("cpu", torch.float64)
+        if (a < 0).any():
+            return "has negative entries: probabilities come out of a softmax, never negative."
+        sums = a.sum(dim=-1)
+        if not torch.allclose(sums, torch.ones_like(sums), atol=1e-5):
+            return (
+                f"has rows that do not sum to 1 (from {float(sums.min()):.4g} to {float(sums.max()):.4g}): "
+                "take the softmax along the vocabulary axis, dim=-1, last."
+            )
+        kept, want = a > 0, expected > 0
+        if not torch.equal(kept, want.cpu()):
+            return (
+                f"keeps other tokens than the {top_k or 'all'} largest logits of each row "
+                f"({int(kept.sum(dim=-1).max())} nonzero in some row, "
+                f"{int(want.sum(dim=-1).max())} expected)."
+            )
+        return (
+            "keeps the right tokens, but their probabilities are not in the proportions exp(logit / T): "
+            f"softmax(logits / temperature) with temperature={temperature}."
+        )
+
+    return diagnose
+
+
+@check
+def check_next_token_probs(candidate: Callable[..., Any]) -> str:
+    """Logits (4, 10) at 6 (temperature, top_k) pairs, exactly; then top-k with ties at the k-th logit."""
+    logits = 2 * randn(4, _VOCAB)  # (b, vocab)
+    for temperature, top_k in _PROBS_CASES:
+        shown = f"next_token_probs(logits, {temperature}, {top_k}) for logits of shape (4, {_VOCAB})"
+        got = call("next_token_probs", candidate, logits, temperature, top_k, hint=_PROBS_SIGNATURE)
+        want = reference.next_token_probs(logits, temperature, top_k)  # (b, vocab)
+        what = f"The result of {shown}"
+        out = expect_tensor(got, want.shape, what, finite=False)
+        mistakes = [
+            Mistake(message, lambda knobs=knobs, t=temperature, k=top_k: _probs(logits, t, k, **knobs))
+            for message, knobs in _PROBS_MISTAKES
+        ]
+        diagnose = _diagnose_probs(logits, temperature, top_k)
+        expect_close(out, want, what, mistakes=mistakes, diagnose=diagnose, called_as="")
+    _expect_ties_handled(candidate)
+    return f"{len(_PROBS_CASES)} temperatures and top-k (k = 1 … vocab_size), and ties at the k-th logit"
+
+
+def _expect_ties_handled(candidate: Callable[..., Any]) -> None:
+    """With ties at the k-th largest logit, keep all of them or any k: both are right."""
+    logits = torch.tensor(
+        [[3.0, 1.0, 1.0, 1.0, 0.0, -1.0], [2.0, 2.0, 2.0, 0.0, 0.5, 1.0]], dtype=torch.float64
+    )
+    temperature, top_k = 0.8, 2
+    what = f"next_token_probs(logits, {temperature}, {top_k}) with ties at the 2nd largest logit"
+    got = call("next_token_probs", candidate, logits, temperature, top_k, hint=_PROBS_SIGNATURE)
+    probs = expect_tensor(got, logits.shape, f"The result of {what}").detach().to("cpu", torch.float64)
+    kth = logits.topk(top_k, dim=-1).values[:, -1:]  # (b, 1)
+    kept = probs > 0  # (b, vocab)
+    for row in range(logits.shape[0]):
+        support = kept[row]
+        must = logits[row] > kth[row]
+        may = logits[row] >= kth[row]
+        if not (support[must].all() and not support[~may].any() and int(support.sum()) >= top_k):
+            raise CheckFailed(
+                f"The result of {what} keeps tokens {support.nonzero().flatten().tolist()} of row {row} "
+                f"(logits {logits[row].tolist()}): keep every logit larger than the k-th largest, and "
+                "those equal to it (all of them, or enough to make k)."
+            )
+        expected = torch.softmax(logits[row][support] / temperature, dim=-1)  # (kept,)
+        if not torch.allclose(probs[row][support], expected, atol=1e-5):
+            raise CheckFailed(
+                f"The result of {what} has row {row} {probs[row].tolist()}: the kept tokens' probabilities "
+                "should be softmax(logits / temperature) over the kept tokens, summing to 1."
+            )
+
+
+# ---------------------------------------------------------------------------------------------
+# sample_next
+
+_DRAWS = 10_000
+"""Draws per row: each frequency must lie within 6 standard deviations of its probability."""
+
+
+def _close_in_distribution(frequencies: torch.Tensor, probs: torch.Tensor) -> bool:
+    """Whether observed frequencies (rows of _DRAWS draws) fit `probs` within 6σ, zeros exactly."""
+    f, p = frequencies.to(torch.float64), probs.detach().to("cpu", torch.float64)
+    if f.shape != p.shape or not torch.isfinite(p).all():
+        return False
+    sigma = (torch.clamp(p * (1 - p), min=1 / _DRAWS) / _DRAWS).sqrt()
+    return bool(((f - p).abs() <= 6 * sigma).all()) and bool((f[p == 0] == 0).all())
+
+
+_SAMPLE_SIGNATURE = (
+    "The signature is sample_next(logits, temperature, top_k, generator): draw one token per row "
+    "from next_token_probs(logits, temperature, top_k) with torch.multinomial(probs, 1, "
+    "generator=generator), which needs probabilities (non-negative), not logits."
+)
+
+
+def _sampled(
+    candidate: Callable[..., Any], logits: torch.Tensor, temperature: float, top_k: int | None, seed: int
+) -> torch.Tensor:
+    """The candidate's draws for _DRAWS copies of each row of logits, (_DRAWS, b)."""
+    b, vocab = logits.shape
+    many = logits.repeat(_DRAWS, 1)  # (draws · b, vocab): row i is logits[i % b]
+    generator = torch.Generator().manual_seed(seed)
+    shown = f"sample_next(logits, {temperature}, {top_k}, generator) for logits of shape {tuple(many.shape)}"
+    got = call("sample_next", candidate, many, temperature, top_k, generator, hint=_SAMPLE_SIGNATURE)
+    hints = {
+        (_DRAWS * b,): "Keep the sample axis: torch.multinomial(probs, 1) gives (b, 1); do not squeeze it.",
+        (_DRAWS * b, vocab): "Return the drawn token ids (b, 1), not probabilities or logits.",
+    }
+    draws = expect_tensor(got, (_DRAWS * b, 1), f"The result of {shown}", hints=hints)
+    if draws.is_floating_point() or draws.dtype == torch.bool:
+        raise CheckFailed(
+            f"The result of {shown} has dtype {draws.dtype}: token ids are integers (torch.long), as "
+            "torch.multinomial returns them."
+        )
+    if bool((draws < 0).any()) or bool((draws >= vocab).any()):
+        raise CheckFailed(f"The result of {shown} holds ids outside 0 … {vocab - 1}: draw token ids.")
+    return draws.view(_DRAWS, b)  # (draws, b)
+
+
+def _frequencies(draws: torch.Tensor, vocab: int) -> torch.Tensor:
+    """(draws, b) token ids -> (b, vocab) relative frequencies."""
+    counts = [torch.bincount(draws[:, row].cpu(), minlength=vocab) for row in range(draws.shape[1])]
+    return torch.stack(counts).to(torch.float64) / draws.shape[0]  # (b, vocab)
+
+
+_SAMPLE_CASES: list[tuple[str, float, int | None]] = [
+    ("positive", 1.0, None),
+    ("normal", 0.7, 4),
+    ("normal", 1.6, None),
+]
+"""(logits, temperature, top_k): positive logits first (where sampling the logits runs), then top-k."""
+
+
+@check
+def check_sample_next(candidate: Callable[..., Any]) -> str:
+    """10,000 draws per row at 3 settings: frequencies within 6σ of next_token_probs; the generator used."""
+    vocab = 8
+    for kind, temperature, top_k in _SAMPLE_CASES:
+        logits = (
+            (0.5 + 3 * torch.rand(3, vocab, dtype=torch.float64))
+            if kind == "positive"
+            else 1.5 * randn(3, vocab)
+        )
+        draws = _sampled(candidate, logits, temperature, top_k, seed=1234)
+        again = _sampled(candidate, logits, temperature, top_k, seed=1234)
+        if not torch.equal(draws, again):
+            raise CheckFailed(
+                "sample_next drew different tokens from two generators seeded alike: it ignores `generator`. "
+                "Pass it on, torch.multinomial(probs, 1, generator=generator), so that a seed makes a "
+                "generation reproducible."
+            )
+        frequencies = _frequencies(draws, vocab)  # (b, vocab)
+        want = reference.next_token_probs(logits, temperature, top_k)  # (b, vocab)
+        mistakes = [
+            Mistake(
+                "samples the logits, not the probabilities: torch.multinomial treats its input as weights, "
+                "so pass next_token_probs(logits, temperature, top_k), the softmax.",
+                lambda logits=logits: logits / logits.sum(dim=-1, keepdim=True),
+            ),
+            Mistake(
+                "always picks the most likely token (an argmax), which is greedy decoding: draw at random, "
+                "torch.multinomial(probs, 1, generator=generator).",
+                lambda want=want: torch.nn.functional.one_hot(want.argmax(dim=-1), vocab).to(torch.float64),
+            ),
+            Mistake(
+                "ignores the temperature: draw from next_token_probs(logits, temperature, top_k).",
+                lambda logits=logits, k=top_k: reference.next_token_probs(logits, 1.0, k),
+            ),
+            Mistake(
+                "ignores top_k: draw from next_token_probs(logits, temperature, top_k).",
+                lambda logits=logits, t=temperature: reference.next_token_probs(logits, t, None),
+            ),
+        ]
+        what = f"The frequencies of your draws ({_DRAWS:,} per row, temperature={temperature}, top_k={top_k})"
+        expect_close(
+            frequencies,
+            want,
+            what,
+            mistakes=mistakes,
+            close=_close_in_distribution,
+            diagnose=_diagnose_draws(frequencies, want),
+            called_as="",
+        )
+    return f"{_DRAWS:,} draws per row at 3 temperatures and top-k fit the probabilities; seeds reproduce"
+
+
+def _diagnose_draws(frequencies: torch.Tensor, probs: torch.Tensor) -> Callable[..., str | None]:
+    def diagnose(actual: torch.Tensor, expected: torch.Tensor) -> str | None:
+        outside = (frequencies > 0) & (probs.cpu() == 0)
+        if outside.any():
+            row, token = (int(i) for i in outside.nonzero()[0])
+            return f"draw token {token} in row {row}, which has probability 0 (outside the top k)."
+        gap = (frequencies - probs.cpu()).abs()
+        row, token = (int(i) for i in torch.unravel_index(gap.argmax(), gap.shape))
+        sigma = math.sqrt(max(float(probs[row, token]) * (1 - float(probs[row, token])), 1 / _DRAWS) / _DRAWS)
+        return (
+            f"do not fit the probabilities: token {token} of row {row} was drawn with frequency "
+            f"{float(frequencies[row, token]):.4f} for a probability of {float(probs[row, token]):.4f}, "
+            f"{float(gap[row, token]) / sigma:.0f} standard deviations away."
+        )
+
+    return diagnose
+
+
+# ---------------------------------------------------------------------------------------------
+# generate_with_cache
+
+_GEN_CONFIG = DecoderConfig(vocab_size=13, n_layers=2, n_heads=2, d_model=16, d_mlp=24)
+
+
+class _PickInputError(ValueError):
+    """The check's pick was given logits of the wrong shape."""
+
+
+class _Watched:
+    """The model as the learner's generate_with_cache sees it, recording every call."""
+
+    def __init__(self, model: TinyDecoder) -> None:
+        self.model, self.config = model, model.config
+        self.steps: list[int] = []  # t_new of each model.step call
+        self.forwards = 0
+
+    def step(self, idx: torch.Tensor, cache: Any, attend: Any = reference.cached_attention) -> torch.Tensor:
+        """The model's cached step, recorded."""
+        self.steps.append(int(idx.shape[-1]))
+        return self.model.step(idx, cache, attend)  # (b, t_new, vocab_size)
+
+    def __call__(self, idx: torch.Tensor) -> torch.Tensor:
+        """The model on a whole sequence, without the cache, recorded."""
+        self.forwards += 1
+        return self.model(idx)  # (b, t, vocab_size)
+
+    forward = __call__
+
+
+def _watched_pick(b: int, vocab: int, picks: list[torch.Tensor]) -> Callable[[torch.Tensor], torch.Tensor]:
+    def pick(logits: torch.Tensor) -> torch.Tensor:
+        if not isinstance(logits, torch.Tensor) or tuple(logits.shape) != (b, vocab):
+            shape = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
+            why = (
+                " Slicing [:, -1:] keeps a time axis of length 1: take the last position with [:, -1]."
+                if shape == (b, 1, vocab)
+                else " Take the logits of the last position, model.step(...)[:, -1]."
+            )
+            raise _PickInputError(f"pick(logits) expects logits of shape {(b, vocab)}, got {shape}.{why}")
+        picks.append(logits.detach().clone())
+        return logits.argmax(dim=-1, keepdim=True)  # (b, 1)
+
+    return pick
+
+
+_GEN_SIGNATURE = (
+    "The signature is generate_with_cache(model, prompt, n_new, pick, cache, attend): run "
+    "model.step(prompt, cache, attend) once, then model.step(next_token, cache, attend) for each new "
+    "token; pick(logits (b, vocab_size)) returns the next tokens (b, 1)."
+)
+
+
+@check
+def check_generate_with_cache(candidate: Callable[..., Any]) -> str:
+    """Greedy generation from a random float64 model, token-exact, and the calls of model.step counted."""
+    model = TinyDecoder(_GEN_CONFIG).double()
+    for b, t, n_new in [(3, 5, 6), (2, 4, 1)]:
+        _expect_generation(candidate, model, b, t, n_new)
+    return "greedy tokens match; one prefill of the prompt, then one new token per model.step"
+
+
+def _expect_generation(candidate: Callable[..., Any], model: TinyDecoder, b: int, t: int, n_new: int) -> None:
+    vocab = _GEN_CONFIG.vocab_size
+    prompt = torch.randint(0, vocab, (b, t))  # (b, t)
+    watched, picks, attended = _Watched(model), list[torch.Tensor](), list[int]()
+    cache = reference.KVCache()
+
+    def attend(attn: Any, x: torch.Tensor, cache: Any, layer: int) -> torch.Tensor:
+        attended.append(layer)
+        return reference.cached_attention(attn, x, cache, layer)  # (b, t_new, d_model)
+
+    pick = _watched_pick(b, vocab, picks)
+    shown = f"generate_with_cache(model, prompt, {n_new}, pick, cache, attend) for a prompt of shape {(b, t)}"
+    with torch.no_grad():
+        got = call(
+            "generate_with_cache", candidate, watched, prompt, n_new, pick, cache, attend, hint=_GEN_SIGNATURE
+        )
+        want = reference.generate_with_cache(model, prompt, n_new, greedy, reference.KVCache())
+        full = model(want)  # (b, t + n_new, vocab_size)
+    hints: dict[tuple[int, ...], str] = {
+        (b, t + n_new - 1): "One token short: pick and append n_new tokens.",
+        (b, t + n_new + 1): "One token too many: pick and append n_new tokens.",
+        (b, n_new): "Return the prompt followed by the new tokens, torch.cat([prompt, new], dim=1).",
+    }
+    tokens = expect_tensor(got, (b, t + n_new), f"The result of {shown}", hints=hints)
+    if watched.forwards:
+        raise CheckFailed(
+            f"{shown} ran the whole model, model(tokens), {watched.forwards} times: generate with the "
+            "cache, model.step(prompt, cache, attend) once and then model.step(next_token, cache, attend)."
+        )
+    steps = watched.steps
+    if steps and steps[0] == 1 and t > 1:
+        raise CheckFailed(
+            f"{shown} fed the prompt one token at a time (model.step got {steps[:t]} new positions): "
+            "prefill it in one call, model.step(prompt, cache, attend), which fills the cache with all of "
+            "it at once."
+        )
+    if any(n > 1 for n in steps[1:]):
+        raise CheckFailed(
+            f"{shown} re-fed the sequence: model.step got {steps} new positions per call, but the cache "
+            "already holds everything before the newest token. After the prefill, feed only the token "
+            "just picked, (b, 1)."
+        )
+    if not attended:
+        raise CheckFailed(f"{shown} did not pass `attend` on: call model.step(idx, cache, attend).")
+    if not (steps and steps[0] == t and len(steps) in (n_new, n_new + 1)):
+        raise CheckFailed(
+            f"{shown} called model.step {len(steps)} times, with {steps} new positions: once for the "
+            f"prompt ({t}), then once with each new token but the last, {n_new} calls in all."
+        )
+    if cache.length(0) < t + n_new - 1:
+        raise CheckFailed(
+            f"After {shown} the cache it was given holds {cache.length(0)} positions, {t + n_new - 1} "
+            "expected: pass `cache` to model.step, do not make a new one."
+        )
+    if picks:
+        first = picks[0]
+        expect_close(
+            first,
+            full[:, t - 1],
+            f"The logits that {shown} gave pick first",
+            mistakes=[
+                Mistake(
+                    "are those of the prompt's first position: pick from the last one, "
+                    "model.step(prompt, cache, attend)[:, -1].",
+                    lambda: full[:, 0],
+                )
+            ],
+            called_as="",
+        )
+    expect_close(
+        tokens.cpu(),
+        want,
+        f"The tokens of {shown}",
+        diagnose=_diagnose_tokens(tokens.cpu(), want, t),
+        called_as="",
+    )
+
+
+def _diagnose_tokens(tokens: torch.Tensor, want: torch.Tensor, t: int) -> Callable[..., str | None]:
+    def diagnose(actual: torch.Tensor, expected: torch.Tensor) -> str | None:
+        if not torch.equal(tokens[:, :t], want[:, :t]):
+            return "do not start with the prompt: return torch.cat([prompt, new_tokens], dim=1)."
+        wrong = (tokens != want).any(dim=0).nonzero().flatten()
+        return (
+            f"differ from greedy generation from position {int(wrong[0])} on (the prompt has {t}): append "
+            "each token that pick returns and feed it to the next model.step."
+        )
+
+    return diagnose

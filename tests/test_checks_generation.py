@@ -1,0 +1,140 @@
+"""The checks of generation and sampling (notebook 07): learner mistakes named, right answers kept."""
+# ruff: noqa: E501  (tables of learner code edits, one case a line)
+
+from __future__ import annotations
+
+import pytest
+from check_assertions import assert_accepted, assert_rejected
+from learner_code import GENERATE, PROBS, SAMPLE, learner
+
+from attn_course import reference
+from attn_course.checks import check_generate_with_cache, check_next_token_probs, check_sample_next
+
+SCALE = "    logits = logits / temperature\n"
+SOFTMAX = "return torch.softmax(logits, dim=-1)"
+DRAW = "return torch.multinomial(probs, num_samples=1, generator=generator)"
+STEP = "logits = model.step(next_token, cache, attend)"
+PREFILL = "logits = model.step(prompt, cache, attend)"
+SCATTER = (
+    (SCALE + "    if top_k is not None:\n", SCALE + "    if top_k is None:\n        return F.softmax(logits, dim=-1)\n"
+     "    if True:\n"),
+    ("        threshold = torch.topk(logits, top_k, dim=-1).values[:, -1:]\n"
+     '        logits = logits.masked_fill(logits < threshold, float("-inf"))\n',
+     "        top = logits.topk(top_k, dim=-1)\n"
+     "        return torch.zeros_like(logits).scatter(-1, top.indices, F.softmax(top.values, dim=-1))\n"),
+)  # fmt: skip
+INVERSE_CDF = (
+    DRAW,
+    "u = torch.rand(probs.shape[0], 1, generator=generator, dtype=probs.dtype)\n"
+    "    return (probs.cumsum(dim=-1) < u).sum(dim=-1, keepdim=True).clamp(max=probs.shape[-1] - 1)",
+)
+GUMBEL = (
+    DRAW,
+    "noise = -torch.log(-torch.log(torch.rand(probs.shape, generator=generator, dtype=probs.dtype)))\n"
+    "    return (probs.log() + noise).argmax(dim=-1, keepdim=True)",
+)
+
+WRONG = [
+    pytest.param("next_token_probs", PROBS, [(SCALE, ""), (SOFTMAX, SOFTMAX + " ** (1 / temperature)")],
+                 "applies the temperature after the softmax", id="probs-power-after-softmax"),
+    pytest.param("next_token_probs", PROBS, [(SCALE, ""), (SOFTMAX, SOFTMAX + " / temperature")],
+                 "divides the probabilities by the temperature", id="probs-divided-after-softmax"),
+    pytest.param("next_token_probs", PROBS, [("logits / temperature", "logits * temperature")],
+                 "multiplies the logits by the temperature", id="probs-temperature-multiplied"),
+    pytest.param("next_token_probs", PROBS, [(SCALE, "")], "ignores the temperature", id="probs-no-temperature"),
+    pytest.param("next_token_probs", PROBS, [("logits < threshold", "logits <= threshold")],
+                 "keeps k - 1 tokens", id="probs-top-k-minus-one"),
+    pytest.param("next_token_probs", PROBS, [("top_k, dim=-1)", "top_k + 1, dim=-1)")],
+                 "keeps k + 1 tokens", id="probs-top-k-plus-one"),
+    pytest.param("next_token_probs", PROBS, [('float("-inf")', "0.0")],
+                 "sets the logits outside the top k to 0", id="probs-masked-to-zero"),
+    pytest.param("next_token_probs", PROBS, [(SOFTMAX, "return logits")],
+                 "returns logits, not probabilities", id="probs-returns-logits"),
+    pytest.param("next_token_probs", PROBS,
+                 [('        logits = logits.masked_fill(logits < threshold, float("-inf"))\n    ' + SOFTMAX,
+                   "        return torch.softmax(logits, dim=-1).masked_fill(logits < threshold, 0.0)\n    " + SOFTMAX)],
+                 "without renormalising", id="probs-not-renormalised"),
+    pytest.param("next_token_probs", PROBS, [("if top_k is not None:", "if False:")],
+                 "ignores top_k", id="probs-no-top-k"),
+    pytest.param("next_token_probs", PROBS, [(SOFTMAX, "return torch.softmax(logits, dim=0)")],
+                 "rows that do not sum to 1", id="probs-softmax-wrong-axis"),
+    pytest.param("sample_next", SAMPLE, [("torch.multinomial(probs,", "torch.multinomial(logits,")],
+                 "samples the logits, not the probabilities", id="sample-logits"),
+    pytest.param("sample_next", SAMPLE, [(DRAW, "return probs.argmax(dim=-1, keepdim=True)")],
+                 "always picks the most likely token", id="sample-argmax"),
+    pytest.param("sample_next", SAMPLE, [(", generator=generator)", ")")],
+                 "ignores `generator`", id="sample-generator-unused"),
+    pytest.param("sample_next", SAMPLE, [(DRAW, DRAW + ".squeeze(-1)")], "Keep the sample axis", id="sample-squeezed"),
+    pytest.param("sample_next", SAMPLE, [("probs = next_token_probs(logits, temperature, top_k)",
+                                          "probs = next_token_probs(logits, 1.0, top_k)")],
+                 "ignores the temperature", id="sample-no-temperature"),
+    pytest.param("sample_next", SAMPLE, [("probs = next_token_probs(logits, temperature, top_k)",
+                                          "probs = next_token_probs(logits, temperature, None)")],
+                 "ignores top_k", id="sample-no-top-k"),
+    pytest.param("sample_next", SAMPLE, [(DRAW, "return probs")], "Return the drawn token ids", id="sample-probs"),
+    pytest.param("sample_next", SAMPLE, [(DRAW, DRAW + ".float()")], "token ids are integers", id="sample-float"),
+    pytest.param("sample_next", SAMPLE, [("logits = logits / temperature", "logits = logits / temperature ** 2")],
+                 "standard deviations away", id="sample-temperature-squared"),
+    pytest.param("generate_with_cache", GENERATE, [(STEP, "logits = model.step(tokens, cache, attend)")],
+                 "re-fed the sequence", id="gen-refeeds-everything"),
+    pytest.param("generate_with_cache", GENERATE,
+                 [(PREFILL, "for j in range(prompt.shape[1]):\n        logits = model.step(prompt[:, j:j + 1], cache, attend)")],
+                 "fed the prompt one token at a time", id="gen-no-prefill"),
+    pytest.param("generate_with_cache", GENERATE, [("pick(logits[:, -1])", "pick(logits[:, -1:])")],
+                 "keeps a time axis", id="gen-kept-time-axis"),
+    pytest.param("generate_with_cache", GENERATE, [("pick(logits[:, -1])", "pick(logits[:, 0])")],
+                 "the prompt's first position", id="gen-first-position"),
+    pytest.param("generate_with_cache", GENERATE, [("range(n_new)", "range(n_new - 1)")],
+                 "One token short", id="gen-one-short"),
+    pytest.param("generate_with_cache", GENERATE, [("range(n_new)", "range(n_new + 1)")],
+                 "One token too many", id="gen-one-too-many"),
+    pytest.param("generate_with_cache", GENERATE, [(STEP, "logits = model(tokens)")],
+                 "ran the whole model", id="gen-no-cache"),
+    pytest.param("generate_with_cache", GENERATE,
+                 [(PREFILL, "logits = model.step(prompt, cache)"), (STEP, "logits = model.step(next_token, cache)")],
+                 "did not pass `attend` on", id="gen-attend-dropped"),
+    pytest.param("generate_with_cache", GENERATE, [("    " + PREFILL, "    cache = type(cache)()\n    " + PREFILL)],
+                 "do not make a new one", id="gen-own-cache"),
+    pytest.param("generate_with_cache", GENERATE, [("tokens = prompt\n", "tokens = prompt[:, :0]\n")],
+                 "Return the prompt followed by the new tokens", id="gen-only-new-tokens"),
+    pytest.param("generate_with_cache", GENERATE, [("torch.cat([tokens, next_token]", "torch.cat([next_token, tokens]")],
+                 "do not start with the prompt", id="gen-prepends"),
+    pytest.param("generate_with_cache", GENERATE, [(STEP, "logits = model.step(next_token.argmax(dim=-1, keepdim=True) * 0, cache, attend)")],
+                 "differ from greedy generation from position", id="gen-feeds-another-token"),
+]  # fmt: skip
+"""(exercise, learner source, text edits, the phrase the check's message must contain)."""
+
+RIGHT = [
+    pytest.param("next_token_probs", PROBS, [], id="probs-learner"),
+    pytest.param("next_token_probs", PROBS, list(SCATTER), id="probs-scatter-exactly-k"),
+    pytest.param("next_token_probs", PROBS, [('logits.masked_fill(logits < threshold, float("-inf"))',
+                                              "torch.where(logits >= threshold, logits, -torch.inf)")],
+                 id="probs-where"),
+    pytest.param("sample_next", SAMPLE, [], id="sample-learner"),
+    pytest.param("sample_next", SAMPLE, [INVERSE_CDF], id="sample-inverse-cdf"),
+    pytest.param("sample_next", SAMPLE, [GUMBEL], id="sample-gumbel-max"),
+    pytest.param("generate_with_cache", GENERATE, [], id="gen-learner-steps-after-the-last"),
+    pytest.param("generate_with_cache", GENERATE, [("        " + STEP, "        if i < n_new - 1:\n            " + STEP)],
+                 id="gen-no-extra-step"),
+]  # fmt: skip
+
+CHECKS = {
+    "next_token_probs": check_next_token_probs,
+    "sample_next": check_sample_next,
+    "generate_with_cache": check_generate_with_cache,
+}
+
+
+@pytest.mark.parametrize(("exercise", "source", "edits", "phrase"), WRONG)
+def test_learner_mistakes_are_named(exercise, source, edits, phrase, capsys):
+    assert_rejected(CHECKS[exercise], learner(source, exercise, *edits), phrase, capsys)
+
+
+@pytest.mark.parametrize(("exercise", "source", "edits"), RIGHT)
+def test_right_learner_solutions_pass(exercise, source, edits, capsys):
+    assert_accepted(CHECKS[exercise], learner(source, exercise, *edits), capsys)
+
+
+@pytest.mark.parametrize("exercise", sorted(CHECKS))
+def test_the_reference_passes(exercise, capsys):
+    assert_accepted(CHECKS[exercise], getattr(reference, exercise), capsys)
