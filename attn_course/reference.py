@@ -15,13 +15,13 @@ from attn_course import exercise as _exercise
 
 TOPICS = (
     "attention",
-    "experiments",
+    "scaling",
     "masking",
     "heads",
     "rope",
     "flash",
     "kv_cache",
-    "triton_ops",
+    "triton_flash.launchers",
     "backward",
     "gqa",
     "window",

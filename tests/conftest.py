@@ -1,11 +1,11 @@
-"""Test-wide setup: notebooks run with their reduced budgets (see attn_course.budget).
+"""Test-wide setup: notebooks run with their reduced budgets (see attn_course.quick_run).
 
 Triton kernels run through Triton's interpreter on the CPU, also on a machine with a GPU, so that
 the tests of notebook 08 and its checks run the same everywhere (set before triton is imported).
 Kernels started by nbval, nbclient and the grader inherit this process's environment.
 `make bench` times the notebooks at their full budgets.
 
-The GPU tier (`make test-gpu`, `attn_course.gpu_tier`) sets ATTN_COURSE_GPU_TIER=1: then Triton
+The GPU tier (`make test-gpu`, `tools.gpu_tier`) sets ATTN_COURSE_GPU_TIER=1: then Triton
 compiles its kernels for the GPU, and only the tests marked `gpu` run. Everywhere else the tests
 marked `gpu` are skipped with the reason.
 """
@@ -14,8 +14,8 @@ import os
 
 import pytest
 
-from attn_course.budget import QUICK_VARIABLE
-from attn_course.gpu_tier import TIER_VARIABLE
+from attn_course.quick_run import QUICK_VARIABLE
+from tools.gpu_tier import TIER_VARIABLE
 
 GPU_TIER = os.environ.get(TIER_VARIABLE) == "1"
 
@@ -40,7 +40,7 @@ def gpu_skip_reason(gpu_tier: bool, gpu_problem: str | None) -> str | None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Skip `gpu` tests outside the GPU tier, and every other test inside it."""
-    from attn_course.triton_support import gpu_problem
+    from attn_course.triton_flash.runtime import gpu_problem
 
     reason = gpu_skip_reason(GPU_TIER, gpu_problem() if GPU_TIER else None)
     for item in items:

@@ -53,7 +53,7 @@ def compile_one(job: dict) -> dict:
     from triton.compiler import ASTSource
 
     if job["source"] == "package":
-        from attn_course import kernels as module
+        from attn_course.triton_flash import kernels as module
     else:
         module = solution_kernels(job["source"])
     kernel = getattr(module, job["kernel"])
@@ -90,12 +90,12 @@ def compile_one(job: dict) -> dict:
 
 def jobs() -> list[dict]:
     """Every kernel and configuration to compile."""
-    from attn_course.triton_ops import backward_config, default_config
+    from attn_course.triton_flash.launchers import backward_config, forward_config
 
     found = []
     for arch, capability in ARCHITECTURES.items():
         for head_dim in (64, 128):
-            config = default_config(head_dim, "cuda", capability=capability)
+            config = forward_config(head_dim, "cuda", capability=capability)
             blocks = {"HEAD_DIM": head_dim, "BLOCK_D": head_dim, "IS_CAUSAL": True}
             found.append(
                 dict(source="package", kernel="flash_attention_kernel", arch=arch, dtype="fp16",

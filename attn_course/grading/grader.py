@@ -18,6 +18,7 @@ from jupyter_core.paths import jupyter_runtime_dir
 from attn_course.grading import sandbox
 from attn_course.grading.discover import Learner, Submission, SubmissionsError, discover
 from attn_course.grading.execute import Limits, kernel_env, run_notebook
+from attn_course.grading.kernel_factory import Zygote
 from attn_course.grading.points import POINTS
 from attn_course.grading.report import (
     FEEDBACK,
@@ -27,7 +28,6 @@ from attn_course.grading.report import (
     write_gradebook,
 )
 from attn_course.grading.results import ExerciseResult, GradeReport, LearnerResult, NotebookResult
-from attn_course.grading.zygote import Zygote
 from attn_course.reference import EXERCISES
 
 DEFAULT_TIMEOUT = 180.0
