@@ -5,7 +5,7 @@ the package would turn the interpreter on, as there is no GPU). Triton lowers a 
 assembles it with the ptxas its wheel ships, so a kernel that would not compile on Colab's T4
 (sm_75), an A100 (sm_80) or an H100 (sm_90), or that needs more shared memory than a program may
 have there, fails here too. Compiled: the package's kernels
-at the block sizes `triton_ops.default_config` (forward) and `triton_ops.backward_config` (backward)
+at the block sizes `launchers.forward_config` (forward) and `launchers.backward_config` (backward)
 pick, and the solution notebooks' own kernels at the block sizes their wrappers pick on a GPU. Prints
 one JSON object per compiled kernel.
 """

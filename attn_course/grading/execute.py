@@ -51,7 +51,7 @@ class Limits:
     threads: int = 1
     """Threads for torch and BLAS in the kernel."""
     zygote: str | None = None
-    """Socket of a kernel factory (`zygote`) to fork kernels from; None: start each from scratch."""
+    """Socket of a kernel factory (`kernel_factory`) to fork kernels from; None: start each from scratch."""
     hidden: tuple[str, ...] = ()
     """Folders a kernel may not read or write, even by absolute path (the submissions, the grades);
     enforced where the system has Landlock (see `sandbox`)."""
