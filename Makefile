@@ -60,19 +60,19 @@ test-fast: setup
 # The GPU tier: compiled Triton kernels, the checks' GPU cases, notebooks 06, 08 (09) at full budgets
 # and the benchmarks, within 8 minutes; report in bench-results/gpu/. Without a GPU: one line, exit 0.
 test-gpu: setup
-	$(BIN)/python -m attn_course.gpu_tier
+	$(BIN)/python -m tools.gpu_tier
 
 release: setup
 	$(BIN)/attn-course release
 
 bench: setup
-	$(BIN)/python -m attn_course.timing solutions
+	$(BIN)/python -m tools.timing solutions
 
 bench-grade: setup
-	$(BIN)/python -m attn_course.grading.bench --learners 30 --jobs 2
+	$(BIN)/python -m tools.grading_bench --learners 30 --jobs 2
 
 bench-grade-dask: setup
-	$(BIN)/python -m attn_course.grading.bench_dask --learners 60 --jobs 2 --workers 1 2 4
+	$(BIN)/python -m tools.grading_bench_dask --learners 60 --jobs 2 --workers 1 2 4
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache

@@ -1,7 +1,8 @@
 """attn_course: the helper package of a hands-on course that derives self-attention.
 
 Each notebook imports exactly what it introduced from here: reference implementations
-(`attn_course.reference`), autograder checks (`attn_course.checks`), plots and widgets.
+(`attn_course.reference`), autograder checks (`attn_course.checks`), and by role `plots/`,
+`explorers/`, `demos/` and `triton_flash/` (CONTRIBUTING.md's "Where code goes").
 """
 
 import re

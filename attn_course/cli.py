@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from attn_course import __version__
-from attn_course.release import ReleaseError, WorkInTheWay, release
+from attn_course.tooling.release import ReleaseError, WorkInTheWay, release
 
 _BENCH_HELP = (
     "time naive, tiled and torch's fused attention (each SDPA backend) against T; print a table and "
@@ -63,7 +63,7 @@ def _release(args: argparse.Namespace) -> int:
 
 
 def _workspace(args: argparse.Namespace) -> int:
-    from attn_course.workspace import WorkspaceError, fresh_copy, set_up
+    from attn_course.tooling.workspace import WorkspaceError, fresh_copy, set_up
 
     try:
         if args.fresh:
@@ -154,10 +154,10 @@ def _export_gradescope(args: argparse.Namespace) -> int:
 def _bench(args: argparse.Namespace) -> int:
     import torch
 
-    from attn_course.attention_bench import default_config, run_and_save
+    from attn_course.demos.attention_bench import default_bench_config, run_and_save
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    config = default_config(device, quick=args.quick, with_triton=True)
+    config = default_bench_config(device, quick=args.quick, with_triton=True)
     chosen = {
         "dtypes": args.dtype,
         "lengths": args.lengths,

@@ -15,7 +15,7 @@ from attn_course import exercise as _exercise
 
 TOPICS = (
     "attention",
-    "experiments",
+    "scaling",
     "masking",
     "heads",
     "rope",
@@ -24,7 +24,7 @@ TOPICS = (
     "decoder",
     "ablation",
     "generation",
-    "triton_ops",
+    "triton_flash.launchers",
     "backward",
     "gqa",
     "window",

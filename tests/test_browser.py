@@ -29,7 +29,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from attn_course.release import clean, student_version
+from attn_course.tooling.release import clean, student_version
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = Path(os.environ.get("ATTN_COURSE_CHROMIUM", "/usr/bin/chromium"))
@@ -385,8 +385,8 @@ def test_mask_explorer_renders_and_responds(lab, page):
         page,
         lab,
         "mask_explorer.ipynb",
-        "from attn_course.mask_explorer import MaskExplorer\n"
-        "from attn_course.sentence import example_sentence\n\n"
+        "from attn_course.explorers.masking import MaskExplorer\n"
+        "from attn_course.demos.sentence import example_sentence\n\n"
         "s = example_sentence(d_k=64)\n"
         "MaskExplorer(s.q, s.k, s.tokens).widget",
     )
@@ -409,7 +409,7 @@ def test_rope_explorer_renders_and_responds(lab, page):
         lab,
         "rope_explorer.ipynb",
         "import torch\n"
-        "from attn_course.rope_explorer import RopeExplorer\n\n"
+        "from attn_course.explorers.rope import RopeExplorer\n\n"
         "g = torch.Generator().manual_seed(0)\n"
         "q, k = torch.randn(2, 64, generator=g)  # (d,) each\n"
         "RopeExplorer(q, k).widget",

@@ -30,7 +30,7 @@ LEARNER_TABLES = {
     "test_checks_kv_cache": ["WRONG", "LEARNER_WRONG"],
     "test_checks_decoder": ["WRONG"],
     "test_checks_generation": ["WRONG"],
-    "test_checks_basics": ["WRONG"],
+    "test_checks_attention": ["WRONG"],
     "test_checks_modern": ["WRONG"],
     "test_checks_flash": [
         "ONLINE_SOFTMAX_MISTAKES", "FLASH_MISTAKES", "LSE_MISTAKES", "QUERY_BLOCK_MISTAKES",
@@ -158,5 +158,5 @@ def test_every_mistake_a_check_names_has_a_learner_written_wrong_case():
 
 def test_the_collector_finds_the_mistakes_of_every_checks_module_that_has_them():
     modules = {where.split(":")[0] for where in check_mistakes()}
-    assert {"basics", "masking", "heads", "rope", "kv_cache", "flash", "modern", "_simulate"} <= modules
+    assert {"attention", "masking", "heads", "rope", "kv_cache", "flash", "modern", "_simulate"} <= modules
     assert len(check_mistakes()) >= 160  # 163 when written: a collector that loses tables fails here

@@ -619,9 +619,9 @@ def test_untraced_check_names_mistakes_from_the_numbers(name, untraced, folder, 
 
 
 def test_without_triton_every_check_says_how_to_get_it(monkeypatch, capsys):
-    from attn_course import triton_support
+    from attn_course.triton_flash import runtime
 
-    monkeypatch.setattr(triton_support, "_triton_version", lambda: None)
+    monkeypatch.setattr(runtime, "_triton_version", lambda: None)
     for check in (check_triton_add, check_triton_softmax, check_triton_scores, check_triton_flash_attention):
         assert_rejected(check, lambda *args, **kwargs: None, "Triton is not installed", capsys)
 

@@ -12,8 +12,8 @@ from backward_variants import TRITON_BACKWARD
 from check_assertions import assert_accepted, assert_rejected
 from triton_variants import variant
 
-from attn_course import triton_ops
 from attn_course.checks import check_triton_flash_attention_backward
+from attn_course.triton_flash import launchers
 
 pytest.importorskip("triton")
 
@@ -38,7 +38,7 @@ def test_accepts_right_kernels(name, folder, capsys):
 
 
 def test_accepts_the_package_backward(capsys):
-    assert_accepted(check_triton_flash_attention_backward, triton_ops.triton_flash_attention_backward, capsys)
+    assert_accepted(check_triton_flash_attention_backward, launchers.triton_flash_attention_backward, capsys)
 
 
 REJECTED = {

@@ -18,8 +18,8 @@ from pathlib import Path
 import nbformat
 
 from attn_course import __version__
-from attn_course.course import INSTALL_SPEC_VARIABLE
-from attn_course.release import SETUP_ID, is_header
+from attn_course.tooling.release import SETUP_ID, is_header
+from attn_course.tooling.repository import INSTALL_SPEC_VARIABLE
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "notebooks" / "01_dot_product_attention.ipynb"

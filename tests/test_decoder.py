@@ -15,8 +15,8 @@ from attn_course.decoder import (
     parameter_count,
     tokens_per_second,
 )
+from attn_course.demos.induction import induction_accuracy, induction_batch, train_induction
 from attn_course.generation import generate_with_cache, greedy, next_token_probs, sample_next, sampler
-from attn_course.induction import induction_accuracy, induction_batch, train_induction
 from attn_course.kv_cache import KVCache, cached_attention
 
 SMALL = DecoderConfig(vocab_size=16, n_layers=2, n_heads=2, d_model=16, d_mlp=32)

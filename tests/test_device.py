@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from attn_course import device as device_module
-from attn_course.cost import measure_cost
+from attn_course.demos.cost import measure_cost
 from attn_course.device import DeviceSummary, describe_device, device_summary, sdpa_backends
 
 

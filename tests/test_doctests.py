@@ -10,10 +10,15 @@ import matplotlib
 import pytest
 
 import attn_course
+import tools
 
 matplotlib.use("Agg")
 
-MODULES = sorted(info.name for info in pkgutil.walk_packages(attn_course.__path__, prefix="attn_course."))
+MODULES = sorted(
+    info.name
+    for package in (attn_course, tools)  # tools/: contributors' tools beside the package
+    for info in pkgutil.walk_packages(package.__path__, prefix=f"{package.__name__}.")
+)
 
 
 @pytest.mark.parametrize("name", MODULES)

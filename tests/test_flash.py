@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from attn_course import flash
 from attn_course.attention import attention
-from attn_course.attention_bench import PeakMemoryTracker
+from attn_course.demos.attention_bench import PeakMemoryTracker
 from attn_course.flash import (
     flash_attention,
     flash_attention_forward,
@@ -163,7 +163,7 @@ def test_a_decoder_with_the_function_trains_like_the_course_attention():
 
     from attn_course.backward import use_attention
     from attn_course.decoder import DecoderConfig, TinyDecoder
-    from attn_course.induction import train_induction
+    from attn_course.demos.induction import train_induction
 
     torch.manual_seed(0)
     course = TinyDecoder(DecoderConfig(vocab_size=16, n_layers=2, n_heads=2, d_model=16, d_mlp=32))

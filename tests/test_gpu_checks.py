@@ -184,7 +184,7 @@ def test_the_triton_checks_judge_compiled_kernels(name, folder, capsys):
     from triton_variants import variant
 
     from attn_course.checks._triton_harness import kernels_used
-    from attn_course.triton_support import is_interpreted
+    from attn_course.triton_flash.runtime import is_interpreted
 
     template, function, pairs, phrase = _triton_cases()[name]
     candidate = variant(template, folder, function, *pairs)

@@ -1,7 +1,7 @@
 """The GPU tier: the course's Triton kernels compiled for the GPU, against SDPA in float16 and bfloat16.
 
 Marked `gpu`: skipped unless `make test-gpu` (ATTN_COURSE_GPU_TIER=1) runs them on a CUDA GPU.
-Notebook 09's backward (`triton_ops.triton_flash_attention_backward`) is tested here as soon as
+Notebook 09's backward (`launchers.triton_flash_attention_backward`) is tested here as soon as
 the package has it.
 """
 
@@ -13,8 +13,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attn_course.gpu_tier import bf16_problem
 from attn_course.masking import causal_mask
+from tools.gpu_tier import bf16_problem
 
 pytestmark = pytest.mark.gpu
 
@@ -42,8 +42,8 @@ def _reference(q, k, v, is_causal):
 
 
 def test_kernels_are_compiled_for_the_gpu_in_the_tier():
-    from attn_course import kernels
-    from attn_course.triton_support import is_interpreted, triton_status
+    from attn_course.triton_flash import kernels
+    from attn_course.triton_flash.runtime import is_interpreted, triton_status
 
     status = triton_status()
     assert status.installed and not status.interpreted and status.device == "cuda", str(status)
@@ -53,7 +53,7 @@ def test_kernels_are_compiled_for_the_gpu_in_the_tier():
 
 @pytest.mark.parametrize("dtype", [torch.float32, *DTYPES])
 def test_add_and_softmax_on_the_gpu(dtype):
-    from attn_course.triton_ops import triton_add, triton_softmax
+    from attn_course.triton_flash.launchers import triton_add, triton_softmax
 
     device = _on_gpu(dtype)
     x, y = (torch.randn(3, 1001, device=device, dtype=dtype) for _ in range(2))
@@ -78,7 +78,7 @@ CASES = [  # (B, H, T_q, T_k, d, is_causal)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize(("b", "h", "t_q", "t_k", "d", "is_causal"), CASES)
 def test_compiled_flash_attention_matches_sdpa(b, h, t_q, t_k, d, is_causal, dtype):
-    from attn_course.triton_ops import triton_flash_attention_forward
+    from attn_course.triton_flash.launchers import triton_flash_attention_forward
 
     device = _on_gpu(dtype)
     torch.manual_seed(t_q + t_k + d)
@@ -93,7 +93,7 @@ def test_compiled_flash_attention_matches_sdpa(b, h, t_q, t_k, d, is_causal, dty
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_compiled_flash_attention_agrees_with_sdpa_in_the_same_dtype(dtype):
-    from attn_course.triton_ops import triton_flash_attention
+    from attn_course.triton_flash.launchers import triton_flash_attention
 
     device = _on_gpu(dtype)
     q, k, v = (torch.randn(2, 8, 1024, 64, device=device, dtype=dtype) for _ in range(3))
@@ -102,16 +102,16 @@ def test_compiled_flash_attention_agrees_with_sdpa_in_the_same_dtype(dtype):
 
 
 def test_the_autotuned_kernel_picks_a_config_and_agrees():
-    from attn_course import triton_autotune
+    from attn_course.triton_flash import autotune
 
     q, k, v = (torch.randn(2, 4, 1024, 64, device="cuda", dtype=torch.float16) for _ in range(3))
-    out, best = triton_autotune.autotuned_flash_attention(q, k, v, is_causal=True)
+    out, best = autotune.autotuned_flash_attention(q, k, v, is_causal=True)
     assert best.startswith("BLOCK_M=")
     torch.testing.assert_close(out.float(), _reference(q, k, v, True)[0], **TOLERANCE[torch.float16])
 
 
 def test_a_cpu_tensor_is_refused_with_how_to_move_it():
-    from attn_course.triton_ops import triton_flash_attention
+    from attn_course.triton_flash.launchers import triton_flash_attention
 
     q = torch.randn(1, 1, 16, 16)
     with pytest.raises(ValueError, match=r"\.to\('cuda'\)"):
@@ -121,15 +121,15 @@ def test_a_cpu_tensor_is_refused_with_how_to_move_it():
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("is_causal", [False, True])
 def test_the_triton_backward_gives_sdpas_gradients(dtype, is_causal):
-    from attn_course import triton_ops
+    from attn_course.triton_flash import launchers
 
-    backward = getattr(triton_ops, "triton_flash_attention_backward", None)
+    backward = getattr(launchers, "triton_flash_attention_backward", None)
     if backward is None:
         pytest.skip("notebook 09's triton_flash_attention_backward is not in the package yet")
     device = _on_gpu(dtype)
     q, k, v = (torch.randn(2, 4, 300, 64, device=device, dtype=dtype, requires_grad=True) for _ in range(3))
     grad_out = torch.randn_like(q)
-    out, lse = triton_ops.triton_flash_attention_forward(q.detach(), k.detach(), v.detach(), is_causal)
+    out, lse = launchers.triton_flash_attention_forward(q.detach(), k.detach(), v.detach(), is_causal)
     dq, dk, dv = backward(q.detach(), k.detach(), v.detach(), out, lse, grad_out, is_causal=is_causal)
     expected = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=is_causal)
     expected.backward(grad_out.float())
@@ -156,6 +156,9 @@ def test_setup_triton_leaves_a_gpu_machine_compiled():
     import subprocess
     import sys
 
-    code = "from attn_course.triton_support import setup_triton as s; s = s(); print(s.interpreted, s.device)"
+    code = (
+        "from attn_course.triton_flash.runtime import setup_triton as s; "
+        "s = s(); print(s.interpreted, s.device)"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.split() == ["False", "cuda"]

@@ -75,7 +75,7 @@ for target in ("{subs}/alice_full/02_scaling.ipynb", "{subs}/alice_full/planted.
 """
 TAMPER = """
 import attn_course.checks
-import attn_course.checks.basics
+import attn_course.checks.attention
 
 class CheckFailed(Exception):
     pass
@@ -87,7 +87,7 @@ def check_scaled_dot_product_attention(candidate):
     print("check_scaled_dot_product_attention passed: tampered")
 
 attn_course.checks.check_score_variance = check_score_variance
-attn_course.checks.basics.check_score_variance = check_score_variance
+attn_course.checks.attention.check_score_variance = check_score_variance
 attn_course.checks.check_scaled_dot_product_attention = check_scaled_dot_product_attention
 attn_course.checks.CheckFailed = CheckFailed
 """

@@ -117,7 +117,7 @@ def test_a_kernel_factory_outlives_no_killed_worker(tmp_path):
     script = (
         "import time\n"
         "from attn_course.grading.execute import Limits, kernel_env\n"
-        "from attn_course.grading.zygote import Zygote\n"
+        "from attn_course.grading.kernel_factory import Zygote\n"
         "print(Zygote(kernel_env(Limits())).process.pid, flush=True)\n"
         "time.sleep(120)\n"
     )

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from attn_course.cli import main
-from attn_course.course import install_requirement
 from attn_course.grading.points import notebook_points
+from attn_course.tooling.repository import install_requirement
 
 ROOT = Path(__file__).resolve().parents[1]
 STEM = "02_scaling"

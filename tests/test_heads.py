@@ -12,7 +12,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from attn_course.attention import attention
 from attn_course.heads import MultiHeadAttention, merge_heads, mha_flops, mha_parameter_count, split_heads
 from attn_course.masking import causal_mask, padding_mask
-from attn_course.plots import head_heatmaps
+from attn_course.plots.heads import head_heatmaps
 
 matplotlib.use("Agg")
 

@@ -16,7 +16,7 @@ import pytest
 
 from attn_course.grading.execute import defining_cells
 from attn_course.reference import EXERCISES
-from attn_course.release import BEGIN
+from attn_course.tooling.release import BEGIN
 
 ROOT = Path(__file__).resolve().parents[1]
 STEMS = sorted(path.stem for path in (ROOT / "solutions").glob("*.ipynb"))

@@ -1,4 +1,4 @@
-"""Tests for attn_course/plots.py: each plot returns its Axes, labelled, drawn from the data."""
+"""Tests for attn_course/plots/: each plot returns its Axes, labelled, drawn from the data."""
 
 from __future__ import annotations
 
@@ -10,16 +10,16 @@ import matplotlib.pyplot as plt
 import pytest
 import torch
 
-from attn_course.cost import CostRow
-from attn_course.plots import (
+from attn_course.demos.cost import CostRow
+from attn_course.plots.attention import (
     _convex_hull,
     attention_heatmap,
     convex_hull_plot,
     cost_plot,
     feature_heatmap,
-    mask_heatmap,
     token_bars,
 )
+from attn_course.plots.masking import mask_heatmap
 
 TOKENS = ["The", "bank", "of", "river"]
 

@@ -2,7 +2,7 @@
 
 The rest of the test suite runs the kernels through Triton's interpreter, which accepts code the
 compiler refuses (and knows no shared-memory limit). This test compiles the package's kernels at
-the block sizes `default_config` and `backward_config` pick, and the solution notebooks' kernels at
+the block sizes `forward_config` and `backward_config` pick, and the solution notebooks' kernels at
 their wrappers', to cubins with the ptxas that Triton's wheel ships (tests/triton_offline_compile.py).
 """
 

@@ -5,7 +5,7 @@ the package would turn the interpreter on, as there is no GPU). Triton lowers a 
 assembles it with the ptxas its wheel ships, so a kernel that would not compile on Colab's T4
 (sm_75), an A100 (sm_80) or an H100 (sm_90), or that needs more shared memory than a program may
 have there, fails here too. Compiled: the package's kernels
-at the block sizes `triton_ops.default_config` (forward) and `triton_ops.backward_config` (backward)
+at the block sizes `launchers.forward_config` (forward) and `launchers.backward_config` (backward)
 pick, and the solution notebooks' own kernels at the block sizes their wrappers pick on a GPU. Prints
 one JSON object per compiled kernel.
 """
@@ -53,7 +53,7 @@ def compile_one(job: dict) -> dict:
     from triton.compiler import ASTSource
 
     if job["source"] == "package":
-        from attn_course import kernels as module
+        from attn_course.triton_flash import kernels as module
     else:
         module = solution_kernels(job["source"])
     kernel = getattr(module, job["kernel"])
@@ -90,12 +90,12 @@ def compile_one(job: dict) -> dict:
 
 def jobs() -> list[dict]:
     """Every kernel and configuration to compile."""
-    from attn_course.triton_ops import backward_config, default_config
+    from attn_course.triton_flash.launchers import backward_config, forward_config
 
     found = []
     for arch, capability in ARCHITECTURES.items():
         for head_dim in (64, 128):
-            config = default_config(head_dim, "cuda", capability=capability)
+            config = forward_config(head_dim, "cuda", capability=capability)
             blocks = {"HEAD_DIM": head_dim, "BLOCK_D": head_dim, "IS_CAUSAL": True}
             found.append(
                 dict(source="package", kernel="flash_attention_kernel", arch=arch, dtype="fp16",

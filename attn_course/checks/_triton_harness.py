@@ -20,7 +20,7 @@ import torch
 
 from attn_course.checks._harness import CheckFailed, Mistake, call, expect_close, expect_tensor
 from attn_course.checks._triton_trace import KernelTrace, trace_available
-from attn_course.triton_support import gpu_problem, interpreter_problem, is_interpreted, triton_status
+from attn_course.triton_flash.runtime import gpu_problem, interpreter_problem, is_interpreted, triton_status
 
 GUARD = 4096
 """Elements of NaN placed after each input, so that unmasked reads past the end show."""

@@ -3,7 +3,7 @@
 `python _launch.py MEMORY_BYTES CMD...` limits memory (address space, inherited by everything the
 kernel starts) and applies the file-system sandbox (`sandbox.py`), then becomes CMD.
 `python _launch.py --zygote SOCKET MEMORY_BYTES CONNECTION_FILE` asks the kernel factory
-(zygote.py) for a kernel instead and stands in for it.
+(kernel_factory.py) for a kernel instead and stands in for it.
 """
 
 import os
@@ -14,7 +14,7 @@ import sys
 def main() -> None:
     if sys.argv[1] == "--zygote":
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-        from zygote import stand_in
+        from kernel_factory import stand_in
 
         stand_in(sys.argv[2], sys.argv[4], int(sys.argv[3]))
         return

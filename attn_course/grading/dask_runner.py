@@ -6,7 +6,7 @@ notebook as its bytes as read at discovery, and each result comes back as JSON b
 need no shared file system. On the worker the notebook is graded exactly as locally (`execute`):
 in a temporary copy of the folder, in a fresh kernel with the time and memory limits and the
 file-system sandbox, which hides the unpacked folder and the worker's own directory. Each worker
-process keeps one kernel factory (`zygote`) for all its tasks. Workers need the same version of
+process keeps one kernel factory (`kernel_factory`) for all its tasks. Workers need the same version of
 attn-course as the client; a worker with another version grades nothing and says so.
 
 Needs Dask's `distributed` (`pip install "attn-course[grading]"`).

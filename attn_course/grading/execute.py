@@ -27,11 +27,11 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
 import attn_course
-from attn_course.budget import QUICK_VARIABLE
 from attn_course.grading import sandbox
 from attn_course.grading.discover import Learner, Submission
-from attn_course.grading.inkernel import MARKER
+from attn_course.grading.kernel_checks import MARKER
 from attn_course.grading.results import ExerciseResult, NotebookResult
+from attn_course.quick_run import QUICK_VARIABLE
 from attn_course.reference import EXERCISES
 
 PACKAGE_PARENT = str(Path(attn_course.__file__).resolve().parents[1])
@@ -51,7 +51,7 @@ class Limits:
     threads: int = 1
     """Threads for torch and BLAS in the kernel."""
     zygote: str | None = None
-    """Socket of a kernel factory (`zygote`) to fork kernels from; None: start each from scratch."""
+    """Socket of a kernel factory (`kernel_factory`) to fork kernels from; None: start each from scratch."""
     hidden: tuple[str, ...] = ()
     """Folders a kernel may not read or write, even by absolute path (the submissions, the grades);
     enforced where the system has Landlock (see `sandbox`)."""
@@ -206,7 +206,7 @@ def kernel_env(limits: Limits, private: Path | None = None) -> dict[str, str]:
         TRITON_INTERPRET="1",
     )
     # Grading needs every check called, not a model trained to its best or a full benchmark:
-    # notebooks that train or measure use their reduced budgets (see attn_course.budget).
+    # notebooks that train or measure use their reduced budgets (see attn_course.quick_run).
     env[QUICK_VARIABLE] = "1"
     return env
 
@@ -385,7 +385,7 @@ def _run_grader_cells(
         "for _attn_name in [m for m in _attn_sys.modules if m.split('.')[0] == 'attn_course']:\n"
         "    del _attn_sys.modules[_attn_name]\n"
         "_attn_importlib.invalidate_caches()\n"
-        "from attn_course.grading import inkernel as _attn_grader\n"
+        "from attn_course.grading import kernel_checks as _attn_grader\n"
         f"_attn_grader.setup({PACKAGE_PARENT!r}, {nonce!r})\n"
     )
     index = len(notebook.cells)

@@ -18,6 +18,7 @@ from jupyter_core.paths import jupyter_runtime_dir
 from attn_course.grading import sandbox
 from attn_course.grading.discover import Learner, Submission, SubmissionsError, discover
 from attn_course.grading.execute import Limits, kernel_env, run_notebook
+from attn_course.grading.kernel_factory import Zygote
 from attn_course.grading.points import POINTS
 from attn_course.grading.report import (
     FEEDBACK,
@@ -27,7 +28,6 @@ from attn_course.grading.report import (
     write_gradebook,
 )
 from attn_course.grading.results import ExerciseResult, GradeReport, LearnerResult, NotebookResult
-from attn_course.grading.zygote import Zygote
 from attn_course.reference import EXERCISES
 
 DEFAULT_TIMEOUT = 180.0
@@ -84,7 +84,7 @@ def grade_tasks(
     """Grade each (learner, notebook) on this machine, `jobs` at a time; results by (learner, stem).
 
     With `fork` and more than one notebook, kernels are forked from a process that has imported
-    torch once (see `zygote`).
+    torch once (see `kernel_factory`).
     """
     zygote = _start_zygote(limits) if len(tasks) > 1 and fork else None
     if zygote is not None:
@@ -130,7 +130,7 @@ def grade(
     Each notebook runs in a fresh kernel in a temporary copy of its learner's folder, with a
     time and memory limit, and is graded by the course's own checks. Raises SubmissionsError
     when `submissions` cannot be graded at all (missing, not a folder, `out` inside it).
-    With `fork`, kernels are forked from a process that has imported torch once (see `zygote`).
+    With `fork`, kernels are forked from a process that has imported torch once (see `kernel_factory`).
     With `scheduler` (a Dask scheduler's address), each notebook is graded on the cluster instead
     (see `dask_runner`), with the same limits; the gradebook and feedback are the same bytes.
     """

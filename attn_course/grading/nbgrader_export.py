@@ -31,7 +31,7 @@ from attn_course.grading.execute import defining_cells
 from attn_course.grading.points import POINTS
 from attn_course.questions import answer_cells, question_label
 from attn_course.reference import EXERCISES
-from attn_course.release import BEGIN, CODE_STUB, MARKDOWN_STUB, clean, with_header
+from attn_course.tooling.release import BEGIN, CODE_STUB, MARKDOWN_STUB, clean, with_header
 
 SCHEMA_VERSION = 3
 """nbgrader's cell metadata schema."""

@@ -4,7 +4,7 @@ The grader runs each notebook in a temporary copy of its learner's folder. This 
 that copy's temporary tree (and /dev) the only place the kernel may create, change or delete
 files, and hides the submissions, the grades and Jupyter's connection files from it, even by
 absolute path. It is applied inside the kernel process before any learner code runs (by
-`_launch.py` and by the kernel factory in `zygote.py`), and neither that process nor anything it
+`_launch.py` and by the kernel factory in `kernel_factory.py`), and neither that process nor anything it
 starts can lift it.
 
 Where the system has no Landlock (not Linux, a kernel older than 5.13, or Landlock turned off),

@@ -1,0 +1,1 @@
+"""The notebooks' demonstrations and measurements: example data, experiments and benchmarks they run."""

@@ -1,0 +1,1 @@
+"""Interactive explorers (ipywidgets) of the notebooks, one module per notebook topic."""

@@ -1,0 +1,166 @@
+"""A pre-forked kernel factory: one process imports torch, matplotlib and ipykernel once, then forks kernels.
+
+Starting a fresh kernel per notebook costs about 2 s of CPU, most of it importing torch and
+matplotlib; forking a process that has imported them already costs milliseconds. Each forked
+kernel is still a fresh process: it gets its own session, memory limit, file-system sandbox,
+working directory and environment, and has run no learner code before its notebook. The launcher
+(`_launch.py --zygote`) asks for a kernel over a Unix socket and stands in for it towards
+jupyter_client.
+
+Run as a script by path with `python -P kernel_factory.py SOCKET` (no module of any folder shadows an import).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+PRELOAD = (
+    "torch", "numpy", "einops", "matplotlib", "matplotlib.pyplot",
+    "ipykernel.kernelapp", "ipykernel.ipkernel", "ipywidgets", "IPython",
+    "attn_course.reference", "attn_course.checks", "attn_course.plots.attention",
+    "attn_course.plots.masking", "attn_course.plots.heads", "attn_course.explorers.scaling",
+    "attn_course.demos.saturation", "attn_course.demos.sentence",
+)  # fmt: skip
+"""Modules imported once by the factory, so that no kernel pays for them again. The grader still
+imports `attn_course` afresh in each kernel before checking (see `kernel_checks`)."""
+
+
+def _child(request: dict, server: socket.socket, connection: socket.socket) -> None:
+    """Become the requested kernel (never returns)."""
+    try:
+        server.close()
+        connection.close()
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        os.setsid()
+        memory = int(request["memory"])
+        if memory > 0:
+            resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        from attn_course.grading.sandbox import apply_from_env
+
+        apply_from_env(readable=[request["connection_file"]])  # before any learner code
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        sys.argv = ["ipykernel_launcher", "-f", request["connection_file"]]
+        from ipykernel import kernelapp
+
+        kernelapp.launch_new_instance()
+    finally:
+        os._exit(0)
+
+
+def serve(path: str) -> None:
+    """Preload, then fork one kernel per request on the Unix socket `path`; print 'ready' first.
+
+    Exits when the process that started it is gone (a grader or Dask worker killed without closing it).
+    """
+    parent = os.getppid()
+    for name in PRELOAD:
+        try:
+            __import__(name)
+        except ImportError:  # a module the course no longer has: its notebooks import it themselves
+            continue
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # forked kernels are reaped automatically
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen(16)
+    server.settimeout(2.0)
+    print("ready", flush=True)
+    while True:
+        try:
+            connection, _ = server.accept()
+        except TimeoutError:
+            if os.getppid() != parent:
+                return
+            continue
+        connection.settimeout(None)
+        with connection:
+            request = json.loads(connection.makefile("r").readline())
+            pid = os.fork()
+            if pid == 0:
+                _child(request, server, connection)
+            connection.sendall(f"{pid}\n".encode())
+
+
+class Zygote:
+    """The host's handle on a kernel factory process."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.folder = tempfile.mkdtemp(prefix="attn-grade-zygote-")
+        self.socket = str(Path(self.folder, "zygote.sock"))
+        isolate = ["-P"] if sys.version_info >= (3, 11) else []
+        self.process = subprocess.Popen(
+            [sys.executable, *isolate, str(Path(__file__)), self.socket],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            start_new_session=True,
+        )
+        assert self.process.stdout is not None
+        if self.process.stdout.readline().strip() != "ready":
+            self.close()
+            raise RuntimeError("the kernel factory did not start")
+
+    def close(self) -> None:
+        """Stop the factory (kernels it forked are killed by their own notebooks' clean-up)."""
+        self.process.kill()
+        self.process.wait()
+        for name in os.listdir(self.folder):
+            os.unlink(os.path.join(self.folder, name))
+        os.rmdir(self.folder)
+
+
+def request_kernel(path: str, connection_file: str, memory: int) -> int:
+    """Ask the factory at `path` for a kernel in this process's cwd and environment; its pid."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+        client.connect(path)
+        request = {
+            "connection_file": connection_file,
+            "memory": memory,
+            "cwd": os.getcwd(),
+            "env": dict(os.environ),
+        }
+        client.sendall((json.dumps(request) + "\n").encode())
+        return int(client.makefile("r").readline())
+
+
+def stand_in(path: str, connection_file: str, memory: int) -> None:
+    """Launcher side: get a kernel, write its pid beside the connection file, live as long as it does."""
+    pid = request_kernel(path, connection_file, memory)
+    Path(connection_file + ".kernel-pid").write_text(str(pid))
+
+    def forward(signum: int, frame: object) -> None:
+        try:
+            os.killpg(pid, signal.SIGKILL if signum == signal.SIGTERM else signum)
+        except OSError:
+            pass
+        if signum == signal.SIGTERM:
+            os._exit(0)
+
+    signal.signal(signal.SIGINT, forward)
+    signal.signal(signal.SIGTERM, forward)
+    while True:
+        try:
+            os.kill(pid, 0)
+        except OSError:
+            return
+        time.sleep(0.05)
+
+
+if __name__ == "__main__":
+    serve(sys.argv[1])
