@@ -48,6 +48,7 @@ lab: setup-lab
 
 test: setup
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/python -m pytest
 
@@ -55,6 +56,7 @@ test: setup
 # browser, grader or Triton interpreter), in about a minute.
 test-fast: setup
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest -m "not slow" -q
 
 # The GPU tier: compiled Triton kernels, the checks' GPU cases, notebooks 06, 08 (09) at full budgets

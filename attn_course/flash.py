@@ -94,17 +94,30 @@ def flash_attention_query_block(
 
 @overload
 def flash_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool = ..., block_size: int = ...,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    is_causal: bool = ...,
+    block_size: int = ...,
     return_lse: Literal[False] = ...,
 ) -> torch.Tensor: ...
 @overload
 def flash_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool = ..., block_size: int = ..., *,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    is_causal: bool = ...,
+    block_size: int = ...,
+    *,
     return_lse: Literal[True],
 ) -> tuple[torch.Tensor, torch.Tensor]: ...
 @overload
 def flash_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool = ..., block_size: int = ...,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    is_causal: bool = ...,
+    block_size: int = ...,
     return_lse: bool = ...,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]: ...
 

@@ -11,10 +11,17 @@ from attn_course import reference
 from attn_course.checks import check_ablate_heads, check_block_forward
 
 POST_NORM = (
-    ("h = block.ln1(x)\n    x = x + block.attn(h, is_causal=True)", "x = block.ln1(x + block.attn(x, is_causal=True))"),
+    (
+        "h = block.ln1(x)\n    x = x + block.attn(h, is_causal=True)",
+        "x = block.ln1(x + block.attn(x, is_causal=True))",
+    ),
     ("h = block.ln2(x)\n    x = x + block.mlp(h)", "x = block.ln2(x + block.mlp(x))"),
 )
-SWAPPED_NORMS = (("h = block.ln1(x)", "h = block.LN(x)"), ("h = block.ln2(x)", "h = block.ln1(x)"), ("LN", "ln2"))
+SWAPPED_NORMS = (
+    ("h = block.ln1(x)", "h = block.LN(x)"),
+    ("h = block.ln2(x)", "h = block.ln1(x)"),
+    ("LN", "ln2"),
+)
 MASK = ", mask=torch.ones(x.shape[1], x.shape[1], dtype=torch.bool).tril()"
 V_ROWS = (
     ("weight = new_model.blocks[layer].attn.out.weight", "qkv = new_model.blocks[layer].attn.qkv"),

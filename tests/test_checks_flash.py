@@ -153,14 +153,21 @@ def query_block_einsum_flat_state(q_blk, k, v, block_size=64):
         p = torch.exp(s - m_new[..., None])
         alpha = torch.exp(m - m_new)
         denom = alpha * denom + p.sum(-1)
-        acc = alpha[..., None] * acc + einsum(p, v[..., ks : ks + block_size, :], "... i j, ... j e -> ... i e")
+        acc = alpha[..., None] * acc + einsum(
+            p, v[..., ks : ks + block_size, :], "... i j, ... j e -> ... i e"
+        )
         m = m_new
     return acc / denom[..., None], m + torch.log(denom)
 
 
 @pytest.mark.parametrize(
     "candidate",
-    [flash.flash_attention_query_block, _block(), query_block_einsum_flat_state, _block(("return acc / l, ", "return list((acc / l, "), ("(-1)\n", "(-1)))\n"))],
+    [
+        flash.flash_attention_query_block,
+        _block(),
+        query_block_einsum_flat_state,
+        _block(("return acc / l, ", "return list((acc / l, "), ("(-1)\n", "(-1)))\n")),
+    ],
     ids=["reference", "learner", "einsum", "list"],
 )
 def test_flash_attention_query_block_accepts_right_answers(candidate, capsys):
@@ -481,7 +488,11 @@ def test_every_named_lse_mistake_has_a_learner_case():
 @pytest.mark.parametrize(("t_q", "t_k", "block_size"), [(37, 37, 8), (21, 45, 8), (20, 20, 1), (45, 21, 16)])
 @pytest.mark.parametrize("causal", [False, True])
 def test_the_lse_simulator_is_right_by_default_and_matches_the_reference(t_q, t_k, block_size, causal):
-    q, k, v = torch.randn(2, t_q, 8, dtype=torch.float64), torch.randn(2, t_k, 8, dtype=torch.float64), torch.randn(2, t_k, 4, dtype=torch.float64)
+    q, k, v = (
+        torch.randn(2, t_q, 8, dtype=torch.float64),
+        torch.randn(2, t_k, 8, dtype=torch.float64),
+        torch.randn(2, t_k, 4, dtype=torch.float64),
+    )
     _, lse = flash.flash_attention(q, k, v, is_causal=causal, block_size=block_size, return_lse=True)
     torch.testing.assert_close(tiled_lse(q, k, causal=causal, block_m=block_size, block_n=block_size), lse, atol=1e-12, rtol=1e-10)  # fmt: skip
 
@@ -511,13 +522,22 @@ def test_every_named_streaming_mistake_has_a_learner_case():
 @pytest.mark.parametrize("block_size", [1, 3, 8, 64])
 def test_the_streaming_softmax_simulator_is_right_with_default_knobs(shape, block_size):
     x = torch.randn(*shape, dtype=torch.float64) * 3
-    torch.testing.assert_close(streaming_softmax(x, block_size), torch.softmax(x, dim=-1), atol=1e-12, rtol=1e-10)
+    torch.testing.assert_close(
+        streaming_softmax(x, block_size), torch.softmax(x, dim=-1), atol=1e-12, rtol=1e-10
+    )
 
 
-@pytest.mark.parametrize(("t_q", "t_k", "block_m", "block_n"), [(37, 37, 8, 8), (21, 45, 8, 16), (19, 45, 8, 8), (20, 20, 1, 1), (20, 20, 64, 64), (50, 50, 16, 32)])
+@pytest.mark.parametrize(
+    ("t_q", "t_k", "block_m", "block_n"),
+    [(37, 37, 8, 8), (21, 45, 8, 16), (19, 45, 8, 8), (20, 20, 1, 1), (20, 20, 64, 64), (50, 50, 16, 32)],
+)
 @pytest.mark.parametrize("causal", [False, True])
 def test_the_tiled_attention_simulator_is_right_with_default_knobs(t_q, t_k, block_m, block_n, causal):
-    q, k, v = torch.randn(2, 3, t_q, 8, dtype=torch.float64), torch.randn(2, 3, t_k, 8, dtype=torch.float64), torch.randn(2, 3, t_k, 5, dtype=torch.float64)
+    q, k, v = (
+        torch.randn(2, 3, t_q, 8, dtype=torch.float64),
+        torch.randn(2, 3, t_k, 8, dtype=torch.float64),
+        torch.randn(2, 3, t_k, 5, dtype=torch.float64),
+    )
     expected = attention(q, k, v, is_causal=causal)[0]
     torch.testing.assert_close(tiled_attention(q, k, v, causal=causal, block_m=block_m, block_n=block_n), expected, atol=1e-12, rtol=1e-10)  # fmt: skip
 

@@ -533,7 +533,6 @@ def test_reasoned_out_mistakes_are_named(check, candidate, phrase, capsys):
     assert_rejected(check, candidate, phrase, capsys)
 
 
-
 # ---------------------------------------------------------------------------------------------
 # MultiHeadAttention: mistakes as a learner writes them, text edits of a right solution (learner_code.py)
 

@@ -348,8 +348,12 @@ CORRECT = [
 
 WRONG = [
     pytest.param(check_KVCache, NeedsArguments, "takes no arguments", id="cache-constructor-arguments"),
-    pytest.param(check_KVCache, type("Stub", (), {"length": not_implemented, "append": not_implemented}),
-                 "not implemented yet", id="cache-not-implemented"),  # fmt: skip
+    pytest.param(
+        check_KVCache,
+        type("Stub", (), {"length": not_implemented, "append": not_implemented}),
+        "not implemented yet",
+        id="cache-not-implemented",
+    ),  # fmt: skip
     pytest.param(check_KVCache, OnlyNew, "are only this step's keys", id="cache-only-new"),
     pytest.param(check_KVCache, ValuesNotCached, "must be cached like the keys", id="cache-values"),
     pytest.param(check_KVCache, NewFirst, "put the new positions before the old ones", id="cache-new-first"),
@@ -365,20 +369,33 @@ WRONG = [
     pytest.param(check_KVCache, ReturnsOneTensor, "return a tuple (keys, values)", id="cache-one-tensor"),
     pytest.param(check_cached_attention, not_implemented, "not implemented yet", id="cached-not-implemented"),
     pytest.param(check_cached_attention, appends_twice, "appended twice", id="cached-appends-twice"),
-    pytest.param(check_cached_attention, positions_from_zero, "as if they started at position 0",
-                 id="cached-positions-from-zero"),  # fmt: skip
+    pytest.param(
+        check_cached_attention,
+        positions_from_zero,
+        "as if they started at position 0",
+        id="cached-positions-from-zero",
+    ),  # fmt: skip
     pytest.param(check_cached_attention, sdpa_is_causal, "mask top-left", id="cached-top-left"),
-    pytest.param(check_cached_attention, values_not_cached, "attend to all the keys and values",
-                 id="cached-values-not-cached"),  # fmt: skip
+    pytest.param(
+        check_cached_attention,
+        values_not_cached,
+        "attend to all the keys and values",
+        id="cached-values-not-cached",
+    ),  # fmt: skip
     pytest.param(check_cached_attention, keys_not_rotated, "rotates only q", id="cached-keys-not-rotated"),
     pytest.param(check_cached_attention, no_causal_mask, "has no causal mask", id="cached-no-causal"),
-    pytest.param(check_cached_attention, no_output_projection, "forgets the output projection",
-                 id="cached-no-out"),  # fmt: skip
+    pytest.param(
+        check_cached_attention, no_output_projection, "forgets the output projection", id="cached-no-out"
+    ),  # fmt: skip
     pytest.param(check_cached_attention, default_base, "ignores attn.base", id="cached-default-base"),
     pytest.param(check_cached_attention, always_layer_zero, "pass `layer` on", id="cached-ignores-layer"),
     pytest.param(check_cached_attention, never_appends, "still holds", id="cached-never-appends"),
-    pytest.param(check_cached_attention, positions_after_append, "t_new positions too far",
-                 id="cached-positions-after-append"),  # fmt: skip
+    pytest.param(
+        check_cached_attention,
+        positions_after_append,
+        "t_new positions too far",
+        id="cached-positions-after-append",
+    ),  # fmt: skip
     pytest.param(check_cached_attention, returns_heads, "should have shape (2, 4, 12)", id="cached-heads"),
 ]
 

@@ -145,7 +145,7 @@ DEVELOPMENT = [
     ('cached_attention', CACHED, [('out, _ = attention(q, keys, values, is_causal=True)', 'out = F.scaled_dot_product_attention(q, keys, values, is_causal=True)')], '_attention(is_causal=True) aligns top-left when t_new ≠ t_k.'),
     ('cached_attention', CACHED, [('    t_past = cache.length(layer)\n', '    t_past = cache.length(0)\n')], 'r) before cache.append, which already counts the new tokens.'),
     ('cached_attention', CACHED, [('keys, values = cache.append(layer, k, v)', 'cache.append(layer, k, v)\n    keys, values = cache.append(layer, k, v)')], 'k, v) once, and attend with the keys and values it returns.'),
-]
+]  # fmt: skip
 """(exercise, right solution, edits, phrase the message must contain)."""
 
 HOLD_OUT = [
@@ -195,7 +195,7 @@ HOLD_OUT = [
     ('KVCache', KV_CACHE, [('        return self.keys[layer].shape[-2]', '        return len(self.keys[layer])')], ': the time axis of (b, h, t, d_k) is dim -2, keys.shape[-2].', True),
     ('KVCache', KV_CACHE, [('torch.cat([self.keys[layer], k], dim=-2)', 'torch.cat([k, self.keys[layer]], dim=-2)')], 'first position to the newest, torch.cat([old, new], dim=-2).', True),
     ('cached_attention', CACHED, [('out, _ = attention(q, keys, values, is_causal=True)', 'out, _ = attention(q, k, v, is_causal=True)')], 'the keys and values that cache.append(layer, k, v) returns.', True),
-]
+]  # fmt: skip
 """(exercise, right solution, edits, phrase the message must contain, named when first run)."""
 
 RIGHT = [
@@ -206,7 +206,7 @@ RIGHT = [
     ('attention', ATTENTION, [('weights = torch.softmax(scores, dim=-1)', 'weights = torch.softmax(scores, dim=-1) * (mask if mask is not None else 1)')]),
     ('online_softmax', ONLINE_SOFTMAX, [('    return torch.exp(x - m) / total', '    return torch.exp(x - m_new) / total.sum(-1, keepdim=True)')]),
     ('KVCache', KV_CACHE, [('        return self.keys[layer].shape[-2]', '        return self.keys[layer].shape[2] + 0 * len(self.keys)')]),
-]
+]  # fmt: skip
 """(exercise, right solution, edits): other right spellings, which every check must accept."""
 
 
@@ -271,7 +271,7 @@ SOLUTION_CELL_EDITS = [
     ("alibi_score_mod", "torch.arange(1, n_heads + 1)", "torch.arange(n_heads, 0, -1)", "gives the heads their slopes in reverse order"),
     ("triton_flash_attention", "h, t_q, t_k, 1.0 / math.sqrt(d),", "h, t_q, t_k, math.sqrt(d),", "multiplies the scores by √d"),
     ("triton_flash_attention", "h, t_q, t_k, 1.0 / math.sqrt(d),", "h, t_q, t_k, 1.4426950408889634 / math.sqrt(d),", "folds log2(e) into the scale but then uses tl.exp"),
-]
+]  # fmt: skip
 """(exercise, old, new, phrase): a text edit of the solution notebook's cell, and the phrase its message needs."""
 
 
@@ -303,7 +303,7 @@ SOLUTION_CELL_RIGHT = [
     ("sliding_window_mask", "return (distance >= 0) & (distance < window)", "return (distance >= 0) & ~(distance >= window)"),
     ("KVCache", "        return k, v", "        return self.keys[layer], self.values[layer]"),
     ("cached_attention", 'return attn.out(rearrange(out, "b h t d -> b t (h d)"))', "return attn.out(out.transpose(1, 2).flatten(2))"),
-]
+]  # fmt: skip
 """(exercise, old, new): other right spellings of the solution cells, which the checks must accept."""
 
 

@@ -43,8 +43,6 @@ def frequencies_list(d, base=10000.0):
     return torch.tensor([base ** (-2 * i / d) for i in range(d // 2)])
 
 
-
-
 def frequencies_one_per_channel(d, base=10000.0):
     return base ** (-torch.arange(d, dtype=torch.float64) / d)
 
@@ -141,8 +139,6 @@ def rope_rotary_embedding_torch(x, positions=None, base=10000.0):
 
 # ---------------------------------------------------------------------------------------------
 # apply_rope: mistakes
-
-
 
 
 def rope_complex_conjugate(x, positions=None, base=10000.0):
@@ -604,6 +600,8 @@ def test_the_rope_simulators_with_their_default_knobs_are_the_reference():
     mask = torch.ones(2, 5, 5, dtype=torch.bool).tril()
     for kwargs in ({}, {"is_causal": True}, {"mask": mask, "positions": torch.arange(4, 9)}):
         torch.testing.assert_close(
-            _rotary_mha(layer, x, kwargs.get("mask"), kwargs.get("is_causal", False), kwargs.get("positions")),
+            _rotary_mha(
+                layer, x, kwargs.get("mask"), kwargs.get("is_causal", False), kwargs.get("positions")
+            ),
             layer(x, **kwargs),
         )

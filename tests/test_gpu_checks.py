@@ -201,7 +201,10 @@ def test_the_triton_checks_judge_compiled_kernels(name, folder, capsys):
 @pytest.mark.parametrize(
     "name",
     [
-        "triton_add", "triton_softmax", "triton_scores", "triton_flash_attention",
+        "triton_add",
+        "triton_softmax",
+        "triton_scores",
+        "triton_flash_attention",
         "triton_flash_attention_backward",
     ],  # fmt: skip
 )

@@ -268,7 +268,7 @@ def _exercise_demo(tmp_path: Path) -> tuple[Path, Path]:
     (tmp_path / "solutions").mkdir()
     solution = tmp_path / "solutions" / "05_demo.ipynb"
     exercise = nbformat.v4.new_code_cell(
-        f"def twice(x):\n    \"\"\"2x.\"\"\"\n    {BEGIN}\n    return 2 * x\n    {END}", id="ex"
+        f'def twice(x):\n    """2x."""\n    {BEGIN}\n    return 2 * x\n    {END}', id="ex"
     )
     _write(solution, [nbformat.v4.new_markdown_cell("# Demo", id="title"), exercise])
     assert main(_release_args(tmp_path)) == 0

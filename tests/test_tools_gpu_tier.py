@@ -99,7 +99,10 @@ def test_the_runner_records_pass_failure_timeout_and_a_spent_budget(tmp_path, mo
     ticks = iter([0.0, 0.0, 1.0, 2.0, 600.0])  # start, then before each step: the last finds the budget spent
     results = gpu_tier.run_steps(steps, os.environ, tmp_path, tmp_path, budget=480, clock=lambda: next(ticks))
     assert [r.status for r in results] == [
-        "passed", "failed (exit 3)", "timed out after 2 s", "not run: the tier's 480 s budget was spent"
+        "passed",
+        "failed (exit 3)",
+        "timed out after 2 s",
+        "not run: the tier's 480 s budget was spent",
     ]
     assert results[0].detail == "all good" and results[1].detail == "boom"
     assert (tmp_path / "logs" / "broken.log").read_text() == "boom\n"

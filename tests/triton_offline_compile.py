@@ -98,16 +98,29 @@ def jobs() -> list[dict]:
             config = forward_config(head_dim, "cuda", capability=capability)
             blocks = {"HEAD_DIM": head_dim, "BLOCK_D": head_dim, "IS_CAUSAL": True}
             found.append(
-                dict(source="package", kernel="flash_attention_kernel", arch=arch, dtype="fp16",
-                     constexprs={**blocks, "BLOCK_M": config.block_m, "BLOCK_N": config.block_n},
-                     num_warps=config.num_warps, num_stages=config.num_stages)  # fmt: skip
+                dict(
+                    source="package",
+                    kernel="flash_attention_kernel",
+                    arch=arch,
+                    dtype="fp16",
+                    constexprs={**blocks, "BLOCK_M": config.block_m, "BLOCK_N": config.block_n},
+                    num_warps=config.num_warps,
+                    num_stages=config.num_stages,
+                )  # fmt: skip
             )
         for head_dim in (64, 128) if arch in (75, 90) else ():  # the notebook's wrapper: 64×32 on a GPU
             blocks = {"HEAD_DIM": head_dim, "BLOCK_D": head_dim, "IS_CAUSAL": True}
             blocks.update(BLOCK_M=64, BLOCK_N=32)
             found.append(
-                dict(source="notebook", kernel="flash_attention_kernel", arch=arch, dtype="fp16",
-                     constexprs=blocks, num_warps=4, num_stages=2)  # fmt: skip
+                dict(
+                    source="notebook",
+                    kernel="flash_attention_kernel",
+                    arch=arch,
+                    dtype="fp16",
+                    constexprs=blocks,
+                    num_warps=4,
+                    num_stages=2,
+                )  # fmt: skip
             )
     for arch, capability in ARCHITECTURES.items():  # notebook 09: the backward kernels
         for head_dim in (64, 128):
@@ -115,9 +128,15 @@ def jobs() -> list[dict]:
             blocks = {"HEAD_DIM": head_dim, "BLOCK_D": head_dim, "IS_CAUSAL": True}
             for kernel in BACKWARD_KERNELS:
                 found.append(
-                    dict(source="package", kernel=kernel, arch=arch, dtype="fp16",
-                         constexprs={**blocks, "BLOCK_M": config.block_m, "BLOCK_N": config.block_n},
-                         num_warps=config.num_warps, num_stages=config.num_stages)  # fmt: skip
+                    dict(
+                        source="package",
+                        kernel=kernel,
+                        arch=arch,
+                        dtype="fp16",
+                        constexprs={**blocks, "BLOCK_M": config.block_m, "BLOCK_N": config.block_n},
+                        num_warps=config.num_warps,
+                        num_stages=config.num_stages,
+                    )  # fmt: skip
                 )
                 found.append(  # the notebook's wrapper: 32×32 on a GPU
                     dict(source="notebook 09", kernel=kernel, arch=arch, dtype="fp16",
@@ -131,8 +150,15 @@ def jobs() -> list[dict]:
             )  # fmt: skip
         for kernel, block in (("add_kernel", 1024), ("softmax_kernel", 64)):
             found.append(
-                dict(source=source, kernel=kernel, arch=75, dtype="fp32", constexprs={"BLOCK": block},
-                     num_warps=4, num_stages=2)  # fmt: skip
+                dict(
+                    source=source,
+                    kernel=kernel,
+                    arch=75,
+                    dtype="fp32",
+                    constexprs={"BLOCK": block},
+                    num_warps=4,
+                    num_stages=2,
+                )  # fmt: skip
             )
     return found
 

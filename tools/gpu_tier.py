@@ -162,7 +162,7 @@ def tier_environment(base: Mapping[str, str]) -> dict[str, str]:
 
 
 def junit_summary(path: Path) -> str:
-    """"N passed, N failed, N skipped" from a pytest JUnit XML file, and the first failures' names."""
+    """ "N passed, N failed, N skipped" from a pytest JUnit XML file, and the first failures' names."""
     root = ElementTree.parse(path).getroot()
     suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
     count = {k: sum(int(s.get(k, 0)) for s in suites) for k in ("tests", "failures", "errors", "skipped")}

@@ -432,8 +432,7 @@ def describe_error(actual: torch.Tensor, expected: torch.Tensor) -> str:
                 if 0 < len(bad_indices) < size:
                     name = _axis_name(axis, a.dim())
                     notes.append(
-                        f"only {name} {_ranges(bad_indices)} of {size} are wrong "
-                        f"(the others are right)"
+                        f"only {name} {_ranges(bad_indices)} of {size} are wrong (the others are right)"
                     )
     notes.append(difference(a, e))
     return "; ".join(notes)

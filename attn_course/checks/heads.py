@@ -468,8 +468,10 @@ def _expect_runs_on_cuda(candidate: Callable[..., Any]) -> None:
         layer,
         x,
         is_causal=True,
-        when={"same device": "Create new tensors (a mask, positions) on x.device, for example "
-              "causal_mask(t, device=x.device)."},  # fmt: skip
+        when={
+            "same device": "Create new tensors (a mask, positions) on x.device, for example "
+            "causal_mask(t, device=x.device)."
+        },  # fmt: skip
     )
     what = f"Your MultiHeadAttention(12, 3) on {device.type}, with is_causal=True,"
     out = expect_tensor(result, (2, 5, 12), what, device=device, finite=False)

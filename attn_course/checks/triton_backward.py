@@ -142,9 +142,7 @@ def _expect_grads(result: Any, like: tuple[torch.Tensor, ...]) -> Grads:
     return dq, dk, dv
 
 
-def _name_mistake(
-    grads: Grads, expected: Grads, inputs: Inputs, case: tuple, mode: Mode
-) -> None:
+def _name_mistake(grads: Grads, expected: Grads, inputs: Inputs, case: tuple, mode: Mode) -> None:
     b, h, t_q, t_k, d, causal, strided = case
     called = (
         f"triton_flash_attention_backward(q, k, v, out, lse, grad_out, is_causal={causal}) with "

@@ -82,11 +82,11 @@ _SCORES_BOUNDS_HINT = (
 )
 
 
-
 def _scores_bounds_hint(trace: KernelTrace | None) -> str:
     """How to stay in bounds: masks for a tile at a ragged end, else the tile's base pointer."""
     if trace is None or not trace.out_of_bounds:
         return _SCORES_BOUNDS_HINT
+
     def at_a_ragged_end(access: Any) -> bool:
         grid = trace.launches[access.launch].grid
         return access.program[0] == grid[0] - 1 or access.program[1] == grid[1] - 1

@@ -125,12 +125,8 @@ def measure_saturation(
     entropies, max_weights, jacobian_norms, grad_norms = [], [], [], []
     for d_k in d_ks:
         generator = torch.Generator().manual_seed(seed)
-        scores = random_scores(
-            d_k, n_queries, n_keys, scaled=scaled, generator=generator
-        )  # (T_q, T_k)
-        upstream = torch.randn(
-            n_queries, n_keys, generator=generator, dtype=torch.float64
-        )  # (T_q, T_k)
+        scores = random_scores(d_k, n_queries, n_keys, scaled=scaled, generator=generator)  # (T_q, T_k)
+        upstream = torch.randn(n_queries, n_keys, generator=generator, dtype=torch.float64)  # (T_q, T_k)
         p = softmax(scores, dim=-1)  # (T_q, T_k)
         jacobian = softmax_jacobian(p)  # (T_q, T_k, T_k)
         entropies.append(entropy(p).mean())

@@ -41,8 +41,10 @@ def plot_bench(rows: Sequence[BenchRow]) -> dict[str, Figure]:
         for ax, (dtype, d, causal) in zip(axes.flat, panels, strict=False):
             for provider in providers:
                 points = [
-                    (r.t, _measured(r.seconds) * 1e3 if kind == "time"
-                     else _measured(r.peak_bytes) / 2**20)  # fmt: skip
+                    (
+                        r.t,
+                        _measured(r.seconds) * 1e3 if kind == "time" else _measured(r.peak_bytes) / 2**20,
+                    )  # fmt: skip
                     for r in rows
                     if (r.provider, r.dtype, r.d, r.causal) == (provider, dtype, d, causal)
                     and not r.skipped

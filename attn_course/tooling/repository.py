@@ -48,7 +48,9 @@ def github_slug(repository: str = REPOSITORY) -> str:
 
 def colab_url(folder: str, name: str, *, repository: str = REPOSITORY, revision: str = REVISION) -> str:
     """Colab's address of the notebook `folder/name` at `revision` of the repository."""
-    return f"https://colab.research.google.com/github/{github_slug(repository)}/blob/{revision}/{folder}/{name}"
+    return (
+        f"https://colab.research.google.com/github/{github_slug(repository)}/blob/{revision}/{folder}/{name}"
+    )
 
 
 def install_requirement(*, repository: str = REPOSITORY, revision: str = REVISION) -> str:

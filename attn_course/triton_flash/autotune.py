@@ -32,6 +32,7 @@ AUTOTUNE_CONFIGS = [
 AUTOTUNE_KEY = ["t_q", "t_k", "HEAD_DIM", "IS_CAUSAL"]
 """Arguments whose values start a new tuning run (the tensors' dtypes are added by Triton)."""
 
+
 @functools.cache
 def autotuned_kernel() -> triton.runtime.Autotuner:
     """`attn_course.triton_flash.kernels.flash_attention_kernel` under triton.autotune, built on first use.
