@@ -206,16 +206,33 @@ def generate(
 
 
 def tokens_per_second(
-    model: TinyDecoder, prompt: torch.Tensor, n_new: int, *, use_cache: bool, repeats: int = 3
+    model: TinyDecoder,
+    prompt: torch.Tensor,
+    n_new: int,
+    *,
+    use_cache: bool,
+    repeats: int = 3,
+    generate_cached: Callable[[TinyDecoder, torch.Tensor, int], object] | None = None,
 ) -> float:
     """Generated tokens per second (all sequences of the batch), from the median of `repeats` runs.
 
+    With `use_cache` and `generate_cached(model, prompt, n_new)` given (a learner's generation loop and
+    cache, say), that is what runs and is timed; otherwise `generate`.
+
     Introduced in 07_kv_cache.
     """
-    generate(model, prompt, min(n_new, 4), use_cache=use_cache)  # warm-up
+
+    @torch.no_grad()
+    def run(n: int) -> None:
+        if use_cache and generate_cached is not None:
+            generate_cached(model, prompt, n)
+        else:
+            generate(model, prompt, n, use_cache=use_cache)
+
+    run(min(n_new, 4))  # warm-up
     seconds = []
     for _ in range(repeats):
         start = time.perf_counter()
-        generate(model, prompt, n_new, use_cache=use_cache)
+        run(n_new)
         seconds.append(time.perf_counter() - start)
     return prompt.shape[0] * n_new / sorted(seconds)[len(seconds) // 2]
