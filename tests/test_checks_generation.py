@@ -82,6 +82,8 @@ WRONG = [
                  "fed the prompt one token at a time", id="gen-no-prefill"),
     pytest.param("generate_with_cache", GENERATE, [("pick(logits[:, -1])", "pick(logits[:, -1:])")],
                  "keeps a time axis", id="gen-kept-time-axis"),
+    pytest.param("generate_with_cache", GENERATE, [(STEP, STEP.replace("next_token", "tokens[:, -1]"))],
+                 "expects token ids of shape (b, t_new), got (3,)", id="gen-flat-token"),
     pytest.param("generate_with_cache", GENERATE, [("pick(logits[:, -1])", "pick(logits[:, 0])")],
                  "the prompt's first position", id="gen-first-position"),
     pytest.param("generate_with_cache", GENERATE, [("range(n_new)", "range(n_new - 1)")],

@@ -11,6 +11,7 @@ import functools
 import importlib.util
 import linecache
 import re
+import sysconfig
 import traceback
 import warnings
 from collections.abc import Callable, Sequence
@@ -158,9 +159,12 @@ _TORCH_DIR = str(Path(torch.__file__).resolve().parent)
 
 
 def _library_dirs() -> tuple[str, ...]:
-    """Folders whose frames are never the learner's: this package, torch, Triton and numpy."""
+    """Folders whose frames are never the learner's: this package, torch, Triton, numpy, einops, the
+    standard library and every installed package."""
     dirs = [_PACKAGE_DIR, _TORCH_DIR]
-    for name in ("triton", "numpy"):
+    paths = sysconfig.get_paths()
+    dirs.extend(str(Path(paths[key]).resolve()) for key in ("stdlib", "purelib", "platlib") if key in paths)
+    for name in ("triton", "numpy", "einops"):
         spec = importlib.util.find_spec(name)
         if spec is not None and spec.submodule_search_locations:
             dirs.extend(str(Path(p).resolve()) for p in spec.submodule_search_locations)

@@ -48,11 +48,14 @@ def _block(
     post_norm: bool = False,
     causal: bool = True,
     swap_norms: bool = False,
+    one_norm: str | None = None,
     mlp_reads_input: bool = False,
     mlp_norm: bool = True,
 ) -> torch.Tensor:
     """A block's forward with each knob a learner might get wrong; the defaults are right."""
     ln1, ln2 = (block.ln2, block.ln1) if swap_norms else (block.ln1, block.ln2)
+    if one_norm is not None:  # one LayerNorm, "ln1" or "ln2", before both branches
+        ln1 = ln2 = getattr(block, one_norm)
     if post_norm:
         h = ln1(x + block.attn(x, is_causal=causal))  # (b, t, d_model)
         return ln2(h + block.mlp(h))  # (b, t, d_model)
@@ -93,6 +96,16 @@ _BLOCK_MISTAKES: list[tuple[str, dict[str, Any]]] = [
         "uses block.ln2 before the attention and block.ln1 before the MLP: ln1 belongs to the attention, "
         "ln2 to the MLP.",
         {"swap_norms": True},
+    ),
+    (
+        "uses block.ln1 before the MLP too: each branch has its own LayerNorm with its own weights, "
+        "block.ln1 before the attention and block.ln2 before the MLP.",
+        {"one_norm": "ln1"},
+    ),
+    (
+        "uses block.ln2 before the attention too: each branch has its own LayerNorm with its own "
+        "weights, block.ln1 before the attention and block.ln2 before the MLP.",
+        {"one_norm": "ln2"},
     ),
     (
         "feeds the MLP the block's input x instead of x after the attention's residual: the MLP reads "

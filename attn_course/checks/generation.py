@@ -340,6 +340,10 @@ def _diagnose_draws(frequencies: torch.Tensor, probs: torch.Tensor) -> Callable[
 _GEN_CONFIG = DecoderConfig(vocab_size=13, n_layers=2, n_heads=2, d_model=16, d_mlp=24)
 
 
+class _StepInputError(ValueError):
+    """model.step called with token ids that are not (b, t_new)."""
+
+
 class _PickInputError(ValueError):
     """The check's pick was given logits of the wrong shape."""
 
@@ -354,6 +358,12 @@ class _Watched:
 
     def step(self, idx: torch.Tensor, cache: Any, attend: Any = reference.cached_attention) -> torch.Tensor:
         """The model's cached step, recorded."""
+        if isinstance(idx, torch.Tensor) and idx.dim() != 2:
+            raise _StepInputError(
+                f"model.step(idx, cache, attend) expects token ids of shape (b, t_new), got "
+                f"{tuple(idx.shape)}: feed the token just picked as pick returns it, (b, 1) "
+                "(tokens[:, -1] drops the time axis; tokens[:, -1:] keeps it)."
+            )
         self.steps.append(int(idx.shape[-1]))
         return self.model.step(idx, cache, attend)  # (b, t_new, vocab_size)
 
