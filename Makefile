@@ -46,18 +46,23 @@ lab: setup-lab
 	$(BIN)/attn-course workspace --into $(WORK)
 	$(BIN)/jupyter lab --port=$(PORT) $(LAB_FLAGS) --ServerApp.root_dir=$(LAB_ROOT) $(LAB_EXTRA)
 
+# Tests on every core (pytest-xdist; tests/conftest.py groups what must share a worker); JOBS=1 runs
+# them in this process, one after another.
+JOBS ?= auto
+PYTEST_JOBS = $(if $(filter 1,$(JOBS)),-p no:xdist,-n $(JOBS) --dist loadgroup)
+
 test: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest $(PYTEST_JOBS)
 
 # The inner loop: lint, types, and the tests not marked slow (tests/conftest.py: no notebook, kernel,
 # browser, grader or Triton interpreter), in about a minute.
 test-fast: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/python -m pytest -m "not slow" -q
+	$(BIN)/python -m pytest -m "not slow" -q $(PYTEST_JOBS)
 
 # The GPU tier: compiled Triton kernels, the checks' GPU cases, notebooks 06, 08 (09) at full budgets
 # and the benchmarks, within 8 minutes; report in bench-results/gpu/. Without a GPU: one line, exit 0.

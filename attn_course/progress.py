@@ -51,13 +51,23 @@ def reference_of(name: str) -> Any:
 
 
 def _current_cell() -> object:
-    """Something that changes from one executed cell to the next (None outside IPython)."""
+    """Something that changes from one executed cell to the next (None outside IPython).
+
+    The request's message id where a kernel runs the cell: a client that does not store history
+    (nbval) leaves the execution count at 1 for every cell.
+    """
     try:
         from IPython import get_ipython
     except ImportError:  # pragma: no cover
         return None
     shell = get_ipython()
-    return None if shell is None else shell.execution_count
+    if shell is None:
+        return None
+    kernel = getattr(shell, "kernel", None)
+    try:
+        return kernel.get_parent()["header"]["msg_id"]  # type: ignore[union-attr]
+    except (AttributeError, KeyError, TypeError):
+        return shell.execution_count
 
 
 def _announce(name: str, choice: str, line: str) -> None:

@@ -1,41 +1,24 @@
-"""Test-wide setup: notebooks run with their reduced budgets (see attn_course.quick_run).
+"""Marks and groups the tests: `slow` for `make test-fast`, `gpu` for the GPU tier, xdist's groups.
 
-Triton kernels run through Triton's interpreter on the CPU, also on a machine with a GPU, so that
-the tests of notebook 08 and its checks run the same everywhere (set before triton is imported).
-Kernels started by nbval, nbclient and the grader inherit this process's environment.
-`make bench` times the notebooks at their full budgets.
+The environment every test and notebook runs in (quick budgets, Triton's interpreter, one torch
+thread per xdist worker) and the collection of the solution notebooks for nbval are set in the
+repository's root `conftest.py`.
 
-The GPU tier (`make test-gpu`, `tools.gpu_tier`) sets ATTN_COURSE_GPU_TIER=1: then Triton
-compiles its kernels for the GPU, and only the tests marked `gpu` run. Everywhere else the tests
-marked `gpu` are skipped with the reason.
+`make test` runs the tests on every core with pytest-xdist (`-n auto --dist loadgroup`). Tests that
+share an expensive module fixture (a JupyterLab server, a graded class) stay on one worker
+(`SHARED_FIXTURE_FILES`), and nbval's run of each solution notebook and the swap test that reads it
+run on one worker, in that order (`solution_runs.py`).
 """
 
 import os
+from collections import defaultdict
 
 import pytest
+from solution_runs import SwappedSolutionFile
 
-from attn_course.quick_run import QUICK_VARIABLE
-from tools.gpu_tier import TIER_VARIABLE
+from tools.gpu_tier import TIER_VARIABLE, gpu_skip_reason
 
 GPU_TIER = os.environ.get(TIER_VARIABLE) == "1"
-
-os.environ[QUICK_VARIABLE] = "1"
-if GPU_TIER:
-    os.environ.pop("TRITON_INTERPRET", None)
-else:
-    os.environ["TRITON_INTERPRET"] = "1"
-
-
-def gpu_skip_reason(gpu_tier: bool, gpu_problem: str | None) -> str | None:
-    """Why a test marked `gpu` is skipped in this session (None: it runs)."""
-    if not gpu_tier:
-        return (
-            "GPU tier only: Triton runs interpreted in this session; run `make test-gpu` on a machine "
-            "with a CUDA GPU"
-        )
-    if gpu_problem is not None:
-        return f"GPU tier, but {gpu_problem}"
-    return None
 
 
 SLOW_FILES = {
@@ -53,6 +36,10 @@ SLOW_FILES = {
 (ipywidgets driven control by control), nbval and the tests marked `slow` one by one."""
 
 
+SHARED_FIXTURE_FILES = {"test_browser.py", "test_triton_compile.py", "test_gpu_checks.py"}
+"""Test files whose tests share one expensive module fixture, besides the grading tests: one worker each."""
+
+
 def is_slow(path: str) -> bool:
     """Whether the tests in the file at `path` are left out of `make test-fast`."""
     name = path.replace("\\", "/").rsplit("/", 1)[-1]
@@ -60,9 +47,48 @@ def is_slow(path: str) -> bool:
     return name in SLOW_FILES or slow_kinds
 
 
+def _shares_fixtures(path: str) -> bool:
+    name = path.replace("\\", "/").rsplit("/", 1)[-1]
+    return name in SHARED_FIXTURE_FILES or name.startswith("test_grading")
+
+
+def _order_and_group(items: list[pytest.Item]) -> None:
+    """Keep nbval's cells of a solution notebook, then the swap tests reading them, on one worker."""
+    swap_tests: dict[str, list[pytest.Item]] = defaultdict(list)
+    for item in items:
+        stem = getattr(item, "callspec", None) and item.callspec.params.get("stem")
+        if item.path.name == "test_learner_code_used.py" and stem:
+            swap_tests[stem].append(item)
+    last_cell: dict[str, int] = {}
+    for index, item in enumerate(items):
+        if isinstance(item.parent, SwappedSolutionFile):
+            last_cell[item.path.stem] = index
+    moved = {id(item) for stem in last_cell for item in swap_tests.get(stem, [])}
+    ordered: list[pytest.Item] = []
+    for index, item in enumerate(items):
+        if id(item) in moved:
+            continue
+        ordered.append(item)
+        stem = item.path.stem
+        if isinstance(item.parent, SwappedSolutionFile) and last_cell.get(stem) == index:
+            ordered.extend(swap_tests.get(stem, []))
+    items[:] = ordered
+    for item in items:
+        if isinstance(item.parent, SwappedSolutionFile):
+            item.add_marker(pytest.mark.xdist_group(f"solution-{item.path.stem}"))
+        elif item.path.name == "test_learner_code_used.py":
+            stem = item.callspec.params.get("stem")  # type: ignore[attr-defined]
+            item.add_marker(pytest.mark.xdist_group(f"solution-{stem}"))
+        elif _shares_fixtures(str(item.path)):
+            item.add_marker(pytest.mark.xdist_group(item.path.name))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark the slow tests; skip `gpu` tests outside the GPU tier, and every other test inside it."""
+    """Mark the slow tests; skip `gpu` tests outside the GPU tier, and every other test inside it;
+    group the tests for xdist's workers (`_order_and_group`)."""
     from attn_course.triton_flash.runtime import gpu_problem
+
+    _order_and_group(items)
 
     reason = gpu_skip_reason(GPU_TIER, gpu_problem() if GPU_TIER else None)
     for item in items:

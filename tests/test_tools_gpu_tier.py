@@ -8,11 +8,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import gpu_skip_reason
 
 from attn_course.demos.attention_bench import BenchRow, write_json
 from tools import gpu_tier
 from tools.gpu_report import StepResult, backward_figure, naive_figure, read_report, throughput_figure
+from tools.gpu_tier import gpu_skip_reason
 
 ROOT = Path(__file__).resolve().parents[1]
 T4 = gpu_tier.GpuInfo("Tesla T4", (7, 5))

@@ -93,6 +93,18 @@ class Step:
     """The JUnit XML file a pytest step writes, relative to the tier's output folder."""
 
 
+def gpu_skip_reason(gpu_tier: bool, gpu_problem: str | None) -> str | None:
+    """Why a test marked `gpu` is skipped in this session (None: it runs)."""
+    if not gpu_tier:
+        return (
+            "GPU tier only: Triton runs interpreted in this session; run `make test-gpu` on a machine "
+            "with a CUDA GPU"
+        )
+    if gpu_problem is not None:
+        return f"GPU tier, but {gpu_problem}"
+    return None
+
+
 def bf16_problem(capability: tuple[int, int]) -> str | None:
     """Why bfloat16 kernels are not tried on a GPU of this compute capability (None from Ampere, 8.0, on).
 

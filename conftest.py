@@ -1,0 +1,72 @@
+"""The environment of every test and notebook the suite runs, and nbval's solution notebooks.
+
+Notebooks run with their reduced budgets (see attn_course.quick_run). Triton kernels run through
+Triton's interpreter on the CPU, also on a machine with a GPU, so that the tests of notebook 08 and
+its checks run the same everywhere (set before triton is imported). Kernels started by nbval,
+nbclient and the grader inherit this process's environment. `make bench` times the notebooks at
+their full budgets.
+
+The GPU tier (`make test-gpu`, `tools.gpu_tier`) sets ATTN_COURSE_GPU_TIER=1: then Triton
+compiles its kernels for the GPU (tests/conftest.py runs only the tests marked `gpu`).
+
+Under pytest-xdist each worker, and each kernel it starts, uses one torch thread, so that the
+workers do not oversubscribe the cores.
+
+nbval runs each solution notebook with the swap test's learner versions inserted, and what each
+cell printed is recorded for that test (tests/solution_runs.py): one run serves both.
+"""
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from attn_course.quick_run import QUICK_VARIABLE
+from tools.gpu_tier import TIER_VARIABLE
+
+TESTS = Path(__file__).resolve().parent / "tests"
+
+os.environ[QUICK_VARIABLE] = "1"
+if os.environ.get(TIER_VARIABLE) == "1":
+    os.environ.pop("TRITON_INTERPRET", None)
+else:
+    os.environ["TRITON_INTERPRET"] = "1"
+if os.environ.get("PYTEST_XDIST_WORKER"):  # one torch thread per worker, and per kernel it starts
+    os.environ["OMP_NUM_THREADS"] = "1"
+    os.environ["MKL_NUM_THREADS"] = "1"
+if str(TESTS) not in sys.path:  # solution_runs and the learner code it swaps in live in tests/
+    sys.path.insert(0, str(TESTS))
+
+from solution_runs import SwappedSolutionFile, record_cell  # noqa: E402
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Solution notebooks are collected by `pytest_collect_file` below (nbval's, with the swaps in)."""
+    nbval = session.config.pluginmanager.get_plugin("nbval")
+    if nbval is not None and session.config.pluginmanager.is_registered(nbval):
+        session.config.pluginmanager.unregister(nbval)
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    """A notebook under nbval; a solution notebook with the swap test's learner versions inserted."""
+    option = parent.config.option
+    if file_path.suffix != ".ipynb" or not (option.nbval or option.nbval_lax):
+        return None
+    from nbval.plugin import IPyNbFile
+
+    if file_path.parent != TESTS.parent / "solutions":
+        return IPyNbFile.from_parent(parent, path=file_path)
+    return SwappedSolutionFile.from_parent(parent, path=file_path)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    """Record what each cell of a solution notebook printed under nbval, for the swap test."""
+    try:
+        return (yield)
+    finally:
+        if isinstance(item.parent, SwappedSolutionFile):
+            outputs = getattr(item, "test_outputs", None) or []
+            record_cell(item.path.stem, item.cell_num, item.cell.source, outputs)  # type: ignore[attr-defined]
