@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 
 import pytest
@@ -94,6 +95,38 @@ def test_mods_evaluate_to_the_course_masks_and_alibi_matches_its_dense_bias():
     biased = flex.evaluate_score_mod(flex.alibi_score_mod(4), torch.zeros(1, 4, 6, 6))[0]  # (4, 6, 6)
     past = torch.ones(6, 6).tril().bool()
     assert torch.equal(biased.masked_fill(~past, 0), flex.alibi_bias(4, 6))
+
+
+def paper_get_slopes(n):
+    """`get_slopes` of the ALiBi paper's code (ofirpress/attention_with_linear_biases), as written there."""
+
+    def get_slopes_power_of_2(n):
+        start = 2 ** (-(2 ** -(math.log2(n) - 3)))
+        ratio = start
+        return [start * ratio**i for i in range(n)]
+
+    if math.log2(n).is_integer():
+        return get_slopes_power_of_2(n)
+    closest_power_of_2 = 2 ** math.floor(math.log2(n))
+    return (
+        get_slopes_power_of_2(closest_power_of_2)
+        + paper_get_slopes(2 * closest_power_of_2)[0::2][: n - closest_power_of_2]
+    )
+
+
+@pytest.mark.parametrize("n_heads", range(1, 33))
+def test_alibi_slopes_follow_the_papers_rule_for_every_head_count(n_heads):
+    expected = torch.tensor(paper_get_slopes(n_heads), dtype=torch.float32)
+    torch.testing.assert_close(flex.alibi_slopes(n_heads), expected, atol=0, rtol=1e-6)
+
+
+def test_alibi_slopes_of_three_heads_and_of_bloom_176b():
+    assert flex.alibi_slopes(3).tolist() == [0.0625, 0.00390625, 0.25]
+    slopes = flex.alibi_slopes(112)  # BLOOM-176B: 64 slopes of 64 heads, then 48 of 128 heads' odd ones
+    assert slopes.shape == (112,) and len(set(slopes.tolist())) == 112
+    torch.testing.assert_close(slopes, torch.tensor(paper_get_slopes(112)), atol=0, rtol=1e-6)
+    with pytest.raises(ValueError, match="at least 1"):
+        flex.alibi_slopes(0)
 
 
 @pytest.mark.slow  # compiles, then falls back
