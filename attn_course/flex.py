@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from attn_course.exercise import exercise
+from attn_course.window import require_window
 
 ScoreMod = Callable[..., torch.Tensor]
 """score_mod(score, b, h, q_idx, kv_idx) -> score."""
@@ -70,6 +71,7 @@ def sliding_window_mask_mod(window: int) -> MaskMod:
 
     Introduced in 10_modern_attention.
     """
+    require_window(window)
 
     def in_window(
         b: torch.Tensor, h: torch.Tensor, q_idx: torch.Tensor, kv_idx: torch.Tensor
