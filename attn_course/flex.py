@@ -114,6 +114,9 @@ def _geometric_slopes(n: int) -> torch.Tensor:
 def alibi_score_mod(n_heads: int) -> ScoreMod:
     """A score_mod adding ALiBi's bias: slope_h · (kv_idx - q_idx), 0 on the diagonal, negative in the past.
 
+    Positive for future keys, which the causal mask ALiBi runs with removes; `alibi_bias` gives the
+    same bias for every (query, key) pair, future ones included.
+
     Introduced in 10_modern_attention.
     """
     slopes = alibi_slopes(n_heads)  # (n_heads,)
@@ -129,15 +132,18 @@ def alibi_score_mod(n_heads: int) -> ScoreMod:
 def alibi_bias(n_heads: int, t: int) -> torch.Tensor:
     """ALiBi's bias as a dense tensor (n_heads, t, t), to hand to SDPA as a float attn_mask.
 
+    slope_h · (j - i) for every query i and key j: what `alibi_score_mod` adds, pair by pair. Above the
+    diagonal it is positive; the causal mask (-inf there) removes it, as it removes the score_mod's.
+
     >>> alibi_bias(2, 3)[0]
-    tensor([[ 0.0000,  0.0000,  0.0000],
-            [-0.0625,  0.0000,  0.0000],
+    tensor([[ 0.0000,  0.0625,  0.1250],
+            [-0.0625,  0.0000,  0.0625],
             [-0.1250, -0.0625,  0.0000]])
 
     Introduced in 10_modern_attention.
     """
     positions = torch.arange(t)  # (t,)
-    distance = (positions[None, :] - positions[:, None]).clamp(max=0)  # (t, t): kv - q, 0 in the future
+    distance = positions[None, :] - positions[:, None]  # (t, t): kv - q
     return alibi_slopes(n_heads)[:, None, None] * distance  # (n_heads, t, t)
 
 

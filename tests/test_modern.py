@@ -92,9 +92,14 @@ def test_mods_evaluate_to_the_course_masks_and_alibi_matches_its_dense_bias():
     ids = flex.document_ids_from_lengths([2, 3])
     expected = torch.block_diag(torch.ones(2, 2), torch.ones(3, 3)).bool() & torch.ones(5, 5).tril().bool()
     assert torch.equal(flex.evaluate_mask_mod(flex.document_mask_mod(ids), 1, 5, 5)[0], expected)
-    biased = flex.evaluate_score_mod(flex.alibi_score_mod(4), torch.zeros(1, 4, 6, 6))[0]  # (4, 6, 6)
-    past = torch.ones(6, 6).tril().bool()
-    assert torch.equal(biased.masked_fill(~past, 0), flex.alibi_bias(4, 6))
+
+
+@needs_flex
+@pytest.mark.parametrize("n_heads", [1, 3, 4, 6, 8, 12])
+def test_alibi_score_mod_and_alibi_bias_give_the_same_bias_for_every_pair(n_heads):
+    biased = flex.evaluate_score_mod(flex.alibi_score_mod(n_heads), torch.zeros(1, n_heads, 6, 6))[0]
+    assert torch.equal(biased, flex.alibi_bias(n_heads, 6))  # (n_heads, 6, 6), future pairs included
+    assert (flex.alibi_bias(n_heads, 6).triu(1) > 0).sum() == n_heads * 15  # positive above the diagonal
 
 
 def paper_get_slopes(n):
