@@ -32,8 +32,8 @@ def require_window(window: int | None, allow_none: bool = False) -> None:
     if window is None and allow_none:
         return
     try:
-        count = operator.index(window)  # an int, or a numpy or 0-d tensor integer
-    except TypeError:
+        count = 0 if window is None else operator.index(window)  # an int, or a numpy integer
+    except TypeError:  # 2.5, "4"
         count = 0
     if isinstance(window, bool) or count < 1:
         none = " or None (no window: plain causal attention)" if allow_none else ""
