@@ -50,7 +50,9 @@ def sliding_window_mask(
     """Mask (t_q, t_k), True where query i may attend key j: the last `window` positions up to its own.
 
     Bottom-right aligned like `causal_mask`: query i sits at position p = i + t_k - t_q and sees
-    keys p - window + 1 … p. With window >= t_k it is the causal mask.
+    keys p - window + 1 … p: `window` keys, its own included, as Hugging Face transformers' Mistral
+    counts them. (PyTorch's FlexAttention examples, q_idx - kv_idx <= W, and Mistral's original
+    reference admit W + 1.) With window >= t_k it is the causal mask; a window below 1 is refused.
 
     >>> sliding_window_mask(3, 5, window=2).int()
     tensor([[0, 1, 1, 0, 0],
