@@ -89,6 +89,12 @@ def attention(
     `mask` broadcasts to (..., T_q, T_k); `is_causal` adds the bottom-right aligned causal
     mask and combines with `mask` (both must allow a position). Returns (out, weights).
 
+    A query row that may attend no key (every key masked, or causal with T_q > T_k, whose first
+    T_q - T_k queries sit before the first key) gets weights 0 and output 0, as PyTorch's
+    `F.scaled_dot_product_attention` gives it from 2.5 on, and its gradients are finite: 0 for its
+    query, nothing added to any key's or value's. (The softmax alone would give NaN there, since
+    -inf - (-inf) is NaN; the course uses SDPA's convention in every implementation.)
+
     >>> out, w = attention(torch.ones(2, 5, 8), torch.ones(2, 7, 8), torch.ones(2, 7, 3), is_causal=True)
     >>> w[0, 0]
     tensor([0.3333, 0.3333, 0.3333, 0.0000, 0.0000, 0.0000, 0.0000])
@@ -102,5 +108,6 @@ def attention(
     if is_causal:
         allowed = allowed & causal_mask(q.shape[-2], k.shape[-2], device=q.device)
     scores = scores.masked_fill(~allowed, float("-inf"))  # (..., T_q, T_k)
-    weights = softmax(scores, dim=-1)  # (..., T_q, T_k)
+    weights = softmax(scores, dim=-1)  # (..., T_q, T_k): NaN in a row that allows no key
+    weights = weights.masked_fill(~allowed.any(dim=-1, keepdim=True), 0.0)  # such rows: 0, as SDPA's
     return weights @ v, weights  # (..., T_q, d_v), (..., T_q, T_k)

@@ -141,8 +141,11 @@ def flash_attention(
     With `is_causal` the mask is bottom-right aligned like `attention`'s: query i may attend key j
     when j <= i + T_k - T_q. Key blocks entirely after a query block's last position are skipped;
     blocks that cross the diagonal are masked inside. A query row that may attend no key (causal
-    with T_q > T_k) gets NaN and lse -inf. This is the code of notebook 06's solution; the
-    benchmark times `attn_course.flash_fast.flash_attention_fast`, the same loop tuned for a CPU.
+    with T_q > T_k: the first T_q - T_k queries) gets output 0, as `attention` and PyTorch's SDPA
+    give it, and lse -inf, the log-sum-exp of no terms (`torch.logsumexp` of a row of -inf): its
+    running sum stays 0, and the division uses 1 in its place. This is the code of notebook 06's
+    solution; the benchmark times `attn_course.flash_fast.flash_attention_fast`, the same loop
+    tuned for a CPU.
 
     >>> out, lse = flash_attention(torch.randn(2, 4, 100, 16), torch.randn(2, 4, 100, 16),
     ...                            torch.randn(2, 4, 100, 16), is_causal=True, block_size=32,
@@ -180,8 +183,10 @@ def flash_attention(
             denom = alpha * denom + p.sum(dim=-1, keepdim=True)  # (..., Bq, 1)
             acc = alpha * acc + p @ v[..., ks:ke, :]  # (..., Bq, d_v)
             m = m_new
-        out[..., qs:qe, :] = acc / denom  # (..., Bq, d_v)
-        lse[..., qs:qe] = (m + torch.log(denom)).squeeze(-1)  # (..., Bq): after the last key block
+        out[..., qs:qe, :] = acc / torch.where(denom == 0, 1.0, denom)  # (..., Bq, d_v): 0 where no key
+        lse[..., qs:qe] = (m + torch.log(denom)).squeeze(
+            -1
+        )  # (..., Bq): after the last key block, -inf where no key
     return (out, lse) if return_lse else out
 
 
@@ -219,7 +224,9 @@ def flash_attention_backward(
     q (..., T_q, d), k (..., T_k, d), v (..., T_k, d_v), out and grad_out (..., T_q, d_v), lse
     (..., T_q) as `flash_attention_forward` returns it. The causal mask is bottom-right aligned;
     query blocks that no key of a key block may be seen by are skipped. Never holds a T_q × T_k
-    tensor: per step one tile of scores, probabilities and their gradients.
+    tensor: per step one tile of scores, probabilities and their gradients. A query row that sees
+    no key (lse -inf, output 0) gets dq 0 and adds nothing to dk and dv, as autograd through SDPA
+    gives: its probabilities are computed against 0 in place of its -inf lse, exp(-inf - 0) = 0.
 
     >>> q, k, v = torch.randn(2, 50, 16), torch.randn(2, 70, 16), torch.randn(2, 70, 8)
     >>> out, lse = flash_attention_forward(q, k, v, is_causal=True, block_size=32)
@@ -236,7 +243,7 @@ def flash_attention_backward(
     offset = t_k - t_q  # query i sits at key position i + offset (bottom-right alignment)
     scale = 1.0 / math.sqrt(d)
     delta = (grad_out * out).sum(dim=-1, keepdim=True)  # (..., T_q, 1): D = rowsum(dO ∘ O)
-    lse = lse.unsqueeze(-1)  # (..., T_q, 1)
+    lse = torch.where(lse == -math.inf, 0.0, lse).unsqueeze(-1)  # (..., T_q, 1): no -inf - -inf = NaN
     dq = torch.zeros_like(q)  # (..., T_q, d): accumulated over the key blocks
     dk = torch.empty_like(k)  # (..., T_k, d)
     dv = torch.empty_like(v)  # (..., T_k, d_v)

@@ -27,6 +27,8 @@ def flash_attention_fast(
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """`flash.flash_attention` with tiles reused and updated in place: (..., T_q, d_v), or (out, lse).
 
+    A query row that may attend no key gets output 0 and lse -inf, as in `flash.flash_attention`.
+
     >>> q, k, v = torch.randn(2, 100, 16), torch.randn(2, 70, 16), torch.randn(2, 70, 8)
     >>> flash_attention_fast(q, k, v, is_causal=True, block_size=32).shape
     torch.Size([2, 100, 8])
@@ -69,6 +71,6 @@ def flash_attention_fast(
             pv = torch.matmul(p, v[..., ks:ke, :], out=tile)  # (..., Bq, d_v)
             acc = acc.mul_(alpha).add_(pv) if reuse else torch.addcmul(pv, acc, alpha)  # acc·alpha + p v
             m = m_new
-        out[..., qs:qe, :] = acc / denom  # (..., Bq, d_v)
-        lse[..., qs:qe] = (m + denom.log()).squeeze(-1)  # (..., Bq)
+        out[..., qs:qe, :] = acc / torch.where(denom == 0, 1.0, denom)  # (..., Bq, d_v): 0 where no key
+        lse[..., qs:qe] = (m + denom.log()).squeeze(-1)  # (..., Bq): -inf where no key
     return (out, lse) if return_lse else out  # (..., T_q, d_v), (..., T_q)

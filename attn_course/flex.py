@@ -19,6 +19,7 @@ Introduced in 10_modern_attention.
 
 from __future__ import annotations
 
+import math
 import time
 import warnings
 from collections.abc import Callable
@@ -27,6 +28,7 @@ from typing import Any
 import torch
 
 from attn_course.exercise import exercise
+from attn_course.window import require_window
 
 ScoreMod = Callable[..., torch.Tensor]
 """score_mod(score, b, h, q_idx, kv_idx) -> score."""
@@ -69,6 +71,7 @@ def sliding_window_mask_mod(window: int) -> MaskMod:
 
     Introduced in 10_modern_attention.
     """
+    require_window(window)
 
     def in_window(
         b: torch.Tensor, h: torch.Tensor, q_idx: torch.Tensor, kv_idx: torch.Tensor
@@ -79,19 +82,40 @@ def sliding_window_mask_mod(window: int) -> MaskMod:
 
 
 def alibi_slopes(n_heads: int) -> torch.Tensor:
-    """ALiBi's slope per head (Press et al., 2022): 2^(-8(h+1)/n_heads), h = 0 … n_heads - 1.
+    """ALiBi's slope per head, by the rule of the paper's code (Press et al., 2022; BLOOM, MPT, Falcon).
+
+    For a power of two n, the slopes are the geometric sequence 2^(-8/n), 2^(-16/n), … , 2^-8:
+    2^(-8(h+1)/n) for head h. For any other head count the paper's `get_slopes` takes the n slopes of
+    the largest power of two n below it, then appends every other slope of 2n's sequence,
+    2^(-4/n), 2^(-12/n), …, the first n_heads - n of them: each lies halfway (on a log scale)
+    between two slopes of n's, so the heads still cover the range 2^(-4/n) … 2^-8 roughly
+    geometrically. (The plain 2^(-8(h+1)/n_heads) agrees only for powers of two.)
 
     >>> alibi_slopes(4)
     tensor([0.2500, 0.0625, 0.0156, 0.0039])
+    >>> alibi_slopes(3)  # the slopes of 2 heads, then the first odd one of 4 heads'
+    tensor([0.0625, 0.0039, 0.2500])
 
     Introduced in 10_modern_attention.
     """
-    return 2.0 ** (-8.0 * torch.arange(1, n_heads + 1) / n_heads)  # (n_heads,)
+    if n_heads < 1:
+        raise ValueError(f"n_heads must be at least 1, got {n_heads}")
+    n = 2 ** math.floor(math.log2(n_heads))  # the largest power of two <= n_heads
+    extra = _geometric_slopes(2 * n)[0::2][: n_heads - n]  # (n_heads - n,): between n's slopes
+    return torch.cat([_geometric_slopes(n), extra])  # (n_heads,)
+
+
+def _geometric_slopes(n: int) -> torch.Tensor:
+    """2^(-8(h+1)/n) for h = 0 … n - 1: ALiBi's slopes when n is a power of two."""
+    return 2.0 ** (-8.0 * torch.arange(1, n + 1) / n)  # (n,)
 
 
 @exercise("10_modern_attention", 5)
 def alibi_score_mod(n_heads: int) -> ScoreMod:
     """A score_mod adding ALiBi's bias: slope_h · (kv_idx - q_idx), 0 on the diagonal, negative in the past.
+
+    Positive for future keys, which the causal mask ALiBi runs with removes; `alibi_bias` gives the
+    same bias for every (query, key) pair, future ones included.
 
     Introduced in 10_modern_attention.
     """
@@ -108,15 +132,18 @@ def alibi_score_mod(n_heads: int) -> ScoreMod:
 def alibi_bias(n_heads: int, t: int) -> torch.Tensor:
     """ALiBi's bias as a dense tensor (n_heads, t, t), to hand to SDPA as a float attn_mask.
 
+    slope_h · (j - i) for every query i and key j: what `alibi_score_mod` adds, pair by pair. Above the
+    diagonal it is positive; the causal mask (-inf there) removes it, as it removes the score_mod's.
+
     >>> alibi_bias(2, 3)[0]
-    tensor([[ 0.0000,  0.0000,  0.0000],
-            [-0.0625,  0.0000,  0.0000],
+    tensor([[ 0.0000,  0.0625,  0.1250],
+            [-0.0625,  0.0000,  0.0625],
             [-0.1250, -0.0625,  0.0000]])
 
     Introduced in 10_modern_attention.
     """
     positions = torch.arange(t)  # (t,)
-    distance = (positions[None, :] - positions[:, None]).clamp(max=0)  # (t, t): kv - q, 0 in the future
+    distance = positions[None, :] - positions[:, None]  # (t, t): kv - q
     return alibi_slopes(n_heads)[:, None, None] * distance  # (n_heads, t, t)
 
 

@@ -15,7 +15,9 @@ def causal_mask(t_q: int, t_k: int | None = None, device: torch.device | str | N
     """Causal mask (t_q, t_k), True where query i may attend key j.
 
     With t_k > t_q the queries are the last t_q positions (bottom-right aligned), as when
-    decoding with a cache: query i sits at absolute position i + t_k - t_q.
+    decoding with a cache: query i sits at absolute position i + t_k - t_q. With t_q > t_k the
+    first t_q - t_k rows are all False (those queries sit before the first key): the course's
+    attention gives them output 0, as PyTorch's SDPA does.
 
     >>> causal_mask(2, 4)
     tensor([[ True,  True,  True, False],

@@ -11,10 +11,36 @@ Introduced in 10_modern_attention.
 from __future__ import annotations
 
 import math
+import operator
 
 import torch
 
 from attn_course.exercise import exercise
+
+
+def require_window(window: int | None, allow_none: bool = False) -> None:
+    """Refuse a window that admits no key: `window` counts the keys a query sees, its own included.
+
+    A window of 0 (or less) would mask every key, and every output row would be 0 or NaN without a
+    word; `None` (no window, plain causal attention) is accepted where `allow_none`.
+
+    >>> require_window(4), require_window(None, allow_none=True)
+    (None, None)
+
+    Introduced in 10_modern_attention.
+    """
+    if window is None and allow_none:
+        return
+    try:
+        count = 0 if window is None else operator.index(window)  # an int, or a numpy integer
+    except TypeError:  # 2.5, "4"
+        count = 0
+    if isinstance(window, bool) or count < 1:
+        none = " or None (no window: plain causal attention)" if allow_none else ""
+        raise ValueError(
+            "window must be a positive number of keys (the query's own included, so 1 sees only itself)"
+            f"{none}, got {window!r}"
+        )
 
 
 @exercise("10_modern_attention", 3)
@@ -24,7 +50,9 @@ def sliding_window_mask(
     """Mask (t_q, t_k), True where query i may attend key j: the last `window` positions up to its own.
 
     Bottom-right aligned like `causal_mask`: query i sits at position p = i + t_k - t_q and sees
-    keys p - window + 1 … p. With window >= t_k it is the causal mask.
+    keys p - window + 1 … p: `window` keys, its own included, as Hugging Face transformers' Mistral
+    counts them. (PyTorch's FlexAttention examples, q_idx - kv_idx <= W, and Mistral's original
+    reference admit W + 1.) With window >= t_k it is the causal mask; a window below 1 is refused.
 
     >>> sliding_window_mask(3, 5, window=2).int()
     tensor([[0, 1, 1, 0, 0],
@@ -33,6 +61,7 @@ def sliding_window_mask(
 
     Introduced in 10_modern_attention.
     """
+    require_window(window)
     t_k = t_q if t_k is None else t_k
     query_positions = torch.arange(t_q, device=device) + (t_k - t_q)  # (t_q,)
     key_positions = torch.arange(t_k, device=device)  # (t_k,)
@@ -48,6 +77,7 @@ def window_key_blocks(qs: int, qe: int, t_q: int, t_k: int, window: int | None, 
 
     Introduced in 10_modern_attention.
     """
+    require_window(window, allow_none=True)
     offset = t_k - t_q
     last = min(t_k, qe + offset)  # one past the last row's position
     first = 0 if window is None else max(0, qs + offset - window + 1)  # the first row's first key
@@ -62,7 +92,8 @@ def sliding_window_flash_attention(
 
     Equal to `attention(q, k, v, mask=sliding_window_mask(T_q, T_k, window))[0]`; `window=None` is
     plain causal attention (every block up to the diagonal). Blocks that cross the window's edges are
-    masked inside. Like notebook 06's `flash_attention`, it reuses two tiles from step to step when
+    masked inside. A query that sees no key (T_q > T_k: the first T_q - T_k queries) gets 0, as in
+    `attention` and SDPA. Like notebook 06's `flash_attention`, it reuses two tiles from step to step when
     autograd is off.
 
     >>> sliding_window_flash_attention(torch.randn(2, 100, 16), torch.randn(2, 100, 16),
@@ -71,6 +102,9 @@ def sliding_window_flash_attention(
 
     Introduced in 10_modern_attention.
     """
+    require_window(window, allow_none=True)
+    if block_size < 1:
+        raise ValueError(f"block_size must be at least 1, got {block_size}")
     *batch, t_q, d = q.shape
     t_k, d_v = k.shape[-2], v.shape[-1]
     offset = t_k - t_q
@@ -104,7 +138,7 @@ def sliding_window_flash_attention(
             pv = torch.matmul(p, v[..., ks:ke, :], out=tile)  # (..., Bq, d_v)
             acc = acc.mul_(alpha).add_(pv) if reuse else torch.addcmul(pv, acc, alpha)  # (..., Bq, d_v)
             m = m_new
-        out[..., qs:qe, :] = acc / denom  # (..., Bq, d_v)
+        out[..., qs:qe, :] = acc / torch.where(denom == 0, 1.0, denom)  # (..., Bq, d_v): 0 where no key
     return out  # (..., T_q, d_v)
 
 
@@ -116,6 +150,7 @@ def visited_fraction(t: int, window: int | None, block_size: int) -> float:
 
     Introduced in 10_modern_attention.
     """
+    require_window(window, allow_none=True)
     n = math.ceil(t / block_size)
     visited = sum(
         len(window_key_blocks(qs, min(qs + block_size, t), t, t, window, block_size))
@@ -132,6 +167,7 @@ def window_tile_states(t_q: int, t_k: int, window: int | None, block_size: int) 
 
     Introduced in 10_modern_attention.
     """
+    require_window(window, allow_none=True)
     offset = t_k - t_q
     n_q, n_k = math.ceil(t_q / block_size), math.ceil(t_k / block_size)
     states = torch.zeros(n_q, n_k, dtype=torch.long)  # (query blocks, key blocks)

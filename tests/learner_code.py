@@ -85,6 +85,8 @@ def attention(q, k, v, mask=None, is_causal=False):
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     weights = torch.softmax(scores, dim=-1)
+    if mask is not None:  # a row that may attend no key: 0, as SDPA
+        weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
     return weights @ v, weights
 """
 

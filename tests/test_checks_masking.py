@@ -123,8 +123,37 @@ def attention_masked_fill(q, k, v, mask=None, is_causal=False):
         mask = causal if mask is None else mask & causal
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # rows that see no key: 0, as SDPA
+    return weights @ v, weights
+
+
+def attention_nan_in_empty_rows(
+    q, k, v, mask=None, is_causal=False
+):  # right before the course chose SDPA's 0
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if is_causal:
+        causal = causal_tril(q.shape[-2], k.shape[-2], device=q.device)
+        mask = causal if mask is None else mask & causal
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
     weights = torch.softmax(scores, dim=-1)
     return weights @ v, weights
+
+
+def attention_minus_1e9_uniform(q, k, v, mask=None, is_causal=False):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if is_causal:
+        causal = causal_tril(q.shape[-2], k.shape[-2], device=q.device)
+        mask = causal if mask is None else mask & causal
+    if mask is not None:
+        scores = scores.masked_fill(~mask, -1e9)
+    weights = torch.softmax(scores, dim=-1)
+    return weights @ v, weights
+
+
+def attention_zeros_only_the_output(q, k, v, mask=None, is_causal=False):
+    out, weights = attention_nan_in_empty_rows(q, k, v, mask, is_causal)
+    return out.nan_to_num(0.0), weights
 
 
 def attention_minus_1e9(q, k, v, mask=None, is_causal=False):
@@ -135,6 +164,8 @@ def attention_minus_1e9(q, k, v, mask=None, is_causal=False):
         causal = causal_arange(q.shape[-2], k.shape[-2], device=q.device)
         scores = scores.masked_fill(~causal, -1e9)
     weights = F.softmax(scores, dim=-1)
+    keeps_a_key = scores.amax(dim=-1, keepdim=True) > -1e9  # rows that allow some key
+    weights = torch.where(keeps_a_key, weights, 0.0)
     return weights @ v, weights
 
 
@@ -146,7 +177,7 @@ def attention_renormalised_after(q, k, v, mask=None, is_causal=False):
     if is_causal:
         allowed = allowed & causal_tril(q.shape[-2], k.shape[-2])
     weights = weights * allowed
-    weights = weights / weights.sum(dim=-1, keepdim=True)
+    weights = weights / weights.sum(dim=-1, keepdim=True).clamp(min=1e-30)  # 0 / tiny = 0 without a key
     return weights @ v, weights
 
 
@@ -196,6 +227,25 @@ WRONG = [
     pytest.param(check_padding_mask, padding_transposed, "one row per sequence", id="padding-transposed"),
     pytest.param(check_padding_mask, padding_long, "should be a boolean tensor", id="padding-long"),
     pytest.param(check_attention, not_implemented, "is not implemented yet", id="attention-stub"),
+    pytest.param(
+        check_attention,
+        attention_nan_in_empty_rows,
+        "are NaN in the 7 rows that may attend no key (the first T_q - T_k = 2 queries, before the first key, "
+        "and every query of the all-padding sequence): rows with no visible key should give 0, as SDPA does",
+        id="attention-nan-where-no-key",
+    ),
+    pytest.param(
+        check_attention,
+        attention_minus_1e9_uniform,
+        "rows with no visible key should give 0, as SDPA does, but they are uniform, 1/T_k on every key",
+        id="attention-uniform-where-no-key",
+    ),
+    pytest.param(
+        check_attention,
+        attention_zeros_only_the_output,
+        "Your weights of attention(q (2, 5, 4)",
+        id="attention-zeros-only-the-output",
+    ),
     pytest.param(
         check_attention, attention_only_out, "should return a tuple (out, weights)", id="attention-only-out"
     ),

@@ -248,8 +248,21 @@ def window_flash_masked_full(q, k, v, window, block_size=64):
 # alibi_score_mod
 
 
+def paper_slopes(n):  # the ALiBi paper's get_slopes, as a learner copies it from its repository
+    def get_slopes_power_of_2(n):
+        start = 2 ** (-(2 ** -(math.log2(n) - 3)))
+        ratio = start
+        return [start * ratio**i for i in range(n)]
+
+    if math.log2(n).is_integer():
+        return get_slopes_power_of_2(n)
+    closest_power_of_2 = 2 ** math.floor(math.log2(n))
+    extra = paper_slopes(2 * closest_power_of_2)[0::2][: n - closest_power_of_2]
+    return get_slopes_power_of_2(closest_power_of_2) + extra
+
+
 def alibi_tensor_slopes(n_heads):
-    slopes = torch.tensor([2 ** (-8 * (h + 1) / n_heads) for h in range(n_heads)])
+    slopes = torch.tensor(paper_slopes(n_heads))
 
     def score_mod(score, b, h, q_idx, kv_idx):
         return score - slopes[h] * (q_idx - kv_idx)
@@ -257,19 +270,30 @@ def alibi_tensor_slopes(n_heads):
     return score_mod
 
 
-def alibi_exp2(n_heads):
+def alibi_exp2(n_heads):  # the exponent of each head computed inside the mod
+    n = 2 ** int(math.log2(n_heads))
+
     def score_mod(score, b, h, q_idx, kv_idx):
-        slope = torch.exp2(-8.0 * (h + 1) / n_heads)
-        return score + slope * (kv_idx - q_idx)
+        exponent = torch.where(h < n, -8.0 * (h + 1) / n, -4.0 * (2 * (h - n) + 1) / n)
+        return score + torch.exp2(exponent) * (kv_idx - q_idx)
 
     return score_mod
 
 
 def alibi_abs(n_heads):  # -|i - j| is the same bias at and before the diagonal
-    slopes = 2.0 ** (-8.0 * torch.arange(1, n_heads + 1) / n_heads)
+    slopes = torch.tensor(paper_slopes(n_heads), dtype=torch.float32)
 
     def score_mod(score, b, h, q_idx, kv_idx):
         return score - slopes[h] * (q_idx - kv_idx).abs()
+
+    return score_mod
+
+
+def alibi_plain_formula(n_heads):  # right for 2, 4 and 8 heads only
+    slopes = 2.0 ** (-8.0 * torch.arange(1, n_heads + 1) / n_heads)
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        return score + slopes[h] * (kv_idx - q_idx)
 
     return score_mod
 
@@ -577,6 +601,12 @@ WRONG = [
     pytest.param(check_alibi_score_mod, alibi_python_if, "not Python `if`", id="alibi-python-if"),
     pytest.param(check_alibi_score_mod, alibi_applied, "should return a function", id="alibi-not-a-function"),
     pytest.param(check_alibi_score_mod, alibi_squared_distance, "per head, ALiBi adds", id="alibi-unknown"),
+    pytest.param(
+        check_alibi_score_mod,
+        alibi_plain_formula,
+        "the plain 2^(-8(h+1)/H) formula for a head count that is not a power of two",
+        id="alibi-plain-formula",
+    ),
     pytest.param(check_document_mask_mod, not_implemented, "not implemented yet", id="document-stub"),
     pytest.param(check_document_mask_mod, document_causal_only, "documents leak", id="document-leak"),
     pytest.param(

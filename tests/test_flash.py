@@ -72,9 +72,45 @@ def test_log_sum_exp_and_rows_without_keys():
     )
     out, lse = flash_attention_forward(q, k, v, is_causal=True, block_size=8)  # T_q > T_k: 10 rows see no key
     scores = (q @ k.mT / math.sqrt(8)).masked_fill(~causal_mask(30, 20), -math.inf)  # (2, 30, 20)
-    torch.testing.assert_close(lse, scores.logsumexp(dim=-1))
-    assert torch.isnan(out[:, :10]).all() and torch.isinf(lse[:, :10]).all()
-    torch.testing.assert_close(out, attention(q, k, v, is_causal=True)[0], equal_nan=True)
+    torch.testing.assert_close(lse, scores.logsumexp(dim=-1))  # -inf where no key, as torch.logsumexp
+    assert torch.equal(out[:, :10], torch.zeros_like(out[:, :10])) and lse[:, :10].eq(-math.inf).all()
+    torch.testing.assert_close(out, attention(q, k, v, is_causal=True)[0])
+
+
+def sdpa_and_grads(q, k, v, grad_out, mask):
+    """SDPA's output and (dq, dk, dv) with an explicit boolean mask: what every implementation must give."""
+    leaves = [x.detach().clone().requires_grad_(True) for x in (q, k, v)]
+    out = F.scaled_dot_product_attention(*leaves, attn_mask=mask)  # (..., T_q, d_v)
+    return out.detach(), torch.autograd.grad(out, leaves, grad_out)
+
+
+def rows_without_keys(dtype=torch.float64):
+    """T_q = 7 queries after T_k = 3 keys, causal bottom-right: queries 0 to 3 see no key."""
+    g = torch.Generator().manual_seed(29)
+    q, k, v = (torch.randn(2, 2, t, 8, generator=g, dtype=dtype) for t in (7, 3, 3))
+    return q, k, v, torch.randn(2, 2, 7, 8, generator=g, dtype=dtype)
+
+
+@pytest.mark.skipif(torch.__version__ < "2.5", reason="SDPA gives 0 for rows without keys from torch 2.5 on")
+@pytest.mark.parametrize("block_size", [2, 4, 64])
+def test_rows_without_keys_give_sdpas_zeros_and_gradients_in_every_tiled_implementation(block_size):
+    q, k, v, grad_out = rows_without_keys()
+    expected, expected_grads = sdpa_and_grads(q, k, v, grad_out, causal_mask(7, 3))
+    assert torch.equal(expected[..., :4, :], torch.zeros_like(expected[..., :4, :]))
+    out, lse = flash_attention_forward(q, k, v, is_causal=True, block_size=block_size)
+    fast, fast_lse = flash_attention_fast(q, k, v, is_causal=True, block_size=block_size, return_lse=True)
+    for tiled, tiled_lse in ((out, lse), (fast, fast_lse)):
+        torch.testing.assert_close(tiled, expected, atol=1e-12, rtol=1e-10)
+        assert tiled_lse[..., :4].eq(-math.inf).all() and tiled_lse[..., 4:].isfinite().all()
+    grads = flash.flash_attention_backward(q, k, v, out, lse, grad_out, True, block_size)
+    leaves = [x.clone().requires_grad_(True) for x in (q, k, v)]
+    function_out = flash.FlashAttentionFunction.apply(*leaves, True, block_size)
+    function_grads = torch.autograd.grad(function_out, leaves, grad_out)
+    for name, got in (("flash_attention_backward", grads), ("FlashAttentionFunction", function_grads)):
+        for which, actual, wanted in zip("qkv", got, expected_grads, strict=True):
+            assert actual.isfinite().all(), f"{name}: d{which} holds NaN or inf"
+            torch.testing.assert_close(actual, wanted, atol=1e-12, rtol=1e-10, msg=f"{name}: d{which}")
+        assert torch.equal(got[0][..., :4, :], torch.zeros_like(got[0][..., :4, :]))  # dq of those rows
 
 
 def test_the_fast_path_gives_the_references_output_and_lse_also_under_autograd():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 
 import pytest
@@ -91,9 +92,46 @@ def test_mods_evaluate_to_the_course_masks_and_alibi_matches_its_dense_bias():
     ids = flex.document_ids_from_lengths([2, 3])
     expected = torch.block_diag(torch.ones(2, 2), torch.ones(3, 3)).bool() & torch.ones(5, 5).tril().bool()
     assert torch.equal(flex.evaluate_mask_mod(flex.document_mask_mod(ids), 1, 5, 5)[0], expected)
-    biased = flex.evaluate_score_mod(flex.alibi_score_mod(4), torch.zeros(1, 4, 6, 6))[0]  # (4, 6, 6)
-    past = torch.ones(6, 6).tril().bool()
-    assert torch.equal(biased.masked_fill(~past, 0), flex.alibi_bias(4, 6))
+
+
+@needs_flex
+@pytest.mark.parametrize("n_heads", [1, 3, 4, 6, 8, 12])
+def test_alibi_score_mod_and_alibi_bias_give_the_same_bias_for_every_pair(n_heads):
+    biased = flex.evaluate_score_mod(flex.alibi_score_mod(n_heads), torch.zeros(1, n_heads, 6, 6))[0]
+    assert torch.equal(biased, flex.alibi_bias(n_heads, 6))  # (n_heads, 6, 6), future pairs included
+    assert (flex.alibi_bias(n_heads, 6).triu(1) > 0).sum() == n_heads * 15  # positive above the diagonal
+
+
+def paper_get_slopes(n):
+    """`get_slopes` of the ALiBi paper's code (ofirpress/attention_with_linear_biases), as written there."""
+
+    def get_slopes_power_of_2(n):
+        start = 2 ** (-(2 ** -(math.log2(n) - 3)))
+        ratio = start
+        return [start * ratio**i for i in range(n)]
+
+    if math.log2(n).is_integer():
+        return get_slopes_power_of_2(n)
+    closest_power_of_2 = 2 ** math.floor(math.log2(n))
+    return (
+        get_slopes_power_of_2(closest_power_of_2)
+        + paper_get_slopes(2 * closest_power_of_2)[0::2][: n - closest_power_of_2]
+    )
+
+
+@pytest.mark.parametrize("n_heads", range(1, 33))
+def test_alibi_slopes_follow_the_papers_rule_for_every_head_count(n_heads):
+    expected = torch.tensor(paper_get_slopes(n_heads), dtype=torch.float32)
+    torch.testing.assert_close(flex.alibi_slopes(n_heads), expected, atol=0, rtol=1e-6)
+
+
+def test_alibi_slopes_of_three_heads_and_of_bloom_176b():
+    assert flex.alibi_slopes(3).tolist() == [0.0625, 0.00390625, 0.25]
+    slopes = flex.alibi_slopes(112)  # BLOOM-176B: 64 slopes of 64 heads, then 48 of 128 heads' odd ones
+    assert slopes.shape == (112,) and len(set(slopes.tolist())) == 112
+    torch.testing.assert_close(slopes, torch.tensor(paper_get_slopes(112)), atol=0, rtol=1e-6)
+    with pytest.raises(ValueError, match="at least 1"):
+        flex.alibi_slopes(0)
 
 
 @pytest.mark.slow  # compiles, then falls back
@@ -115,3 +153,53 @@ def test_flex_falls_back_to_unfused_with_a_message_when_compiling_fails(capsys):
 def test_flex_problem_names_the_torch_version_without_flex(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch.nn.attention.flex_attention", None)
     assert "needs torch 2.5 or newer" in flex.flex_problem()
+
+
+@pytest.mark.skipif(torch.__version__ < "2.5", reason="SDPA gives 0 for rows without keys from torch 2.5 on")
+@pytest.mark.parametrize("window_size", [None, 2, 100])
+@pytest.mark.parametrize("block_size", [2, 4, 64])
+def test_window_rows_without_keys_give_sdpas_zeros_and_gradients(window_size, block_size):
+    # T_q = 7 queries after T_k = 3 keys: queries 0 to 3 sit before the first key and see none
+    g = torch.Generator().manual_seed(29)
+    q, k, v = (torch.randn(2, 2, t, 8, generator=g, dtype=torch.float64) for t in (7, 3, 3))
+    grad_out = torch.randn(2, 2, 7, 8, generator=g, dtype=torch.float64)
+    mask = window.sliding_window_mask(7, 3, 10**6 if window_size is None else window_size)  # (7, 3)
+    leaves = [x.clone().requires_grad_(True) for x in (q, k, v)]
+    sdpa_leaves = [x.clone().requires_grad_(True) for x in (q, k, v)]
+    out = window.sliding_window_flash_attention(*leaves, window_size, block_size)  # (2, 2, 7, 8)
+    expected = F.scaled_dot_product_attention(*sdpa_leaves, attn_mask=mask)  # (2, 2, 7, 8)
+    torch.testing.assert_close(out, expected, atol=1e-12, rtol=1e-10)
+    assert torch.equal(out[..., :4, :], torch.zeros_like(out[..., :4, :]))
+    grads = torch.autograd.grad(out, leaves, grad_out)
+    for actual, wanted in zip(grads, torch.autograd.grad(expected, sdpa_leaves, grad_out), strict=True):
+        torch.testing.assert_close(actual, wanted, atol=1e-12, rtol=1e-10)
+    with torch.no_grad():  # the in-place path, reusing its tiles
+        fast = window.sliding_window_flash_attention(q, k, v, window_size, block_size)
+    torch.testing.assert_close(fast, expected.detach(), atol=1e-12, rtol=1e-10)
+
+
+@pytest.mark.parametrize("bad", [0, -1, -64, 2.5, True])
+def test_a_window_that_admits_no_key_is_refused_everywhere(bad):
+    q, k, v = torch.randn(3, 1, 8, 4).unbind(0)
+    calls = {
+        "sliding_window_mask": lambda: window.sliding_window_mask(8, 8, bad),
+        "sliding_window_flash_attention": lambda: window.sliding_window_flash_attention(q, k, v, bad, 4),
+        "window_key_blocks": lambda: window.window_key_blocks(0, 4, 8, 8, bad, 4),
+        "visited_fraction": lambda: window.visited_fraction(8, bad, 4),
+        "window_tile_states": lambda: window.window_tile_states(8, 8, bad, 4),
+        "sliding_window_mask_mod": lambda: flex.sliding_window_mask_mod(bad),
+    }
+    for name, run in calls.items():
+        with pytest.raises(ValueError, match=r"window must be a positive number of keys .*, got") as error:
+            run()
+        assert repr(bad) in str(error.value), name
+
+
+def test_window_none_means_causal_where_accepted_and_is_refused_by_the_mask():
+    q, k, v = torch.randn(3, 1, 8, 4).unbind(0)
+    causal = window.sliding_window_flash_attention(q, k, v, None, 4)
+    torch.testing.assert_close(causal, attention(q, k, v, is_causal=True)[0])
+    with pytest.raises(ValueError, match="got None"):
+        window.sliding_window_mask(8, 8, None)
+    with pytest.raises(ValueError, match="block_size must be at least 1"):
+        window.sliding_window_flash_attention(q, k, v, 2, 0)

@@ -1,8 +1,8 @@
 """Tests of attn_course.reference against torch's softmax, tril and scaled_dot_product_attention.
 
 The reference is the readable path; torch's fused attention is the path people ship. They must
-agree wherever both are defined, with one documented exception: a query row that may attend to
-nothing (NaN in the reference, zeros in torch).
+agree everywhere, also on a query row that may attend to nothing: output 0 (weights 0) and finite
+gradients, the convention torch's SDPA follows from 2.5 on and the course follows throughout.
 """
 
 from __future__ import annotations
@@ -226,14 +226,41 @@ def test_is_causal_combines_with_mask_by_logical_and(seed, batch, t_q, t_k, d_k,
     tuple(int(part) for part in torch.__version__.split(".")[:2]) < (2, 5),
     reason="scaled_dot_product_attention returns zeros for fully masked rows since torch 2.5",
 )
-def test_fully_masked_row_is_nan_in_the_reference_but_zero_in_torch() -> None:
-    """A known disagreement: torch (since 2.5) returns zeros for a query that may attend nothing."""
+def test_fully_masked_row_gives_zeros_and_sdpas_gradients() -> None:
+    """A query that may attend nothing: output and weights 0, as torch's SDPA (2.5 on), not NaN."""
     q, k, v = qkv(0, (2,), 3, 4, 5, 5, torch.float64)
     mask = torch.ones(3, 4, dtype=torch.bool)
     mask[1] = False  # query 1 may attend nothing
     out, weights = reference.attention(q, k, v, mask=mask)
     expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-    assert out[:, 1].isnan().all() and weights[:, 1].isnan().all()
     assert torch.equal(expected[:, 1], torch.zeros_like(expected[:, 1]))
-    rows = [0, 2]
-    torch.testing.assert_close(out[:, rows], expected[:, rows], **TOLERANCES[torch.float64])
+    assert torch.equal(out[:, 1], torch.zeros_like(out[:, 1])) and torch.equal(
+        weights[:, 1], torch.zeros(2, 4)
+    )
+    torch.testing.assert_close(out, expected, **TOLERANCES[torch.float64])
+
+
+@pytest.mark.skipif(
+    tuple(int(part) for part in torch.__version__.split(".")[:2]) < (2, 5),
+    reason="scaled_dot_product_attention returns zeros for fully masked rows since torch 2.5",
+)
+@pytest.mark.parametrize("masked_by", ["is_causal", "mask"])
+def test_rows_without_keys_match_sdpa_in_output_and_gradients(masked_by) -> None:
+    """Causal with T_q = 7 > T_k = 3 (queries 0-3 before the first key), or a mask: SDPA's 0 and gradients."""
+    q, k, v = qkv(7, (2, 2), 7, 3, 8, 6, torch.float64)
+    grad_out = torch.randn(2, 2, 7, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(8))
+    mask = bottom_right_mask(7, 3)  # (7, 3): rows 0 to 3 all False
+    kwargs = {"is_causal": True} if masked_by == "is_causal" else {"mask": mask}
+    leaves = [x.clone().requires_grad_(True) for x in (q, k, v)]
+    out, _ = reference.attention(*leaves, **kwargs)
+    grads = torch.autograd.grad(out, leaves, grad_out)
+    sdpa_leaves = [x.clone().requires_grad_(True) for x in (q, k, v)]
+    expected = F.scaled_dot_product_attention(*sdpa_leaves, attn_mask=mask)
+    expected_grads = torch.autograd.grad(expected, sdpa_leaves, grad_out)
+    torch.testing.assert_close(out, expected, **TOLERANCES[torch.float64])
+    by_hand = reference.attention_backward(q, k, v, grad_out, is_causal=True)
+    for got in (grads, by_hand):
+        for actual, wanted in zip(got, expected_grads, strict=True):
+            assert actual.isfinite().all()
+            torch.testing.assert_close(actual, wanted, **TOLERANCES[torch.float64])
+        assert torch.equal(got[0][..., :4, :], torch.zeros(2, 2, 4, 8, dtype=torch.float64))

@@ -114,16 +114,29 @@ def test_flash_attention_forward_matches_sdpa_and_logsumexp(b, h, t_q, t_k, d, i
     torch.testing.assert_close(lse, ref_lse, atol=1e-5, rtol=1e-4)
 
 
-@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy's 0/0 and log2(0) inside the interpreter
-def test_queries_that_see_no_key_give_nan_like_attention():
+@pytest.mark.skipif(torch.__version__ < "2.5", reason="SDPA gives 0 for rows without keys from torch 2.5 on")
+@pytest.mark.parametrize(("t_q", "t_k", "blocks"), [(7, 3, (16, 16)), (40, 25, (16, 16)), (70, 20, (32, 16))])
+def test_queries_that_see_no_key_give_sdpas_zeros_and_gradients(t_q, t_k, blocks):
     # T_q > T_k, causal, bottom-right aligned: the first T_q - T_k queries see no key at all.
-    q, k, v = torch.randn(1, 2, 40, 16), torch.randn(1, 2, 25, 16), torch.randn(1, 2, 25, 16)
-    out, lse = triton_flash_attention_forward(q, k, v, is_causal=True, config=KernelConfig(16, 16))
-    expected = attention(q, k, v, is_causal=True)[0]  # (1, 2, 40, 16)
-    assert out[:, :, :15].isnan().all() and lse[:, :, :15].eq(-math.inf).all()
-    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-4, equal_nan=True)
+    from attn_course.triton_flash.launchers import triton_flash_attention_backward
+
+    q, k, v = torch.randn(1, 2, t_q, 16), torch.randn(1, 2, t_k, 16), torch.randn(1, 2, t_k, 16)
+    grad_out = torch.randn(1, 2, t_q, 16)
+    empty = t_q - t_k
+    out, lse = triton_flash_attention_forward(q, k, v, is_causal=True, config=KernelConfig(*blocks))
+    leaves = [x.clone().requires_grad_(True) for x in (q, k, v)]
+    expected = F.scaled_dot_product_attention(*leaves, attn_mask=causal_mask(t_q, t_k))  # (1, 2, T_q, 16)
+    assert torch.equal(out[:, :, :empty], torch.zeros_like(out[:, :, :empty]))
+    assert lse[:, :, :empty].eq(-math.inf).all() and lse[:, :, empty:].isfinite().all()
+    torch.testing.assert_close(out, expected.detach(), atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(out, attention(q, k, v, is_causal=True)[0], atol=1e-5, rtol=1e-4)
     ref_lse = _reference(q, k, v, True)[1]
-    torch.testing.assert_close(lse[:, :, 15:], ref_lse[:, :, 15:], atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(lse, ref_lse, atol=1e-5, rtol=1e-4)  # torch.logsumexp is -inf there too
+    grads = triton_flash_attention_backward(q, k, v, out, lse, grad_out, True, config=KernelConfig(*blocks))
+    for mine, ref in zip(grads, torch.autograd.grad(expected, leaves, grad_out), strict=True):
+        assert mine.isfinite().all()
+        torch.testing.assert_close(mine, ref, atol=2e-5, rtol=1e-4)
+    assert torch.equal(grads[0][:, :, :empty], torch.zeros_like(grads[0][:, :, :empty]))  # dq of those rows
 
 
 def test_flash_attention_on_non_contiguous_inputs():

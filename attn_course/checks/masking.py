@@ -279,6 +279,8 @@ def _masked_attention(
     weights = torch.softmax(scores, dim=-1)  # (..., T_q, T_k)
     if allowed is not None and after_softmax:
         weights = weights * allowed
+    if allowed is not None:  # a row that allows no key: 0, as the reference and SDPA give it
+        weights = weights.masked_fill(~allowed.any(dim=-1, keepdim=True), 0.0)
     return weights @ v, weights
 
 
@@ -388,9 +390,7 @@ def check_attention(candidate: Callable[..., Any]) -> str:
         expect_tensor(weights, expected_weights.shape, "Your weights", device=q.device, finite=False)
         expect_tensor(out, expected_out.shape, "Your output", device=q.device, finite=False)
         kwargs = {"mask": mask, "is_causal": is_causal}
-        nonfinite = (
-            "A row whose keys are all masked gives NaN; in these tests every row keeps at least one key."
-        )
+        nonfinite = "Every row of these inputs keeps at least one key."
         expect_close(
             weights,
             expected_weights,
@@ -423,7 +423,65 @@ def check_attention(candidate: Callable[..., Any]) -> str:
         kwargs={"mask": mask, "is_causal": True},
         first_output=True,
     )
-    return "9 cases (masks of 3 shapes, is_causal with T_q ≤ T_k, both) and gradients"
+    _expect_zeros_where_no_key(candidate)
+    return (
+        "9 cases (masks of 3 shapes, is_causal with T_q ≤ T_k, both), gradients, and 0 for the rows that "
+        "may attend no key (causal with T_q > T_k, a padding mask of no real token), as SDPA"
+    )
+
+
+NO_KEY = "rows with no visible key should give 0, as SDPA does"
+"""The course's convention for a query row that may attend no key, named in every message about it."""
+
+
+def _expect_zeros_where_no_key(candidate: Callable[..., Any]) -> None:
+    """Rows that may attend no key: weights and output 0, as SDPA (2.5 on), and finite gradients."""
+    q, k, v = randn(2, 5, 4), randn(2, 3, 4), randn(2, 3, 2)  # causal, T_q = 5 > T_k = 3
+    mask = reference.padding_mask(torch.tensor([3, 0]), 3)[:, None, :]  # (B, 1, T_k): sequence 1 all padding
+    kwargs = {"mask": mask, "is_causal": True}
+    expected_out, expected_weights = reference.attention(q, k, v, **kwargs)
+    result = call("attention", candidate, q, k, v, **kwargs)
+    out, weights = unpack_out_and_weights("attention", result, expected_out, expected_weights)
+    called = (
+        "attention(q (2, 5, 4), k (2, 3, 4), v (2, 3, 2), mask=padding of lengths [3, 0], is_causal=True)"
+    )
+    empty = ~_allowed(q, k, mask, True).any(dim=-1)  # (2, 5): rows 0, 1 of sequence 0, all of sequence 1
+    for name, got in (("weights", weights), ("output", out)):
+        shape = (expected_weights if name == "weights" else expected_out).shape
+        got = expect_tensor(got, shape, f"Your {name}", finite=False).detach().cpu()
+        rows = got[empty]  # (n_empty, ...)
+        if torch.isnan(rows).any() or torch.isinf(rows).any():
+            raise CheckFailed(
+                f"Your {name} of {called} are NaN in the {int(empty.sum())} rows that may attend no key (the "
+                f"first T_q - T_k = 2 queries, before the first key, and every query of the all-padding "
+                f"sequence): {NO_KEY}. A row of -inf gives NaN in the softmax (-inf - (-inf)); after it, "
+                "set such rows to 0: weights = weights.masked_fill(~allowed.any(dim=-1, keepdim=True), 0.0), "
+                "with `allowed` the combined mask."
+            )
+        if rows.abs().max() > 1e-6:
+            uniform = name == "weights" and bool(((rows - 1 / k.shape[-2]).abs() < 1e-4).all())
+            why = (
+                "they are uniform, 1/T_k on every key, as a finite fill such as -1e9 or finfo.min makes "
+                "them: the query then averages values it may not see"
+                if uniform
+                else f"yours hold values up to {rows.abs().max():.3g} there"
+            )
+            raise CheckFailed(
+                f"Your {name} of {called}, in the {int(empty.sum())} rows that may attend no key: {NO_KEY}, "
+                f"but {why}. Set such rows to 0 after the softmax: "
+                "weights = weights.masked_fill(~allowed.any(dim=-1, keepdim=True), 0.0)."
+            )
+    expect_close(weights, expected_weights, f"Your weights of {called}", called_as="")
+    expect_close(out, expected_out, f"Your output of {called}", called_as="")
+    expect_gradients(
+        "attention",
+        candidate,
+        reference.attention,
+        [q, k, v],
+        ("q", "k", "v"),
+        kwargs=kwargs,
+        first_output=True,
+    )
 
 
 def _allowed(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None, is_causal: bool) -> torch.Tensor:

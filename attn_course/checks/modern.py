@@ -569,26 +569,35 @@ _ALIBI_MISTAKES = [
         _alibi_wrong(flex.alibi_slopes, sign=-1.0),
     ),
     Mistake(
-        "uses the same slope for every head: ALiBi gives head h its own slope 2^(-8(h+1)/n_heads), "
-        "indexed with the mod's `h` (slopes[h]).",
+        "uses the same slope for every head: ALiBi gives head h its own slope (2^(-8(h+1)/n_heads) when "
+        "n_heads is a power of two), indexed with the mod's `h` (slopes[h]).",
         _alibi_wrong(lambda n: flex.alibi_slopes(n)[:1].expand(n)),
     ),
     Mistake(
-        "starts the slopes one head early: head h has slope 2^(-8(h+1)/n_heads), so head 0's is "
-        "2^(-8/n_heads), not 2^0 = 1.",
+        "starts the slopes one head early: with n_heads a power of two head h has slope "
+        "2^(-8(h+1)/n_heads), so head 0's is 2^(-8/n_heads), not 2^0 = 1.",
         _alibi_wrong(lambda n: 2.0 ** (-8.0 * torch.arange(n) / n)),
     ),
     Mistake(
-        "gives the heads their slopes in reverse order: head 0 has the steepest, 2^(-8/n_heads).",
+        "gives the heads their slopes in reverse order: head 0 has the steepest of the power-of-two "
+        "sequence, 2^(-8/n_heads).",
         _alibi_wrong(lambda n: flex.alibi_slopes(n).flip(0)),
     ),
     Mistake(
-        "uses the slopes 2^-(h+1) of 8 heads for any number of heads: the exponent is -8(h+1)/n_heads.",
+        "uses the slopes 2^-(h+1) of 8 heads for any number of heads: the exponent is -8(h+1)/n_heads "
+        "for a power of two n_heads.",
         _alibi_wrong(lambda n: 2.0 ** -torch.arange(1.0, n + 1)),
     ),
     Mistake(
         "returns only the bias: a score_mod returns the changed score, score + bias.",
         _alibi_wrong(flex.alibi_slopes, keep_score=False),
+    ),
+    Mistake(
+        "uses the plain 2^(-8(h+1)/H) formula for a head count that is not a power of two. ALiBi's "
+        "slopes (the paper's get_slopes, as in BLOOM, MPT and Falcon) follow that formula only when H is a "
+        "power of two; otherwise take the slopes of n = 2^floor(log2 H) heads, then every other slope of "
+        "2n heads' list, the first H - n of them: slopes(n) + slopes(2n)[0::2][:H - n].",
+        _alibi_wrong(flex._geometric_slopes),
     ),
 ]
 
@@ -596,7 +605,7 @@ _ALIBI_MISTAKES = [
 @check
 def check_alibi_score_mod(candidate: Callable[..., Any]) -> str:
     """The mod, evaluated on every (head, query, key) as flex_attention does, at and before the diagonal."""
-    for n_heads, t in ((4, 6), (8, 5), (2, 7)):
+    for n_heads, t in ((4, 6), (8, 5), (2, 7), (3, 5), (6, 4), (12, 3)):  # powers of two first
         mod = _mod_from("alibi_score_mod", candidate, n_heads, str(n_heads))
         scores = randn(1, n_heads, t, t, dtype=torch.float32)  # (1, h, t, t)
         got = _evaluate(
@@ -623,7 +632,10 @@ def check_alibi_score_mod(candidate: Callable[..., Any]) -> str:
             f"{[round(-s, 5) for s in flex.alibi_slopes(n_heads).tolist()]}; "
             f"{difference(got_past, expected_past)}"
         )
-    return "4, 8 and 2 heads: per-head slopes 2^(-8(h+1)/n_heads), the sign, the score kept"
+    return (
+        "4, 8 and 2 heads (slopes 2^(-8(h+1)/n_heads)), 3, 6 and 12 heads (the paper's interleaved "
+        "slopes): the sign, the score kept"
+    )
 
 
 def _document_wrong(kind: str) -> Callable[[torch.Tensor], torch.Tensor]:

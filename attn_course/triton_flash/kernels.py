@@ -133,7 +133,8 @@ def flash_attention_kernel(
 
     Queries sit at positions i + t_k - t_q (the bottom-right causal alignment). Key blocks that
     every query of the block may see are folded in without masks; the blocks that cross the
-    diagonal or the ragged end are masked; blocks above the diagonal are never read.
+    diagonal or the ragged end are masked; blocks above the diagonal are never read. A query row
+    that sees no key (causal with T_q > T_k) gets output 0 and lse -inf, as `attention` and SDPA.
     """
     pid_m = tl.num_programs(0) - 1 - tl.program_id(0)  # the longest causal rows first
     pid_bh = tl.program_id(1)
@@ -177,10 +178,11 @@ def flash_attention_kernel(
         BLOCK_D=BLOCK_D,
     )  # fmt: skip
 
-    out = acc / total[:, None]  # (BLOCK_M, BLOCK_D); 0/0 = NaN for rows that see no key, like softmax
+    total_safe = tl.where(total == 0.0, 1.0, total)  # (BLOCK_M,): a row that saw no key has acc 0, total 0
+    out = acc / total_safe[:, None]  # (BLOCK_M, BLOCK_D); 0 for rows that see no key, as SDPA gives
     out_ptrs = out_ptr + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_om + offs_d[None, :]
     tl.store(out_ptrs, out.to(out_ptr.dtype.element_ty), mask=(offs_m[:, None] < t_q) & d_inside)
-    lse = (m + tl.log2(total)) / 1.4426950408889634  # (BLOCK_M,): natural log-sum-exp of the scores
+    lse = (m + tl.log2(total_safe)) / 1.4426950408889634  # (BLOCK_M,): natural log-sum-exp; -inf: no key
     tl.store(lse_ptr + pid_bh * t_q + offs_m, lse, mask=offs_m < t_q)
 
 
@@ -211,7 +213,8 @@ def flash_attention_backward_dkdv_kernel(
 
     Works on the transposed tile (keys × queries), so that dV += Pᵀ dO and dK += dSᵀ Q are plain
     products. Queries sit at positions i + t_k - t_q (bottom-right causal alignment); with
-    IS_CAUSAL the loop starts at the first query block that may see the block's first key.
+    IS_CAUSAL the loop starts at the first query block that may see the block's first key. A query
+    row that sees no key (lse -inf) has every score masked, so it adds nothing to dK and dV.
     """
     pid_n = tl.program_id(0)
     pid_bh = tl.program_id(1)

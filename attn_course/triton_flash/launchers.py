@@ -211,6 +211,8 @@ def triton_flash_attention(
 
     With return_lse, (out, lse): lse (B, H, T_q) in float32, each query row's natural log-sum-exp of
     its scaled, masked scores (torch.logsumexp of QKᵀ/√d), as notebook 09's backward pass reads it.
+    A query row that sees no key (causal with T_q > T_k) gets output 0, as SDPA and the course's
+    `attention` give it, and lse -inf.
 
     Introduced in 08_triton_flash_attention.
     """
@@ -263,7 +265,8 @@ def triton_flash_attention_backward(
     the forward (`triton_flash_attention_forward` or `attn_course.flash.flash_attention_forward`).
     D = rowsum(dO ∘ O) is computed here in float32; `flash_attention_backward_dkdv_kernel` then
     writes dK and dV, one program per key block, and `flash_attention_backward_dq_kernel` writes dQ,
-    one program per query block. Bottom-right causal mask.
+    one program per query block. Bottom-right causal mask. A query row that sees no key (lse -inf,
+    output 0) gets dq 0 and adds nothing to dk and dv, as autograd through SDPA gives.
 
     Introduced in 09_backward.
     """
