@@ -19,6 +19,7 @@ from attn_course.checks import (
     check_flash_attention_backward_dq_kernel,
     check_triton_flash_attention_backward,
 )
+from attn_course.progress import forget_passes
 from attn_course.triton_flash import launchers
 
 pytest.importorskip("triton")
@@ -253,3 +254,36 @@ def test_kernel_checks_say_not_implemented_yet_for_the_stub(folder, capsys):
              "    raise NotImplementedError(\"Exercise: replace this line with your code\")\n")]  # fmt: skip
     candidate = variant(TRITON_BACKWARD, folder, DKDV, *stub)
     assert_rejected(check_flash_attention_backward_dkdv_kernel, candidate, "is not implemented yet", capsys)
+
+
+# Exercise 5c once 5a and 5b passed: a wrapper mistake is pointed at the wrapper
+
+WRAPPER_REJECTED = {
+    "D from dO alone": (
+        [("delta = (grad_out.float() * out.float()).sum(-1).contiguous()",
+          "delta = grad_out.float().sum(-1).contiguous()")],
+        "D = (grad_out * out).sum(-1) in float32",
+    ),
+    "D summed over the rows": (
+        [("delta = (grad_out.float() * out.float()).sum(-1).contiguous()",
+          "delta = (grad_out.float() * out.float()).sum(-2).contiguous()")],
+        "read from 1 element(s) past the end of `delta_ptr`",
+    ),
+    "lengths swapped in one launch": (
+        [("dk, dv, *strides, dk.stride(0), dk.stride(1), dk.stride(2),\n        H, T_q, T_k,",
+          "dk, dv, *strides, dk.stride(0), dk.stride(1), dk.stride(2),\n        H, T_k, T_q,")],
+        "Your two kernels passed their own checks (Exercises 5a and 5b), so look at what the wrapper",
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", WRAPPER_REJECTED)
+def test_the_wrapper_check_points_at_the_wrapper_once_the_kernels_passed(name, folder, capsys):
+    pairs, phrase = WRAPPER_REJECTED[name]
+    wrapper = variant(TRITON_BACKWARD, folder, NAME, *pairs)
+    try:
+        for kernel, check in KERNEL_CHECKS.items():
+            assert_accepted(check, wrapper.__globals__[kernel], capsys)
+        assert_rejected(check_triton_flash_attention_backward, wrapper, phrase, capsys)
+    finally:
+        forget_passes()

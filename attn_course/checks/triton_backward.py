@@ -29,6 +29,7 @@ from attn_course.checks._triton_harness import (
     expect_launched,
     guarded,
     kernel_mode,
+    kernels_used,
     traced_call,
 )
 from attn_course.checks.backward import (
@@ -41,6 +42,7 @@ from attn_course.checks.backward import (
     _locate,
     _slip_grads,
 )
+from attn_course.progress import has_passed
 
 _BLOCK_SIZES = (16, 32, 64)
 
@@ -214,6 +216,7 @@ def _expect_kernel(name: str, kernel: Any) -> None:
 def check_triton_flash_attention_backward(candidate: Callable[..., Any]) -> str:
     """The learner's backward kernels against autograd: ragged, causal, T_q ≠ T_k and strided inputs."""
     mode = kernel_mode("triton_flash_attention_backward", candidate)
+    kernels_passed = _kernels_passed(candidate)
     for case in _CASES:
         q, k, v, out, lse, grad_out = _inputs(case, mode)
         causal = case[5]
@@ -224,7 +227,9 @@ def check_triton_flash_attention_backward(candidate: Callable[..., Any]) -> str:
         expect_in_bounds(
             "triton_flash_attention_backward",
             trace,
-            "When T is not a multiple of the block size the last query or key block runs past the end: "
+            WRAPPER_HINT
+            if kernels_passed
+            else "When T is not a multiple of the block size the last query or key block runs past the end: "
             "load q, dO, lse and D with the query mask, k and v with the key mask (other=0.0), and store "
             "with the same masks.",
         )
@@ -245,15 +250,31 @@ def check_triton_flash_attention_backward(candidate: Callable[..., Any]) -> str:
             f"B={b}, H={h}, T_q={t_q}, T_k={t_k}, d={d}"
             + (", (B, T, H, d).transpose(1, 2) views" if strided else "")
         )
-        _name_mistake(
-            grads, expected, (q, k, v, grad_out), case, mode, "`triton_flash_attention_backward`", called
-        )
+        what = "`triton_flash_attention_backward`"
+        hint = f"\n{WRAPPER_HINT}" if kernels_passed else ""
+        _name_mistake(grads, expected, (q, k, v, grad_out), case, mode, what, called, hint=hint)
     where = (
         "interpreted on the CPU, every load traced" if mode.traced else f"on {mode.device.type} in float16"
     )
     return (
         f"dq, dk and dv match autograd on {len(_CASES)} shapes (ragged, causal, T_q ≠ T_k, strided); {where}."
     )
+
+
+WRAPPER_HINT = (
+    "Your two kernels passed their own checks (Exercises 5a and 5b), so look at what the wrapper gives "
+    "them: D = (grad_out * out).sum(-1) in float32, (B, H, T_q), contiguous; the lse in float32, "
+    "contiguous; each tensor's own strides (dv stored with dk's); heads, T_q, T_k in that order; "
+    "sm_scale = 1/√d; the grids (cdiv(T_k, BLOCK_N), B * H) for the dK/dV kernel and "
+    "(cdiv(T_q, BLOCK_M), B * H) for the dQ kernel, with the BLOCK_M and BLOCK_N you pass."
+)
+"""What the wrapper check adds when the kernels the wrapper launches passed their checks in this kernel."""
+
+
+def _kernels_passed(candidate: Any) -> bool:
+    """Whether the wrapper launches both of the learner's kernels, and each passed its own check."""
+    found = {getattr(kernel, "__name__", ""): kernel for kernel in kernels_used(candidate)}
+    return all(name in found and has_passed(name, found[name]) for name in (DKDV, DQ))
 
 
 def _expect_grads(result: Any, like: tuple[torch.Tensor, ...]) -> Grads:
