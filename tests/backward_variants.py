@@ -2,7 +2,8 @@
 
 `FLASH_BACKWARD` is a tiled backward written as a learner would (key blocks outside, query blocks
 inside); `TRITON_BACKWARD` the two kernels and the wrapper of the solution notebook's Triton
-exercise. A wrong variant is the template with one or two lines replaced, imported from a file
+Exercises 5a (the dK/dV kernel, its set-up and stores given), 5b (the dQ kernel) and 5c (the
+wrapper). A wrong variant is the template with one or two lines replaced, imported from a file
 with `triton_variants.variant` (Triton reads a kernel's source from its file), so that each
 mistake is a text edit of a right answer, never the checker's own simulator.
 """
@@ -86,20 +87,23 @@ def flash_attention_backward_dkdv_kernel(
     v_ptrs = v_ptr + b * stride_vb + h * stride_vh + offs_n[:, None] * stride_vn + offs_d[None, :]
     k = tl.load(k_ptrs, mask=kv_mask, other=0.0)
     v = tl.load(v_ptrs, mask=kv_mask, other=0.0)
+    q_head = q_ptr + b * stride_qb + h * stride_qh
+    do_head = do_ptr + b * stride_dob + h * stride_doh
+    lse_head = lse_ptr + pid_bh * t_q
+    delta_head = delta_ptr + pid_bh * t_q
     dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
+    # the learner's part of Exercise 5a, from here
     lo = 0
     if IS_CAUSAL:
         lo = tl.maximum(pid_n * BLOCK_N - offset, 0) // BLOCK_M * BLOCK_M
     for start_m in range(lo, t_q, BLOCK_M):
         rows = start_m + offs_m
         q_mask = (rows[:, None] < t_q) & d_inside
-        q_ptrs = q_ptr + b * stride_qb + h * stride_qh + rows[:, None] * stride_qm + offs_d[None, :]
-        do_ptrs = do_ptr + b * stride_dob + h * stride_doh + rows[:, None] * stride_dom + offs_d[None, :]
-        q = tl.load(q_ptrs, mask=q_mask, other=0.0)
-        do = tl.load(do_ptrs, mask=q_mask, other=0.0)
-        lse = tl.load(lse_ptr + pid_bh * t_q + rows, mask=rows < t_q, other=0.0)
-        delta = tl.load(delta_ptr + pid_bh * t_q + rows, mask=rows < t_q, other=0.0)
+        q = tl.load(q_head + rows[:, None] * stride_qm + offs_d[None, :], mask=q_mask, other=0.0)
+        do = tl.load(do_head + rows[:, None] * stride_dom + offs_d[None, :], mask=q_mask, other=0.0)
+        lse = tl.load(lse_head + rows, mask=rows < t_q, other=0.0)
+        delta = tl.load(delta_head + rows, mask=rows < t_q, other=0.0)
         s_t = tl.dot(k, tl.trans(q)) * sm_scale
         allowed = (offs_n[:, None] < t_k) & (rows[None, :] < t_q)
         if IS_CAUSAL:
@@ -109,6 +113,7 @@ def flash_attention_backward_dkdv_kernel(
         dp_t = tl.dot(v, tl.trans(do))
         ds_t = tl.where(allowed, p_t * (dp_t - delta[None, :]), 0.0)
         dk += tl.dot(ds_t.to(q.dtype), q)
+    # to here; the stores are given
     dk_ptrs = dk_ptr + b * stride_dkb + h * stride_dkh + offs_n[:, None] * stride_dkn + offs_d[None, :]
     dv_ptrs = dv_ptr + b * stride_dkb + h * stride_dkh + offs_n[:, None] * stride_dkn + offs_d[None, :]
     tl.store(dk_ptrs, (dk * sm_scale).to(dk_ptr.dtype.element_ty), mask=kv_mask)

@@ -161,6 +161,15 @@ def _triton_cases() -> dict[str, tuple[str, str, list[tuple[str, str]], str]]:
     cases["backward, right"] = (TRITON_BACKWARD, backward, [], "")
     cases["backward, no scale in dQ"] = (TRITON_BACKWARD, backward, [("(dq * sm_scale).to(", "dq.to(")],
                                          "forgets the 1/√d scale in dQ")  # fmt: skip
+    dkdv, dq = "flash_attention_backward_dkdv_kernel", "flash_attention_backward_dq_kernel"
+    cases["dkdv kernel, right"] = (TRITON_BACKWARD, dkdv, [], "")
+    cases["dkdv kernel, no D term"] = (TRITON_BACKWARD, dkdv, [
+        ("ds_t = tl.where(allowed, p_t * (dp_t - delta[None, :]), 0.0)",
+         "ds_t = tl.where(allowed, p_t * dp_t, 0.0)"),
+    ], "leaves out the D term")  # fmt: skip
+    cases["dq kernel, right"] = (TRITON_BACKWARD, dq, [], "")
+    cases["dq kernel, no scale"] = (TRITON_BACKWARD, dq, [("(dq * sm_scale).to(", "dq.to(")],
+                                    "forgets the 1/√d scale in dQ")  # fmt: skip
     return cases
 
 
@@ -169,7 +178,8 @@ TRITON_CASES = [
     "scores, no scale", "flash, stub where the loop goes", "flash, right",
     "flash, blocks of 64×16", "flash, accumulator not rescaled, blocks of 64×16 found by search",
     "flash, causal bound one block short", "flash, ragged value loads unmasked read the NaN after the inputs",
-    "flash, no scale", "backward, right", "backward, no scale in dQ",
+    "flash, no scale", "backward, right", "backward, no scale in dQ", "dkdv kernel, right",
+    "dkdv kernel, no D term", "dq kernel, right", "dq kernel, no scale",
 ]  # fmt: skip
 
 
@@ -205,6 +215,8 @@ def test_the_triton_checks_judge_compiled_kernels(name, folder, capsys):
         "triton_softmax",
         "triton_scores",
         "triton_flash_attention",
+        "flash_attention_backward_dkdv_kernel",
+        "flash_attention_backward_dq_kernel",
         "triton_flash_attention_backward",
     ],  # fmt: skip
 )

@@ -190,3 +190,17 @@ def test_an_autograd_function_reference_has_code_keys_and_is_refused():
 
     keys = kernel_checks._code_keys(reference.FlashAttentionFunction)
     assert {name for _, _, name in keys} == {"forward", "backward"}
+
+
+def test_a_course_kernel_reference_has_the_code_keys_of_its_kernel():
+    # Notebook 09's Exercises 5a and 5b are Triton kernels: the course's own, imported from
+    # attn_course.triton_flash.kernels and handed in, must show the reference's code to be refused.
+    pytest.importorskip("triton")
+    from attn_course import reference
+    from attn_course.grading import kernel_checks
+    from attn_course.triton_flash import kernels
+
+    for name in ("flash_attention_backward_dkdv_kernel", "flash_attention_backward_dq_kernel"):
+        keys = kernel_checks._code_keys(getattr(reference, name))
+        assert {key[2] for key in keys} == {name}
+        assert kernel_checks._code_keys(getattr(kernels, name)) == keys

@@ -40,9 +40,14 @@ class Mode:
 
 
 def kernels_used(candidate: Callable[..., Any]) -> list[Any]:
-    """The Triton kernels (jit, interpreted, autotuned) the wrapper's code names, found in its globals."""
+    """The Triton kernels (jit, interpreted, autotuned) the wrapper's code names, found in its globals.
+
+    A candidate that is itself a kernel (notebook 09's Exercises 5a and 5b) is its only kernel.
+    """
     from triton.runtime.jit import KernelInterface
 
+    if isinstance(candidate, KernelInterface):
+        return [candidate]
     code = getattr(candidate, "__code__", None)
     if code is None:
         return []

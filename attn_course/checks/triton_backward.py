@@ -1,11 +1,15 @@
-"""The check of notebook 09's Triton backward: `triton_flash_attention_backward` against autograd.
+"""The checks of notebook 09's Triton backward: its two kernels alone, then the wrapper, against autograd.
 
-Like notebook 08's check, it runs the learner's kernels through Triton's interpreter where no GPU
-compiles them, tracing every load and store: reads and writes outside the tensors and gradient
-elements no program wrote are named first. Then dq, dk and dv are compared with autograd through
-the course's attention in float64; a difference is named by simulating the known mistakes with
-`checks.backward._tiled_backward` at every pair of block sizes a kernel might use, and otherwise
-located (which gradient, which rows).
+Exercise 5a's check launches the learner's `flash_attention_backward_dkdv_kernel` as the course's
+wrapper does (`launchers.launch_backward`, at block sizes the check picks) and compares dK and dV;
+Exercise 5b's does the same with `flash_attention_backward_dq_kernel` and dQ; Exercise 5c's calls
+the learner's wrapper `triton_flash_attention_backward`, which launches both of their kernels.
+Like notebook 08's checks, they run the kernels through Triton's interpreter where no GPU compiles
+them, tracing every load and store: reads and writes outside the tensors and gradient elements no
+program wrote are named first. Then the gradients are compared with autograd through the course's
+attention in float64; a difference is named by simulating the known mistakes with
+`checks.backward._tiled_backward` (at the kernel's block sizes where the check chose them, else at
+every pair a kernel might use), and otherwise located (which gradient, which rows).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from attn_course.checks._triton_harness import (
     expect_launched,
     guarded,
     kernel_mode,
+    kernels_used,
     traced_call,
 )
 from attn_course.checks.backward import (
@@ -37,8 +42,12 @@ from attn_course.checks.backward import (
     _locate,
     _slip_grads,
 )
+from attn_course.progress import has_passed
 
 _BLOCK_SIZES = (16, 32, 64)
+
+DKDV = "flash_attention_backward_dkdv_kernel"
+DQ = "flash_attention_backward_dq_kernel"
 
 _CASES = (  # (B, H, T_q, T_k, d, is_causal, strided)
     (1, 2, 64, 64, 32, False, False),
@@ -50,6 +59,17 @@ _CASES = (  # (B, H, T_q, T_k, d, is_causal, strided)
     (2, 2, 40, 40, 32, True, True),
 )
 """Square and ragged lengths, causal with T_q < T_k, T_q > T_k, several blocks, (B, T, H, d) views."""
+
+_KERNEL_CASES = (  # (B, H, T_q, T_k, d, is_causal, strided), (BLOCK_M, BLOCK_N)
+    ((1, 1, 64, 64, 32, False, False), (32, 32)),
+    ((1, 2, 50, 50, 32, True, False), (32, 32)),
+    ((1, 1, 20, 50, 16, True, False), (16, 32)),
+    ((1, 1, 50, 37, 16, False, False), (32, 16)),
+    ((1, 2, 40, 40, 16, True, True), (16, 16)),
+)
+"""Fewer shapes than the wrapper's check, each with the blocks the check launches the kernel with:
+ragged, causal with T_q < T_k, BLOCK_M ≠ BLOCK_N both ways round, several blocks, and last (its
+message says that the contiguous cases passed) strided views."""
 
 
 def close(actual: torch.Tensor, expected: torch.Tensor, gpu: bool) -> bool:
@@ -84,9 +104,119 @@ def _inputs(case: tuple, mode: Mode) -> tuple[torch.Tensor, ...]:
 
 
 @check
+def check_flash_attention_backward_dkdv_kernel(candidate: Any) -> str:
+    """The learner's dK/dV kernel, launched as the course's wrapper launches it, against autograd."""
+    return _check_kernel(DKDV, candidate)
+
+
+@check
+def check_flash_attention_backward_dq_kernel(candidate: Any) -> str:
+    """The learner's dQ kernel, launched as the course's wrapper launches it, against autograd."""
+    return _check_kernel(DQ, candidate)
+
+
+def _check_kernel(name: str, candidate: Any) -> str:
+    from attn_course.triton_flash import launchers
+
+    kernel = candidate.kernel if isinstance(candidate, launchers.CourseKernel) else candidate
+    _expect_kernel(name, kernel)
+    mode = kernel_mode(name, kernel)
+    owned = (1, 2) if name == DKDV else (0,)
+    axis, length = ("key", "T_k") if name == DKDV else ("query", "T_q")
+    passed_plain = False  # whether a case without the causal mask passed (a failing one raises)
+    for case, (block_m, block_n) in _KERNEL_CASES:
+        q, k, v, out, lse, grad_out = _inputs(case, mode)
+        causal = case[5]
+        config = launchers.KernelConfig(block_m, block_n)
+        kernels = (kernel, None) if name == DKDV else (None, kernel)
+
+        def launched(q, k, v, out, lse, grad_out, is_causal, config=config, kernels=kernels):
+            return launchers.launch_backward(q, k, v, out, lse, grad_out, is_causal, config, *kernels)
+
+        grid = f"(triton.cdiv({length}, {'BLOCK_N' if name == DKDV else 'BLOCK_M'}), B * H)"
+        how = (
+            f"The check launched your kernel as the wrapper of Exercise 5c will: on the grid {grid}, "
+            f"with BLOCK_M={block_m}, BLOCK_N={block_n}, IS_CAUSAL={causal}."
+        )
+        result, trace = traced_call(name, launched, mode, q, k, v, out, lse, grad_out, causal, hint=how)
+        expect_in_bounds(
+            name,
+            trace,
+            (
+                "When T is not a multiple of the block size the last block runs past the end: load k and v "
+                "with the key mask, q, dO, lse and D with the query mask (other=0.0), and store dK and dV "
+                "with kv_mask."
+                if name == DKDV
+                else "When T is not a multiple of the block size the last block runs past the end: load q, "
+                "dO, lse and D with the query mask, k and v with the key mask (other=0.0), and store dQ "
+                "with the query mask."
+            ),
+        )
+        for index in owned:
+            expect_all_written(
+                trace,
+                result[index],
+                f"That is {NAMES[index]}: program (i, bh) owns the {axis} rows i * "
+                f"{'BLOCK_N' if name == DKDV else 'BLOCK_M'} + tl.arange(...) of batch·head bh and stores "
+                "all of them (masked only past the end).",
+            )
+        expected = _autograd_grads(q, k, v, grad_out, causal)
+        if all(close(result[i], expected[i], mode.gpu) for i in owned):
+            passed_plain = passed_plain or not causal
+            continue
+        b, h, t_q, t_k, d, _, strided = case
+        called = (
+            f"{name} launched with BLOCK_M={block_m}, BLOCK_N={block_n}, IS_CAUSAL={causal} for "
+            f"B={b}, H={h}, T_q={t_q}, T_k={t_k}, d={d}"
+            + (", on (B, T, H, d).transpose(1, 2) views" if strided else "")
+        )
+        inputs = (q, k, v, grad_out)
+        hint = ""
+        if strided:  # the last case: every contiguous one passed
+            hint = (
+                "\nThe other cases, on contiguous inputs, passed, so look at the strides: these inputs are "
+                "(B, T, H, d).transpose(1, 2) views, whose rows lie H * d apart. Step each pointer by its "
+                "own tensor's strides: row i of q and dO at i * stride_qm and i * stride_dom, key j of k "
+                "and v at j * stride_kn and j * stride_vn."
+            )
+        elif causal and passed_plain:
+            hint = "\nThe cases with is_causal=False passed, so look at the causal part: " + (
+                "the bound lo (the first query block with a query i that sees key pid_n * BLOCK_N, "
+                "i + T_k − T_q >= pid_n * BLOCK_N) and the mask inside the tiles (key j allowed for "
+                "query i when j <= i + T_k − T_q)."
+                if name == DKDV
+                else "the bound hi (one past the last key the block's last query sees, "
+                "(pid_m + 1) * BLOCK_M + T_k − T_q, at most T_k) and the mask inside the tiles (key j "
+                "allowed for query i when j <= i + T_k − T_q)."
+            )
+        _name_mistake(
+            result, expected, inputs, case, mode, f"`{name}`", called, (block_m, block_n), owned, hint
+        )
+    where = (
+        "interpreted on the CPU, every load traced" if mode.traced else f"on {mode.device.type} in float16"
+    )
+    grads = "dk and dv match" if name == DKDV else "dq matches"
+    return (
+        f"{grads} autograd on {len(_KERNEL_CASES)} shapes (ragged, causal, T_q ≠ T_k, BLOCK_M ≠ "
+        f"BLOCK_N, strided); {where}."
+    )
+
+
+def _expect_kernel(name: str, kernel: Any) -> None:
+    from triton.runtime.jit import KernelInterface
+
+    if not isinstance(kernel, KernelInterface):
+        raise CheckFailed(
+            f"`{name}` should be a Triton kernel, a function decorated with @triton.jit, but it is "
+            f"{type(kernel).__name__}. Pass the kernel itself: check_{name}({name})."
+        )
+
+
+@check
 def check_triton_flash_attention_backward(candidate: Callable[..., Any]) -> str:
     """The learner's backward kernels against autograd: ragged, causal, T_q ≠ T_k and strided inputs."""
     mode = kernel_mode("triton_flash_attention_backward", candidate)
+    kernels_passed = _kernels_passed(candidate)
     for case in _CASES:
         q, k, v, out, lse, grad_out = _inputs(case, mode)
         causal = case[5]
@@ -97,7 +227,9 @@ def check_triton_flash_attention_backward(candidate: Callable[..., Any]) -> str:
         expect_in_bounds(
             "triton_flash_attention_backward",
             trace,
-            "When T is not a multiple of the block size the last query or key block runs past the end: "
+            WRAPPER_HINT
+            if kernels_passed
+            else "When T is not a multiple of the block size the last query or key block runs past the end: "
             "load q, dO, lse and D with the query mask, k and v with the key mask (other=0.0), and store "
             "with the same masks.",
         )
@@ -112,13 +244,37 @@ def check_triton_flash_attention_backward(candidate: Callable[..., Any]) -> str:
         expected = _autograd_grads(q, k, v, grad_out, causal)
         if all(close(g, e, mode.gpu) for g, e in zip(grads, expected, strict=True)):
             continue
-        _name_mistake(grads, expected, (q, k, v, grad_out), case, mode)
+        b, h, t_q, t_k, d, _, strided = case
+        called = (
+            f"triton_flash_attention_backward(q, k, v, out, lse, grad_out, is_causal={causal}) with "
+            f"B={b}, H={h}, T_q={t_q}, T_k={t_k}, d={d}"
+            + (", (B, T, H, d).transpose(1, 2) views" if strided else "")
+        )
+        what = "`triton_flash_attention_backward`"
+        hint = f"\n{WRAPPER_HINT}" if kernels_passed else ""
+        _name_mistake(grads, expected, (q, k, v, grad_out), case, mode, what, called, hint=hint)
     where = (
         "interpreted on the CPU, every load traced" if mode.traced else f"on {mode.device.type} in float16"
     )
     return (
         f"dq, dk and dv match autograd on {len(_CASES)} shapes (ragged, causal, T_q ≠ T_k, strided); {where}."
     )
+
+
+WRAPPER_HINT = (
+    "Your two kernels passed their own checks (Exercises 5a and 5b), so look at what the wrapper gives "
+    "them: D = (grad_out * out).sum(-1) in float32, (B, H, T_q), contiguous; the lse in float32, "
+    "contiguous; each tensor's own strides (dv stored with dk's); heads, T_q, T_k in that order; "
+    "sm_scale = 1/√d; the grids (cdiv(T_k, BLOCK_N), B * H) for the dK/dV kernel and "
+    "(cdiv(T_q, BLOCK_M), B * H) for the dQ kernel, with the BLOCK_M and BLOCK_N you pass."
+)
+"""What the wrapper check adds when the kernels the wrapper launches passed their checks in this kernel."""
+
+
+def _kernels_passed(candidate: Any) -> bool:
+    """Whether the wrapper launches both of the learner's kernels, and each passed its own check."""
+    found = {getattr(kernel, "__name__", ""): kernel for kernel in kernels_used(candidate)}
+    return all(name in found and has_passed(name, found[name]) for name in (DKDV, DQ))
 
 
 def _expect_grads(result: Any, like: tuple[torch.Tensor, ...]) -> Grads:
@@ -142,32 +298,46 @@ def _expect_grads(result: Any, like: tuple[torch.Tensor, ...]) -> Grads:
     return dq, dk, dv
 
 
-def _name_mistake(grads: Grads, expected: Grads, inputs: Inputs, case: tuple, mode: Mode) -> None:
-    b, h, t_q, t_k, d, causal, strided = case
-    called = (
-        f"triton_flash_attention_backward(q, k, v, out, lse, grad_out, is_causal={causal}) with "
-        f"B={b}, H={h}, "
-        f"T_q={t_q}, T_k={t_k}, d={d}" + (", (B, T, H, d).transpose(1, 2) views" if strided else "")
-    )
-    what = "`triton_flash_attention_backward`"
+def _name_mistake(
+    grads: Grads,
+    expected: Grads,
+    inputs: Inputs,
+    case: tuple,
+    mode: Mode,
+    what: str,
+    called: str,
+    blocks: tuple[int, int] | None = None,
+    owned: tuple[int, ...] = (0, 1, 2),
+    hint: str = "",
+) -> None:
+    """Raise naming the first known mistake `grads` matches on the `owned` gradients; else locate it.
+
+    `blocks`: the kernel's (BLOCK_M, BLOCK_N) where the check chose them; else every pair of
+    `_BLOCK_SIZES` is tried. `hint` is added to a located (unnamed) mistake.
+    """
+    t_q, t_k, causal, strided = case[2], case[3], case[5], case[6]
 
     def matches(slip: dict[str, Any], block_m: int, block_n: int) -> bool:
         try:
             wrong = _slip_grads(slip, *inputs, causal, block_m, block_n)
         except RuntimeError:  # a slip that cannot run with these blocks (the lse of a key block's rows)
             return False
-        return not all(close(w, e, mode.gpu) for w, e in zip(wrong, expected, strict=True)) and all(
-            close(g, w, mode.gpu) for g, w in zip(grads, wrong, strict=True)
+        return not all(close(wrong[i], expected[i], mode.gpu) for i in owned) and all(
+            close(grads[i], wrong[i], mode.gpu) for i in owned
         )
 
     block_free = [(message, slip) for message, slip in _COMMON_SLIPS if "transpose" not in str(slip)]
+    # A dK/dV kernel launched by the check cannot drop a key block (the grid is the check's): what
+    # looks like it is a query loop that never reaches those keys.
+    tiled = [(m, slip) for m, slip in _TILED_SLIPS if not (owned == (1, 2) and slip.get("tail") is False)]
     for message, slip in block_free:
         if matches(slip, t_q, t_k):
             raise CheckFailed(f"{what} {message}\n(Called as {called}.)")
-    for block_m, block_n in itertools.product(_BLOCK_SIZES, repeat=2):
-        if block_m >= 2 * max(t_q, 16) or block_n >= 2 * max(t_k, 16):
+    pairs = [blocks] if blocks is not None else itertools.product(_BLOCK_SIZES, repeat=2)
+    for block_m, block_n in pairs:
+        if blocks is None and (block_m >= 2 * max(t_q, 16) or block_n >= 2 * max(t_k, 16)):
             continue
-        for message, slip in _TILED_SLIPS:
+        for message, slip in tiled:
             if matches(slip, block_m, block_n):
                 raise CheckFailed(f"{what} {message}\n(Called as {called}.)")
     if strided:
@@ -175,13 +345,20 @@ def _name_mistake(grads: Grads, expected: Grads, inputs: Inputs, case: tuple, mo
             torch.as_strided(x, x.shape, torch.empty(x.shape).stride()) for x in inputs
         )
         wrong = _autograd_grads(q_c, k_c, v_c, grad_out_c, causal)
-        if not all(close(w, e, mode.gpu) for w, e in zip(wrong, expected, strict=True)) and all(
-            close(g, w, mode.gpu) for g, w in zip(grads, wrong, strict=True)
+        if not all(close(wrong[i], expected[i], mode.gpu) for i in owned) and all(
+            close(grads[i], wrong[i], mode.gpu) for i in owned
         ):
             raise CheckFailed(
                 f"{what} is wrong for inputs that are views: q.transpose(1, 2) of a (B, T, H, d) tensor "
-                "keeps its rows (B, T, H, d) apart. Pass the strides of q, k, v and grad_out (and of dq, dk, "
-                "dv) to "
-                f"the kernels, or call .contiguous() first.\n(Called as {called}.)"
+                "keeps its rows (B, T, H, d) apart. "
+                + (
+                    "Pass the strides of q, k, v and grad_out (and of dq, dk, dv) to the kernels, or call "
+                    ".contiguous() first."
+                    if owned == (0, 1, 2)
+                    else "Step each pointer by its own tensor's strides: row i of q and dO at i * stride_qm "
+                    "and i * stride_dom, key j of k and v at j * stride_kn and j * stride_vn."
+                )
+                + f"\n(Called as {called}.)"
             )
-    raise CheckFailed(f"{what} {_locate(grads, expected, inputs, causal, (32, 32))}\n(Called as {called}.)")
+    found = _locate(grads, expected, inputs, causal, blocks or (32, 32), owned=owned)
+    raise CheckFailed(f"{what} {found}{hint}\n(Called as {called}.)")

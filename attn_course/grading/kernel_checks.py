@@ -83,7 +83,11 @@ def setup(package_parent: str, nonce: str) -> None:
 
 
 def _code_keys(obj: Any) -> set[tuple[str, int, str]]:
-    """(file, first line, name) of the code a reference object runs: a function's, or a class's methods'."""
+    """(file, first line, name) of the code a reference object runs: a function's, or a class's methods'.
+
+    A Triton kernel (and the course's `CourseKernel` stand-in for one, once Triton is imported) runs
+    the code of its Python function, `fn`.
+    """
     if isinstance(obj, type):
         keys: set[tuple[str, int, str]] = set()
         for value in vars(obj).values():
@@ -92,6 +96,8 @@ def _code_keys(obj: Any) -> set[tuple[str, int, str]]:
             keys |= _code_keys(getattr(value, "__func__", value))
         return keys
     code = getattr(obj, "__code__", None)
+    if code is None and getattr(obj, "fn", None) is not None:
+        return _code_keys(obj.fn)
     return {(code.co_filename, code.co_firstlineno, code.co_name)} if code is not None else set()
 
 

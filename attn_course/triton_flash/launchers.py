@@ -10,8 +10,9 @@ Introduced in 08_triton_flash_attention (the backward, `triton_flash_attention_b
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
-from typing import Literal, overload
+from typing import Any, Literal, overload
 
 import torch
 
@@ -248,7 +249,62 @@ def backward_config(
     return KernelConfig(64, 64, num_warps=8, num_stages=2)
 
 
-@exercise("09_backward", 5)
+class CourseKernel:
+    """One of the course's Triton kernels, in `attn_course.reference` without importing Triton.
+
+    `attn_course.reference` imports every topic module, also where Triton is missing and before a
+    notebook's `setup_triton()`; this stand-in imports `attn_course.triton_flash.kernels` only when
+    it is launched (`CourseKernel(name)[grid](...)`) or asked for its `kernel`.
+
+    >>> CourseKernel("flash_attention_backward_dq_kernel")
+    CourseKernel('flash_attention_backward_dq_kernel')
+
+    Introduced in 09_backward.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.__name__ = name
+
+    @property
+    def kernel(self) -> Any:
+        """The `@triton.jit` kernel of that name in `attn_course.triton_flash.kernels`."""
+        require_triton()
+        from attn_course.triton_flash import kernels
+
+        return getattr(kernels, self.__name__)
+
+    @property
+    def fn(self) -> Any:
+        """The kernel's Python function once Triton is imported, else None (importing it costs seconds).
+
+        The grader compares code by it, to refuse the course's kernel handed in as the learner's.
+        """
+        if "triton" not in sys.modules:
+            return None
+        return self.kernel.fn
+
+    def __getitem__(self, grid: Any) -> Any:
+        return self.kernel[grid]
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError(f"{self.__name__} is a Triton kernel: launch it as {self.__name__}[grid](...)")
+
+    def __repr__(self) -> str:
+        return f"CourseKernel({self.__name__!r})"
+
+
+flash_attention_backward_dkdv_kernel = exercise("09_backward", 5)(
+    CourseKernel("flash_attention_backward_dkdv_kernel")
+)
+"""Notebook 09's Exercise 5a: dK and dV, one program per (key block, batch·head)."""
+
+flash_attention_backward_dq_kernel = exercise("09_backward", 6)(
+    CourseKernel("flash_attention_backward_dq_kernel")
+)
+"""Notebook 09's Exercise 5b: dQ, one program per (query block, batch·head)."""
+
+
+@exercise("09_backward", 7)
 def triton_flash_attention_backward(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -271,11 +327,7 @@ def triton_flash_attention_backward(
     Introduced in 09_backward.
     """
     require_triton()
-    from attn_course.triton_flash.kernels import (
-        flash_attention_backward_dkdv_kernel,
-        flash_attention_backward_dq_kernel,
-        triton,
-    )
+    from attn_course.triton_flash import kernels
 
     _require_same_layout(q, k, v)
     require_device(q)
@@ -284,6 +336,32 @@ def triton_flash_attention_backward(
             f"out and grad_out must be shaped like q {tuple(q.shape)} and lse like {tuple(q.shape[:-1])}; "
             f"got out {tuple(out.shape)}, grad_out {tuple(grad_out.shape)}, lse {tuple(lse.shape)}"
         )
+    return launch_backward(
+        q, k, v, out, lse, grad_out, is_causal, config,
+        kernels.flash_attention_backward_dkdv_kernel, kernels.flash_attention_backward_dq_kernel,
+    )  # fmt: skip
+
+
+def launch_backward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    grad_out: torch.Tensor,
+    is_causal: bool,
+    config: KernelConfig | None,
+    dkdv_kernel: Any | None,
+    dq_kernel: Any | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dq, dk, dv) by the given dK/dV and dQ kernels, with the arguments the course's kernels take.
+
+    The course's wrapper passes its own two kernels; the checks of notebook 09's Exercises 5a and
+    5b pass the learner's kernel for one and None for the other, whose launch is then skipped (its
+    gradients are left as torch.empty made them). Shapes are not checked here.
+    """
+    from attn_course.triton_flash.kernels import triton
+
     q, k, v, grad_out = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, k, v, grad_out))
     b, h, t_q, d = q.shape
     t_k = k.shape[2]
@@ -303,13 +381,13 @@ def triton_flash_attention_backward(
         BLOCK_N=config.block_n, IS_CAUSAL=is_causal, num_warps=config.num_warps,
         num_stages=config.num_stages,
     )  # fmt: skip
-    if t_k:
-        flash_attention_backward_dkdv_kernel[(triton.cdiv(t_k, config.block_n), b * h)](
+    if t_k and dkdv_kernel is not None:
+        dkdv_kernel[(triton.cdiv(t_k, config.block_n), b * h)](
             q, k, v, grad_out, lse, delta, dk, dv, *common, dk.stride(0), dk.stride(1), dk.stride(2),
             *sizes, **constants,
         )  # fmt: skip
-    if t_q:
-        flash_attention_backward_dq_kernel[(triton.cdiv(t_q, config.block_m), b * h)](
+    if t_q and dq_kernel is not None:
+        dq_kernel[(triton.cdiv(t_q, config.block_m), b * h)](
             q, k, v, grad_out, lse, delta, dq, *common, dq.stride(0), dq.stride(1), dq.stride(2),
             *sizes, **constants,
         )  # fmt: skip
@@ -329,10 +407,14 @@ def _require_same_layout(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> N
 
 
 __all__ = [
+    "CourseKernel",
     "KernelConfig",
     "backward_config",
     "forward_config",
+    "flash_attention_backward_dkdv_kernel",
+    "flash_attention_backward_dq_kernel",
     "flash_attention_launch",
+    "launch_backward",
     "triton_add",
     "triton_flash_attention",
     "triton_flash_attention_backward",
