@@ -99,6 +99,8 @@ def _softmax() -> Inputs:
         yield f"x (3, 4, 5), dim={dim}", lambda f, dim=dim: f(x.clone(), dim=dim)
     big = _randn(2, 6) * 500
     yield "large scores (x·500)", lambda f: f(big.clone())
+    apart = torch.tensor([[0.0, 1.0, 2.0], [1000.0, 1001.0, 1002.0]], dtype=torch.float64)
+    yield "rows 1000 apart", lambda f: f(apart.clone())
     yield "default dim", lambda f: f(x.clone())
     yield "float32", lambda f: f(x.float())
     with_inf = x.clone()
@@ -274,6 +276,14 @@ def _RotaryMultiHeadAttention() -> Inputs:
             (f"{tag}: causal", lambda m, x=x: m(x, is_causal=True)),
             (f"{tag}: mask", lambda m, x=x, mask=mask: m(x, mask=mask)),
             (f"{tag}: positions 5..10", lambda m, x=x: m(x, positions=torch.arange(5, 11))),
+            (
+                f"{tag}: positions 0, 2, 3, 7, 8, 9",
+                lambda m, x=x: m(x, positions=torch.tensor([0, 2, 3, 7, 8, 9])),
+            ),
+            (
+                f"{tag}: causal (t, t) mask",
+                lambda m, x=x: m(x, mask=torch.ones(6, 6, dtype=torch.bool).tril()),
+            ),
             (
                 f"{tag}: causal, positions 20..25",
                 lambda m, x=x: m(x, is_causal=True, positions=torch.arange(20, 26)),
