@@ -31,6 +31,7 @@ SLOW_FILES = {
     # many tiled loops in float64, or measurements
     "test_checks_flash.py", "test_flash.py", "test_checks_backward.py", "test_checks_modern.py",
     "test_checks_holdout2.py", "test_checks_learner_mistakes.py", "test_demos_attention_bench.py",
+    "test_checks_blind.py",
 }  # fmt: skip
 """Test files that `make test-fast` leaves out (marked `slow`), besides the grading tests, the explorers'
 (ipywidgets driven control by control), nbval and the tests marked `slow` one by one."""
