@@ -5,7 +5,7 @@ cell is replaced by a right solution written as a learner writes it (`learner_co
 spelling than the course's, view/transpose for rearrange, stack and flatten for rearrange, its own
 masked_fill), wrapped so that every call (for a class: every construction and forward) records the
 cell it ran in. The notebook runs in quick mode, and every later cell that names the exercise in
-`yours_if_passed(NAME)` must have called the learner's version (as the check did) and said
+`yours_if_passed("NAME")` must have called the learner's version (as the check did) and said
 "Using your `NAME`".
 
 Each notebook runs once, with all its swaps; adding an exercise is one line in `SWAPS`.
@@ -196,9 +196,9 @@ def test_cells_after_the_check_run_the_learners_version(stem, name):
     looks = [
         index
         for index, cell in enumerate(notebook.cells)
-        if index > check and cell.cell_type == "code" and f"yours_if_passed({name})" in cell.source
+        if index > check and cell.cell_type == "code" and f'yours_if_passed("{name}")' in cell.source
     ]
-    assert looks, f"no cell of {stem} after check_{name} uses yours_if_passed({name})"
+    assert looks, f'no cell of {stem} after check_{name} uses yours_if_passed("{name}")'
     ran_in = set(calls.get(name, []))
     assert fingerprint(notebook.cells[check]) in ran_in, f"check_{name} did not call the learner's version"
     for index in looks:
