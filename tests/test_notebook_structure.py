@@ -111,7 +111,7 @@ def test_optional_sections_say_what_skipping_costs(stem):
             continue
         lines = cell.source.split("\n")
         for number, line in enumerate(lines):
-            if line.startswith("## ") and "(optional)" in line:
+            if line.startswith(("# ", "## ")) and "(optional)" in line:  # a notebook or a section
                 assert line.endswith(" (optional)"), f"{stem}: {line!r}"
                 after = "\n".join(lines[number + 1 :]).strip()
                 assert after, (
