@@ -3,20 +3,21 @@
 A look or measure cell after an exercise runs the learner's function once its check has passed,
 and the course's reference until then, saying which in one line:
 
->>> from attn_course.attention import softmax as my_softmax
 >>> forget_passes()  # as in a fresh kernel
->>> yours_if_passed(my_softmax)(torch.zeros(2)).shape  # doctest: +ELLIPSIS
+>>> yours_if_passed("softmax")(torch.zeros(2)).shape
 Using the course's `softmax`: yours has not passed check_softmax yet.
 torch.Size([2])
 
-so that a student notebook runs on, with no traceback, past an exercise that is not done yet.
+so that a student notebook runs on, with no traceback, past an exercise that is not done yet, and
+past an exercise cell that was never run: the notebooks name the exercise, `yours_if_passed("softmax")`,
+rather than pass the learner's function, which does not exist before its cell has run.
 """
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import torch  # noqa: F401  (used by the doctest above)
 
@@ -31,6 +32,11 @@ _announced: set[tuple[object, str, str]] = set()
 def record_pass(name: str, candidate: Any) -> None:
     """Remember that `candidate` passed the check of exercise `name` (called by every check)."""
     _passed[name] = candidate
+
+
+def record_failure(name: str) -> None:
+    """Forget an earlier pass of exercise `name`: its latest check failed (called by every check)."""
+    _passed.pop(name, None)
 
 
 def forget_passes() -> None:
@@ -77,12 +83,22 @@ def _announce(name: str, choice: str, line: str) -> None:
         print(line)
 
 
-def yours_if_passed(candidate: Candidate, name: str | None = None) -> Candidate:
-    """The learner's `candidate` if it passed its check, else the course's reference; says which.
+def yours_if_passed(candidate: Candidate | str, name: str | None = None) -> Candidate:
+    """The learner's version of an exercise if it passed its check, else the course's; says which.
 
-    `name` is the exercise's name, by default the candidate's own (`softmax` for a function
-    `softmax`). One line per exercise and cell says which version runs.
+    `candidate` is the exercise's name (`yours_if_passed("softmax")`, what the notebooks write): the
+    learner's object whose check passed last in this kernel, unless a later check of the exercise
+    failed. Or it is the learner's function itself, `name` by default its `__name__`: then only
+    this very definition counts, not an older one that passed. One line per exercise and cell
+    says which version runs.
     """
+    if isinstance(candidate, str):
+        name = candidate
+        if name in _passed:
+            _announce(name, "yours", f"Using your `{name}` (the version that passed check_{name}).")
+            return cast(Candidate, _passed[name])
+        _announce(name, "reference", f"Using the course's `{name}`: yours has not passed check_{name} yet.")
+        return cast(Candidate, reference_of(name))
     name = name or str(getattr(candidate, "__name__", ""))
     if has_passed(name, candidate):
         _announce(name, "yours", f"Using your `{name}` (check_{name} passed).")
@@ -92,4 +108,4 @@ def yours_if_passed(candidate: Candidate, name: str | None = None) -> Candidate:
     else:
         why = f"yours has not passed check_{name} yet"
     _announce(name, "reference", f"Using the course's `{name}`: {why}.")
-    return reference_of(name)
+    return cast(Candidate, reference_of(name))

@@ -5,7 +5,7 @@ solution written as a learner writes it (`learner_code.py`: another spelling tha
 view/transpose for rearrange, stack and flatten for rearrange, its own masked_fill) is defined after
 the exercise's check cell and checked again, wrapped so that every call (for a class: every
 construction and forward) records the cell it ran in. The notebook runs in quick mode, and every
-later cell that names the exercise in `yours_if_passed(NAME)` must have called the learner's version
+later cell that names the exercise in `yours_if_passed("NAME")` must have called the learner's version
 (as its check did) and said "Using your `NAME`".
 
 Each notebook runs once, with all its swaps, and that run is nbval's run of the solution notebook
@@ -64,9 +64,9 @@ def test_cells_after_the_check_run_the_learners_version(stem, name):
     looks = [
         index
         for index, cell in enumerate(notebook.cells)
-        if index > check and cell.cell_type == "code" and f"yours_if_passed({name})" in cell.source
+        if index > check and cell.cell_type == "code" and f'yours_if_passed("{name}")' in cell.source
     ]
-    assert looks, f"no cell of {stem} after check_{name} uses yours_if_passed({name})"
+    assert looks, f'no cell of {stem} after check_{name} uses yours_if_passed("{name}")'
     ran_in = set(calls.get(name, []))
     assert fingerprint(notebook.cells[check]) in ran_in, f"check_{name} did not call the learner's version"
     for index in looks:

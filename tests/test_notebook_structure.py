@@ -111,7 +111,7 @@ def test_optional_sections_say_what_skipping_costs(stem):
             continue
         lines = cell.source.split("\n")
         for number, line in enumerate(lines):
-            if line.startswith("## ") and "(optional)" in line:
+            if line.startswith(("# ", "## ")) and "(optional)" in line:  # a notebook or a section
                 assert line.endswith(" (optional)"), f"{stem}: {line!r}"
                 after = "\n".join(lines[number + 1 :]).strip()
                 assert after, (
@@ -129,3 +129,29 @@ def test_student_notebook_keeps_the_question_and_answer_cells(stem):
 
     assert written(student) == written(solution)
     assert len(written(student)) >= 6
+
+
+README_TIME = re.compile(
+    r"^\| `(?P<stem>\d\d_\w+)` \|[^|]*\| (?P<time>\S+) (?P<unit>min|h)\b(?P<rest>[^|]*)\|", re.M
+)
+TITLE_TIME = re.compile(
+    r"\*\*Time:\*\* about (?P<time>\S+(?: to \S+)?) (?P<unit>minutes|hours)\b(?P<rest>[^;.]*)"
+)
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_the_readme_and_the_title_cell_give_the_same_time(stem):
+    """One time per notebook (issue 30): the README's "About" and the title cell's "**Time:**",
+    the whole notebook's and the one without its optional sections."""
+    rows = {m["stem"]: m for m in README_TIME.finditer((ROOT / "README.md").read_text(encoding="utf-8"))}
+    assert stem in rows, f"README's table has no time for {stem}"
+    row = rows[stem]
+    title = next(cell.source for cell in _read("solutions", stem).cells if "**Time:**" in cell.source)
+    found = TITLE_TIME.search(title)
+    assert found, f"{stem}: no '**Time:** about N minutes/hours' in its title cell"
+    readme_time = (row["time"].replace("–", " to "), row["unit"])
+    assert readme_time == (found["time"], found["unit"][: len(row["unit"])]), stem
+    short_readme = re.search(r"(\S+) (?:h |min )?without", row["rest"])
+    short_title = re.search(r"about (\S+)(?: hours| minutes)? without", found["rest"])
+    shorts = [match[1] if match else None for match in (short_readme, short_title)]
+    assert shorts[0] == shorts[1], (stem, row["rest"], found["rest"])

@@ -72,3 +72,41 @@ def test_student_notebook_run_through_undone_shows_only_the_checks_messages(stem
         if "yours_if_passed(" in cell.source and cell.cell_type == "code":
             text = "".join(out.get("text", "") for out in cell.outputs if out.output_type == "stream")
             assert "Using the course's `" in text and "yours has not passed" in text, (path.name, index)
+
+
+def test_a_skipped_exercise_cell_is_named_by_its_check_and_the_later_cells_use_the_course_version():
+    """Run a notebook but skip the cell that defines an exercise (issue 30): its check says to run
+    that cell first, in one line, and every later cell runs on with the course's version."""
+    stem, name = "01_dot_product_attention", "dot_product_attention"
+    path = ROOT / "solutions" / f"{stem}.ipynb"
+    notebook = nbformat.read(path, as_version=4)
+    check = next(index for index, checked in check_cells(notebook) if checked == name)
+    assert f"def {name}(" in notebook.cells[check - 1].source
+    notebook.cells[check - 1].source = "# the learner skipped this cell"
+    NotebookClient(
+        notebook,
+        timeout=120,
+        kernel_name="python3",
+        allow_errors=True,
+        resources={"metadata": {"path": str(path.parent)}},
+    ).execute()
+    errors = {
+        index: out
+        for index, cell in enumerate(notebook.cells)
+        if cell.cell_type == "code"
+        for out in cell.outputs
+        if out.output_type == "error"
+    }
+    assert list(errors) == [check], {index: out.evalue[:80] for index, out in errors.items()}
+    error = errors[check]
+    assert error.ename == "NameError"
+    assert len(error.traceback) == 1 and f"run the cell that defines `{name}` first" in error.traceback[0]
+    looks = [
+        cell
+        for cell in notebook.cells[check + 1 :]
+        if cell.cell_type == "code" and f'yours_if_passed("{name}")' in cell.source
+    ]
+    assert looks
+    for cell in looks:
+        text = "".join(out.get("text", "") for out in cell.outputs if out.output_type == "stream")
+        assert f"Using the course's `{name}`" in text, text[:300]

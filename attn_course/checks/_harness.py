@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from attn_course.progress import record_pass
+from attn_course.progress import record_failure, record_pass
 
 GREEN, RED, RESET = "\x1b[1;32m", "\x1b[1;31m", "\x1b[0m"
 """ANSI bold green and bold red, as Jupyter and terminals show them; the words carry the meaning alone."""
@@ -137,6 +137,8 @@ def check(body: Callable[[Callable[..., Any]], str]) -> Callable[[Any], None]:
                 f"your mistake and says nothing about your code: {REPORT_TO}, with this message."
             )
         if failure is not None:
+            if isinstance(failure, CheckFailed):
+                record_failure(name)  # the cells after it go back to the course's version
             raise failure from None
         record_pass(name, candidate)
         print(pass_line(name, detail, colour=in_ipython()))
@@ -204,6 +206,10 @@ def call(name: str, candidate: Callable[..., Any], *args: Any, hint: str = "", *
                 f"`{name}` is not implemented yet: replace `raise NotImplementedError` "
                 "with your code, run that cell, then run this check again."
             ) from None
+        missing = getattr(error, "name", None) if isinstance(error, NameError) else None
+        if isinstance(missing, str) and missing in CHECKS:  # an earlier exercise whose cell never ran
+            first = f"Run the cell that defines `{missing}` first: your `{name}` calls it."
+            hint = f"{first}\n{hint}" if hint else first
         raise CheckFailed(
             f"`{name}` raised {type(error).__name__}: {error}{_learner_location(error)}\n"
             f"It was called as {name}({describe_args(args, kwargs)})." + (f"\n{hint}" if hint else "")

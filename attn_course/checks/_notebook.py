@@ -1,16 +1,44 @@
-"""How a failed check looks in Jupyter: its message in red, no traceback from inside the check."""
+"""How a failed check looks in Jupyter: its message in red, no traceback from inside the check.
+
+And what a cell that names an exercise whose cell was never run says: `check_softmax(softmax)` in a
+kernel where the cell defining `softmax` has not run raises NameError, shown as one line that says
+to run that cell first.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from attn_course.checks._harness import RED, RESET, CheckerError, CheckFailed
+from attn_course.checks._harness import CHECKS, RED, RESET, CheckerError, CheckFailed
+
+
+def missing_exercise_message(error: NameError) -> str | None:
+    """What to say when `error` is about an exercise whose defining cell has not run, else None.
+
+    >>> print(missing_exercise_message(NameError("name 'softmax' is not defined", name="softmax")))
+    `softmax` is not defined in this kernel: run the cell that defines `softmax` first (its exercise,
+    right above check_softmax). Until then the cells below use the course's `softmax`.
+    """
+    name = getattr(error, "name", None)
+    if not isinstance(name, str) or name not in CHECKS:
+        return None
+    return (
+        f"`{name}` is not defined in this kernel: run the cell that defines `{name}` first (its exercise,\n"
+        f"right above check_{name}). Until then the cells below use the course's `{name}`."
+    )
 
 
 def _show_check_failure(
     shell: Any, etype: type, value: BaseException, tb: Any, tb_offset: Any = None
 ) -> None:
     """IPython custom exception handler: show the error with the message alone as its traceback."""
+    if isinstance(value, NameError):
+        message = missing_exercise_message(value)
+        if message is None:  # any other NameError: IPython's usual traceback
+            shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
+        else:
+            shell._showtraceback(etype, value, [f"{RED}NameError{RESET}: {message}"])
+        return
     if isinstance(value, CheckerError):
         shell._showtraceback(etype, value, [f"{RED}CheckerError (not your mistake){RESET}: {value}"])
         return
@@ -18,7 +46,8 @@ def _show_check_failure(
 
 
 def show_failures_without_traceback() -> None:
-    """Inside IPython, show a CheckFailed or a CheckerError as its message only; elsewhere do nothing.
+    """Inside IPython, show a CheckFailed or a CheckerError as its message only, and a NameError of an
+    exercise as what to run first; elsewhere do nothing.
 
     The cell still ends in an error (the kernel reports CheckFailed), so "run all" stops there
     and graders and nbval see the failure.
@@ -29,4 +58,4 @@ def show_failures_without_traceback() -> None:
         return
     shell = get_ipython()
     if shell is not None and hasattr(shell, "set_custom_exc"):
-        shell.set_custom_exc((CheckFailed, CheckerError), _show_check_failure)
+        shell.set_custom_exc((CheckFailed, CheckerError, NameError), _show_check_failure)

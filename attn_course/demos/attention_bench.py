@@ -288,13 +288,21 @@ def _triton_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_caus
 
 
 def prepare_backward(
-    name: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool, block_size: int = 256
+    name: str,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    is_causal: bool,
+    block_size: int = 256,
+    triton_backward: Callable[..., Any] | None = None,
 ) -> Callable[[], Any]:
     """Run `name`'s forward on (q, k, v) once; return a call that runs its backward pass, again and again.
 
     The gradient of the output is a fixed random tensor. "naive" and "sdpa-<backend>" go back
     through autograd's graph (kept for the next call), "tiled" calls `flash_attention_backward`
-    with the forward's out and lse, "triton" notebook 09's kernels (compiled only).
+    with the forward's out and lse, "triton" notebook 09's kernels (compiled only):
+    `triton_backward(q, k, v, out, lse, grad_out, is_causal=...)`, the package's
+    `triton_flash_attention_backward` by default (notebook 09 passes the learner's).
 
     Introduced in 09_backward.
     """
@@ -310,8 +318,9 @@ def prepare_backward(
             triton_flash_attention_forward,
         )
 
+        backward = triton_backward or triton_flash_attention_backward
         out, lse = triton_flash_attention_forward(q, k, v, is_causal=is_causal)
-        return lambda: triton_flash_attention_backward(q, k, v, out, lse, grad_out, is_causal=is_causal)
+        return lambda: backward(q, k, v, out, lse, grad_out, is_causal=is_causal)
     forward = make_provider(name, block_size)
     leaves = [x.detach().requires_grad_(True) for x in (q, k, v)]
     with torch.enable_grad():
@@ -328,17 +337,19 @@ def measure_backward(
     block_size: int = 256,
     repeats: int = 5,
     max_seconds: float = 1.0,
+    triton_backward: Callable[..., Any] | None = None,
 ) -> tuple[float, int, int | None]:
     """(median seconds of one backward after a warm-up, peak bytes, largest tensor of forward and backward).
 
     The memory is measured on a fresh forward and one backward, so that it counts what a training
     step's attention holds: for autograd through naive attention the saved probabilities, for the
     tiled backward its tiles and the lse. The largest tensor is measured on the CPU only.
+    `triton_backward`: the backward that "triton" times (`prepare_backward`).
 
     Introduced in 09_backward.
     """
     device = q.device
-    backward = prepare_backward(name, q, k, v, is_causal, block_size)
+    backward = prepare_backward(name, q, k, v, is_causal, block_size, triton_backward)
     start = time.perf_counter()
     backward()
     _sync(device)
@@ -355,12 +366,12 @@ def measure_backward(
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
         before = torch.cuda.memory_allocated(device)
-        prepare_backward(name, q, k, v, is_causal, block_size)()
+        prepare_backward(name, q, k, v, is_causal, block_size, triton_backward)()
         _sync(device)
         peak = torch.cuda.max_memory_allocated(device) - before
     else:
         with PeakMemoryTracker() as tracker:
-            prepare_backward(name, q, k, v, is_causal, block_size)()
+            prepare_backward(name, q, k, v, is_causal, block_size, triton_backward)()
         peak, largest = tracker.peak, max(tracker.allocations, default=0)
     times.sort()
     return times[len(times) // 2], peak, largest
