@@ -1,0 +1,61 @@
+"""Grading on a busy machine: time is the kernel's CPU time, so a correct class keeps full marks.
+
+Three notebook-02 submissions graded with `--jobs 2` beside four processes that spin a core each
+(on a 2-core machine each kernel gets a third of a core or less); one of them passes only in a
+kernel that has its share of the cores for torch's threads and the quick budgets.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+
+from attn_course.grading.grader import grade, make_limits
+from attn_course.grading.report import gradebook_rows
+
+ROOT = Path(__file__).resolve().parents[1]
+STEM = "02_scaling"
+TIMEOUT = 12.0
+"""CPU seconds per notebook: a few times what notebook 02 needs, less than it takes under this load."""
+
+ENVIRONMENT = """
+import os
+
+import torch
+
+assert torch.get_num_threads() == {threads}, torch.get_num_threads()
+assert os.environ["OMP_NUM_THREADS"] == "{threads}" and os.environ["ATTN_COURSE_QUICK"] == "1"
+"""
+
+
+def _write(folder: Path, notebook: nbformat.NotebookNode) -> None:
+    folder.mkdir(parents=True)
+    nbformat.write(notebook, folder / f"{STEM}.ipynb")
+
+
+def test_a_correct_class_keeps_full_marks_beside_four_busy_processes(tmp_path):
+    solution = nbformat.read(ROOT / "solutions" / f"{STEM}.ipynb", as_version=4)
+    subs = tmp_path / "subs"
+    _write(subs / "ann", solution)
+    _write(subs / "bob", solution)
+    threads = make_limits((), jobs=2).threads  # one on a 2-core machine
+    checked = nbformat.read(ROOT / "solutions" / f"{STEM}.ipynb", as_version=4)
+    cell = next(c for c in checked.cells if c.source.startswith("def score_variance"))
+    cell.source = ENVIRONMENT.format(threads=threads) + "\n\n" + cell.source
+    _write(subs / "cy_environment", checked)
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(4)]
+    try:
+        report = grade(subs, tmp_path / "out", jobs=2, timeout=TIMEOUT, memory_gib=2.0)
+    finally:
+        for process in busy:
+            process.kill()
+            process.wait()
+    rows = gradebook_rows(report)
+    assert rows[1:] == [[name, "1", "1", "2", "2", "graded"] for name in ("ann", "bob", "cy_environment")]
+    for learner in report.learners:
+        (notebook,) = learner.notebooks
+        print(f"{learner.learner}: {notebook.seconds:.1f} s wall, {notebook.cpu:.1f} s CPU")
+        assert 0 < notebook.cpu < TIMEOUT
