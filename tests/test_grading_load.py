@@ -13,6 +13,8 @@ from pathlib import Path
 
 import nbformat
 
+from attn_course.grading.discover import discover
+from attn_course.grading.execute import Limits, run_notebook
 from attn_course.grading.grader import grade, make_limits
 from attn_course.grading.report import gradebook_rows
 
@@ -59,3 +61,19 @@ def test_a_correct_class_keeps_full_marks_beside_four_busy_processes(tmp_path):
         (notebook,) = learner.notebooks
         print(f"{learner.learner}: {notebook.seconds:.1f} s wall, {notebook.cpu:.1f} s CPU")
         assert 0 < notebook.cpu < TIMEOUT
+
+
+def test_a_cell_that_waits_meets_the_wall_clock_backstop_which_says_why(tmp_path):
+    notebook = nbformat.read(ROOT / "solutions" / f"{STEM}.ipynb", as_version=4)
+    after = next(i for i, c in enumerate(notebook.cells) if c.source.startswith("check_score_variance"))
+    notebook.cells.insert(after + 1, nbformat.v4.new_code_cell("import time\n\ntime.sleep(600)"))
+    _write(tmp_path / "dee", notebook)
+    (learner,) = discover(tmp_path)[0]
+    result = run_notebook(learner, learner.submissions[0], Limits(timeout=60, wall=25, threads=1))
+    assert result.status == "timeout" and result.status_text == "partly graded (timed out)"
+    assert (
+        "timed out after 25 s of wall-clock time, in the third code cell under *Exercise 1" in result.problem
+    )
+    assert "the machine was too busy" in result.problem and "waited without computing" in result.problem
+    passed, waiting = result.exercises
+    assert passed.passed and not waiting.reached and waiting.message == f"not reached: {result.problem}"

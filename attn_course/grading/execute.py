@@ -74,10 +74,19 @@ class Limits:
         return self.timeout * max(1, self.threads)
 
     @property
+    def cpu_text(self) -> str:
+        """The CPU time limit in words: "180 s of CPU time" (per thread, where there are several)."""
+        threads = f" per thread ({self.threads} threads)" if self.threads > 1 else ""
+        return f"{self.timeout:g} s of CPU time{threads}"
+
+    @property
     def wall_limit(self) -> float:
         return self.wall or WALL_FACTOR * self.timeout
 
 
+BUSY_SHARE = 0.5
+"""A kernel stopped by the wall-clock backstop with less CPU time than this share of it was starved
+or waiting, and its message says so."""
 WALL_FACTOR = 5.0
 """The wall-clock backstop, in multiples of `Limits.timeout`: a kernel that gets a fifth of a core
 on a busy machine still finishes."""
@@ -493,7 +502,7 @@ class _Run:
         cpu_left = limits.cpu_limit - self.cpu[kind]
         wall_left = limits.wall_limit - self.wall[kind]
         if cpu_left <= 0 or wall_left <= 0:
-            raise _Stop("timeout", f"{what} timed out after {limits.cpu_limit:g} s of CPU time, in {where}")
+            raise _Stop("timeout", f"{what} timed out after {limits.cpu_text}, in {where}")
         cpu_before, wall_before = self.clock.cpu(), time.monotonic()
         self.client.timeout = max(1, int(wall_left + 0.999))
         self.clock.arm(cpu_before + cpu_left)
@@ -501,18 +510,17 @@ class _Run:
             self.client.execute_cell(cell, index)
         except CellTimeoutError:
             cpu = self.cpu[kind] + self.clock.cpu() - cpu_before
-            raise _Stop(
-                "timeout",
-                f"{what} stopped after {limits.wall_limit:g} s of wall-clock time, in {where}, having had "
-                f"only {cpu:.0f} s of its {limits.cpu_limit:g} s of CPU time: the machine was too busy "
-                "(grade with fewer --jobs or on a quieter machine), or the cell waited without computing "
-                "(input(), sleep)",
-            ) from None
+            wall = f"{what} timed out after {limits.wall_limit:g} s of wall-clock time, in {where}"
+            if self.clock.proc and cpu < BUSY_SHARE * limits.wall_limit:
+                wall = (
+                    f"{wall}, having had only {cpu:.0f} s of its {limits.cpu_text}: the "
+                    "machine was too busy (grade with fewer --jobs or on a quieter machine), or the cell "
+                    "waited without computing (input(), sleep)"
+                )
+            raise _Stop("timeout", wall) from None
         except DeadKernelError:
             if self.clock.fired:
-                raise _Stop(
-                    "timeout", f"{what} timed out after {limits.cpu_limit:g} s of CPU time, in {where}"
-                ) from None
+                raise _Stop("timeout", f"{what} timed out after {limits.cpu_text}, in {where}") from None
             raise _Stop(
                 "crashed",
                 f"the kernel died while running {where} (a crash, an exit, or memory beyond "
