@@ -367,6 +367,7 @@ def test_without_the_kernel_factory_each_kernel_starts_fresh_under_the_memory_li
     _write(tmp_path / "subs" / "alice_full", _read("solutions"))
     report = grade(tmp_path / "subs", tmp_path / "out", jobs=1, timeout=60, memory_gib=MEMORY_GIB, fork=False)
     assert gradebook_rows(report)[1] == ["alice_full", "1", "1", "2", "2", "graded"]
+    assert report.learners[0].notebooks[0].cpu > 0  # the kernel's CPU time, read from /proc
 
 
 @pytest.mark.skipif(not SANDBOXED, reason="no Landlock here: kernels run without the file-system sandbox")

@@ -162,12 +162,14 @@ def _kill_group(pgid: int | None) -> None:
 def _forked_pid(connection_file: str) -> int | None:
     """The pid of a kernel forked by the zygote, from the file its launcher wrote (then removed)."""
     path = Path(connection_file + ".kernel-pid")
-    try:
-        pid = int(path.read_text())
-        path.unlink()
-    except (OSError, ValueError):
-        return None
-    return pid
+    for _ in range(40):  # written as the kernel starts: there by the time it answers, but wait a little
+        try:
+            pid = int(path.read_text())
+            path.unlink()
+            return pid
+        except (OSError, ValueError):
+            time.sleep(0.05)
+    return None
 
 
 def _error(cell: nbformat.NotebookNode) -> tuple[str, str] | None:
