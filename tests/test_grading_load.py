@@ -77,3 +77,22 @@ def test_a_cell_that_waits_meets_the_wall_clock_backstop_which_says_why(tmp_path
     assert "the machine was too busy" in result.problem and "waited without computing" in result.problem
     passed, waiting = result.exercises
     assert passed.passed and not waiting.reached and waiting.message == f"not reached: {result.problem}"
+
+
+def test_a_learners_function_that_hangs_in_the_graders_check_is_stopped_by_its_cpu_time(tmp_path):
+    notebook = nbformat.read(ROOT / "solutions" / f"{STEM}.ipynb", as_version=4)
+    index = next(i for i, c in enumerate(notebook.cells) if c.source.startswith("def score_variance"))
+    notebook.cells[
+        index
+    ].source = "def score_variance(d_k, n_samples=20_000, scaled=False):\n    while True:\n        pass"
+    notebook.cells[index + 1].source = "pass"  # the learner's own check cell, which would hang first
+    _write(tmp_path / "eve", notebook)
+    (learner,) = discover(tmp_path)[0]
+    result = run_notebook(learner, learner.submissions[0], Limits(timeout=8, threads=1))
+    assert result.status == "timeout" and result.status_text == "partly graded (timed out)"
+    hung, rest = result.exercises
+    assert hung.message == (
+        "the grader's checks timed out after 8 s of CPU time "
+        "(while the grader's check called your `score_variance`)"
+    )
+    assert not rest.reached and result.cpu < 8 + 8 + 2

@@ -501,10 +501,11 @@ class _Run:
         """Run one cell within its kind's budgets; a timeout or a dead kernel stops the notebook."""
         limits = self.limits
         what = "the notebook" if kind == "learner" else "the grader's checks"
+        at = f", in {where}" if kind == "learner" else ""
         cpu_left = limits.cpu_limit - self.cpu[kind]
         wall_left = limits.wall_limit - self.wall[kind]
         if cpu_left <= 0 or wall_left <= 0:
-            raise _Stop("timeout", f"{what} timed out after {limits.cpu_text}, in {where}")
+            raise _Stop("timeout", f"{what} timed out after {limits.cpu_text}{at}")
         cpu_before, wall_before = self.clock.cpu(), time.monotonic()
         self.client.timeout = max(1, int(wall_left + 0.999))
         self.clock.arm(cpu_before + cpu_left)
@@ -512,7 +513,7 @@ class _Run:
             self.client.execute_cell(cell, index)
         except CellTimeoutError:
             cpu = self.cpu[kind] + self.clock.cpu() - cpu_before
-            wall = f"{what} timed out after {limits.wall_limit:g} s of wall-clock time, in {where}"
+            wall = f"{what} timed out after {limits.wall_limit:g} s of wall-clock time{at}"
             if self.clock.proc and cpu < BUSY_SHARE * limits.wall_limit:
                 wall = (
                     f"{wall}, having had only {cpu:.0f} s of its {limits.cpu_text}: the "
@@ -522,7 +523,7 @@ class _Run:
             raise _Stop("timeout", wall) from None
         except DeadKernelError:
             if self.clock.fired:
-                raise _Stop("timeout", f"{what} timed out after {limits.cpu_text}, in {where}") from None
+                raise _Stop("timeout", f"{what} timed out after {limits.cpu_text}{at}") from None
             raise _Stop(
                 "crashed",
                 f"the kernel died while running {where} (a crash, an exit, or memory beyond "
