@@ -24,6 +24,7 @@ from attn_course.checks import (
     check_flash_attention_backward,
     check_FlashAttentionFunction,
     check_softmax_backward,
+    check_triton_flash_attention_backward,
 )
 
 
@@ -171,6 +172,9 @@ def flash_backward_autograd(q, k, v, out, lse, grad_out, is_causal=False, block_
 def test_the_other_backward_exercises_refuse_autograd_too(capsys):
     assert_rejected(check_softmax_backward, softmax_backward_autograd, "dx = p ∘ (grad_p − D)", capsys)
     assert_rejected(check_flash_attention_backward, flash_backward_autograd, AUTOGRAD, capsys)
+    assert_rejected(
+        check_triton_flash_attention_backward, flash_backward_autograd, "in your two kernels", capsys
+    )
     recomputes = BACKWARD.replace(
         BACKWARD.strip().splitlines()[1],  # the call of flash_attention_backward
         "leaves = [x.detach().requires_grad_(True) for x in (q, k, v)]\n"

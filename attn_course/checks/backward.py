@@ -484,6 +484,10 @@ _OWN_GRADIENTS = {
         "tile by tile: recompute each tile's P = exp(S − lse), then accumulate the same formulas, "
         f"{_FORMULAS}, with rowsum(dO ∘ O) computed once per query row"
     ),
+    "triton_flash_attention_backward": (
+        "in your two kernels: dK and dV per key block, dQ per query block, from P = exp(S − lse) "
+        f"recomputed in each tile ({_FORMULAS})"
+    ),
     "FlashAttentionFunction": (
         "backward(ctx, grad_out) should take what forward saved (q, k, v, out, lse) and return your "
         "flash_attention_backward's dq, dk, dv (then None, None), without autograd inside"
