@@ -1,8 +1,10 @@
-"""Grading on a busy machine: time is the kernel's CPU time, so a correct class keeps full marks.
+"""Grading's time limits: the kernel's CPU time, so a correct class keeps full marks on a busy machine.
 
 Three notebook-02 submissions graded with `--jobs 2` beside four processes that spin a core each
 (on a 2-core machine each kernel gets a third of a core or less); one of them passes only in a
-kernel that has its share of the cores for torch's threads and the quick budgets.
+kernel that has its share of the cores for torch's threads and the quick budgets. Then single
+notebooks: a cell that waits meets the wall-clock backstop, a check that hangs its CPU budget, and
+an exercise deleted after its check is checked again at the end.
 """
 
 from __future__ import annotations
@@ -96,3 +98,15 @@ def test_a_learners_function_that_hangs_in_the_graders_check_is_stopped_by_its_c
         "(while the grader's check called your `score_variance`)"
     )
     assert not rest.reached and result.cpu < 8 + 8 + 2
+
+
+def test_an_exercise_deleted_after_its_check_is_checked_again_at_the_end(tmp_path):
+    notebook = nbformat.read(ROOT / "solutions" / f"{STEM}.ipynb", as_version=4)
+    after = next(i for i, c in enumerate(notebook.cells) if c.source.startswith("check_score_variance"))
+    notebook.cells.insert(after + 1, nbformat.v4.new_code_cell("del score_variance"))
+    _write(tmp_path / "fay", notebook)
+    (learner,) = discover(tmp_path)[0]
+    result = run_notebook(learner, learner.submissions[0], Limits(timeout=60, threads=1))
+    deleted, kept = result.exercises
+    assert result.status_text == "graded" and kept.passed and not deleted.passed
+    assert "`score_variance` was never defined: it was deleted or overwritten after" in deleted.message

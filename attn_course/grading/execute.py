@@ -463,7 +463,7 @@ def _execute(
                     run.learner_cell(cell, index)
                 if index in last:
                     run.check(last[index])
-            run.check(list(EXERCISES[stem]), final=True)
+            run.check(list(EXERCISES[stem]))  # the final pass: rebound names only
     except _Stop as stop:
         return stop.status, stop.problem, run.errors, run.graded, run.cpu_seconds
     except RuntimeError as error:  # the kernel did not start: the grader's failure, not the learner's
@@ -562,10 +562,10 @@ class _Run:
             "del _attn_learner, _attn_path\n"
         )
 
-    def check(self, names: list[str], final: bool = False) -> None:
+    def check(self, names: list[str]) -> None:
         """Check `names` now, in a grader's cell; each result is kept as soon as it is printed.
 
-        The final pass checks again only an exercise whose name no longer holds the object checked.
+        An exercise checked before is checked again only if its name no longer holds the object checked.
         """
         if self.ready is False:
             return
