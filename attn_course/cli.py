@@ -199,7 +199,8 @@ def _positive(kind: type[_Number]) -> Callable[[str], _Number]:
 
 def _limit_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=_positive(float), default=180.0, metavar="SECONDS",
-                        help="time limit of a notebook's cells, and of its checks (default 180)")  # fmt: skip
+                        help="CPU seconds (per torch thread) for a notebook's cells, again for its checks; "
+                        "a busy machine does not count (default 180; wall-clock backstop 5x)")  # fmt: skip
     parser.add_argument("--memory", type=_positive(float), default=4.0, metavar="GIB",
                         help="memory limit of each notebook's kernel in GiB (default 4)")  # fmt: skip
 
@@ -227,10 +228,12 @@ def build_parser() -> argparse.ArgumentParser:
     wor.set_defaults(run=_workspace)
     gra = commands.add_parser("grade", help=_GRADE_HELP, description=_GRADE_HELP)
     gra.add_argument("submissions", type=Path, metavar="SUBMISSIONS", help="one folder per learner")
-    gra.add_argument("--out", type=Path, required=True, metavar="DIR", help="gradebook.csv and feedback/")
+    gra.add_argument("--out", type=Path, required=True, metavar="DIR",
+                     help="gradebook.csv, feedback/ and the class report report.html")  # fmt: skip
     gra.add_argument("--jobs", type=_positive(int), default=2, help="notebooks graded at once (default 2)")
     gra.add_argument("--timeout", type=_positive(float), default=180.0, metavar="SECONDS",
-                     help="time limit of each notebook's cells, and of its checks (default 180)")  # fmt: skip
+                     help="CPU seconds (per torch thread) for each notebook's cells, again for its checks; "
+                     "a busy machine does not count (default 180; wall-clock backstop 5x)")  # fmt: skip
     gra.add_argument("--memory", type=_positive(float), default=4.0, metavar="GIB",
                      help="memory limit of each notebook's kernel in GiB (default 4)")  # fmt: skip
     gra.add_argument("--scheduler", metavar="ADDRESS",

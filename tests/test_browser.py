@@ -469,3 +469,37 @@ def test_an_untouched_working_copy_opens_and_closes_unmodified(lab, page, copy):
         page.get_by_role("dialog").get_by_role("button", name="Discard").click()  # "Save your work"
     tab.wait_for(state="detached", timeout=10_000)
     assert page.get_by_role("dialog").count() == 0
+
+
+def test_the_class_report_opens_in_the_browser_self_contained(page, tmp_path):
+    """report.html from `attn-course grade`, opened from disk: histogram shown, links, nothing fetched."""
+    from attn_course.grading.class_report import write_class_report
+    from attn_course.grading.results import ExerciseResult, GradeReport, LearnerResult, NotebookResult
+
+    slip = "Your attention_backward(q (2, 6, 8), k (2, 6, 8)) forgets the 1/√d scale in dK: dK = dSᵀ Q / √d."
+
+    def learner(name: str, passed: bool) -> LearnerResult:
+        second = (
+            ExerciseResult.success("attention_backward", "ok")
+            if passed
+            else ExerciseResult.failed("attention_backward", slip)
+        )
+        exercises = (ExerciseResult.success("softmax_backward", "ok"), second)
+        return LearnerResult(name, (NotebookResult("09_backward", "graded", "", exercises),))
+
+    learners = tuple(
+        learner(name, i % 3 == 0) for i, name in enumerate(["ann", "bob", "Zoë Ångström", "dee"])
+    )
+    write_class_report(GradeReport(learners, ("softmax_backward", "attention_backward"), 2), tmp_path)
+    fetched: list[str] = []
+    page.on("request", lambda request: fetched.append(request.url))
+    page.goto((tmp_path / "report.html").as_uri())
+    assert page.title() == "Class report"
+    assert page.locator("text=2 of 4: Your attention_backward forgets the 1/√d scale in dK").count() == 1
+    width = page.eval_on_selector("img", "img => img.complete ? img.naturalWidth : 0")
+    assert width > 300  # the histogram, decoded from the page itself
+    link = page.locator("a", has_text="Zoë Ångström")
+    assert link.get_attribute("href") == "feedback/Zo%C3%AB%20%C3%85ngstr%C3%B6m.md"
+    assert [url for url in fetched if not url.startswith(("file:", "data:"))] == []
+    OUTPUT.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=OUTPUT / "class_report.png", full_page=True)

@@ -24,6 +24,7 @@ from attn_course.checks import (
     check_flash_attention_backward,
     check_FlashAttentionFunction,
     check_softmax_backward,
+    check_triton_flash_attention_backward,
 )
 
 
@@ -132,9 +133,61 @@ def attention_backward_autograd(q, k, v, grad_out, is_causal=False):
         return torch.autograd.grad(out, leaves, grad_out)
 
 
+def attention_backward_dot_backward(q, k, v, grad_out, is_causal=False):
+    q, k, v = (x.detach().clone().requires_grad_() for x in (q, k, v))
+    with torch.enable_grad():
+        out, _ = attention(q, k, v, is_causal=is_causal)
+        out.backward(grad_out)
+    return q.grad, k.grad, v.grad
+
+
+def attention_backward_vjp(q, k, v, grad_out, is_causal=False):
+    _, vjp = torch.func.vjp(lambda q, k, v: attention(q, k, v, is_causal=is_causal)[0], q, k, v)
+    return vjp(grad_out)
+
+
+AUTOGRAD = "asks torch.autograd for the gradients"
+
+
 @pytest.mark.parametrize(
-    "candidate",
-    [attention_backward, learner_attention_backward, attention_backward_einsum, attention_backward_autograd],
+    "candidate", [attention_backward_autograd, attention_backward_dot_backward, attention_backward_vjp]
+)
+def test_attention_backward_refuses_autograd_and_gives_the_formulas(candidate, capsys):
+    assert_rejected(check_attention_backward, candidate, AUTOGRAD, capsys)
+    assert_rejected(check_attention_backward, candidate, "dS = P ∘ (dP − rowsum(dO ∘ O))", capsys)
+    assert_rejected(check_attention_backward, candidate, "dK = dSᵀ Q / √d", capsys)
+
+
+def softmax_backward_autograd(p, grad_p, dim=-1):
+    x = p.log().detach().requires_grad_()
+    with torch.enable_grad():
+        (dx,) = torch.autograd.grad(torch.softmax(x, dim=dim), x, grad_p)
+    return dx
+
+
+def flash_backward_autograd(q, k, v, out, lse, grad_out, is_causal=False, block_size=64):
+    return attention_backward_autograd(q, k, v, grad_out, is_causal)
+
+
+def test_the_other_backward_exercises_refuse_autograd_too(capsys):
+    assert_rejected(check_softmax_backward, softmax_backward_autograd, "dx = p ∘ (grad_p − D)", capsys)
+    assert_rejected(check_flash_attention_backward, flash_backward_autograd, AUTOGRAD, capsys)
+    assert_rejected(
+        check_triton_flash_attention_backward, flash_backward_autograd, "in your two kernels", capsys
+    )
+    recomputes = BACKWARD.replace(
+        BACKWARD.strip().splitlines()[1],  # the call of flash_attention_backward
+        "leaves = [x.detach().requires_grad_(True) for x in (q, k, v)]\n"
+        "with torch.enable_grad():\n"
+        "    again = attention(*leaves, is_causal=ctx.is_causal)[0]\n"
+        "    dq, dk, dv = torch.autograd.grad(again, leaves, grad_out)",
+    )
+    assert recomputes != BACKWARD
+    assert_rejected(check_FlashAttentionFunction, _function(FORWARD, recomputes), AUTOGRAD, capsys)
+
+
+@pytest.mark.parametrize(
+    "candidate", [attention_backward, learner_attention_backward, attention_backward_einsum]
 )
 def test_attention_backward_accepts_right_answers(candidate, capsys):
     assert_accepted(check_attention_backward, candidate, capsys)

@@ -1,15 +1,17 @@
 """`attn-course grade` on a class of submissions made from solutions/ and notebooks/ (notebook 02).
 
 The class is graded once per module (and a second time through the CLI, to compare the bytes),
-so the whole file costs about a dozen notebook runs.
+so the whole file costs about thirty notebook runs (frank's and leo's each spend the 15 s CPU limit).
 """
 
 from __future__ import annotations
 
 import csv
 import hashlib
+import json
 import shutil
 from pathlib import Path
+from urllib.parse import quote
 
 import nbformat
 import pytest
@@ -29,23 +31,33 @@ COLUMNS = ["score_variance", "scaled_dot_product_attention", "causal_mask", "pad
 SANDBOXED = landlock_abi() > 0
 """Whether kernels run in the file-system sandbox here; kim_absolute is only in the class where they do."""
 
+ALSO = "03_causal_masking: not handed in"
+"""Zoë's class hands in a broken 03_causal_masking, so the gradebook has its columns for everyone."""
 EXPECTED_GRADEBOOK = [
-    ["learner", *COLUMNS, "total", "max"],
-    [ZOE, "1", "1", "0", "0", "0", "2", "5"],
-    ["alice_full", "1", "1", "0", "0", "0", "2", "5"],
-    ["bob_untouched", "0", "0", "0", "0", "0", "0", "5"],
-    ["carol_wrong", "0", "0", "0", "0", "0", "0", "5"],
-    ["dave_tampered", "0", "0", "0", "0", "0", "0", "5"],
-    ["erin_reference", "0", "0", "0", "0", "0", "0", "5"],
-    ["frank_loop", "0", "0", "0", "0", "0", "0", "5"],
-    ["grace_memory", "0", "0", "0", "0", "0", "0", "5"],
-    ["heidi_malformed", "0", "0", "0", "0", "0", "0", "5"],
-    ["ivan_escape", "0", "1", "0", "0", "0", "1", "5"],
-    ["judy_empty", "0", "0", "0", "0", "0", "0", "5"],
-    *([["kim_absolute", "0", "1", "0", "0", "0", "1", "5"]] if SANDBOXED else []),
+    ["learner", *COLUMNS, "total", "max", "status"],
+    [ZOE, "1", "1", "0", "0", "0", "2", "5", "02_scaling: graded; 03_causal_masking: not a notebook"],
+    ["alice_full", "1", "1", "0", "0", "0", "2", "5", f"02_scaling: graded; {ALSO}"],
+    ["bob_untouched", "0", "0", "0", "0", "0", "0", "5", f"02_scaling: graded; {ALSO}"],
+    ["carol_wrong", "0", "0", "0", "0", "0", "0", "5", f"02_scaling: graded; {ALSO}"],
+    ["dave_tampered", "0", "0", "0", "0", "0", "0", "5", f"02_scaling: graded; {ALSO}"],
+    ["erin_reference", "0", "0", "0", "0", "0", "0", "5", f"02_scaling: graded; {ALSO}"],
+    ["frank_loop", "0", "0", "0", "0", "0", "0", "5", f"02_scaling: timed out; {ALSO}"],
+    ["grace_memory", "0", "0", "0", "0", "0", "0", "5", f"02_scaling: out of memory; {ALSO}"],
+    ["heidi_malformed", "0", "0", "0", "0", "0", "0", "5", f"02_scaling: not a notebook; {ALSO}"],
+    ["ivan_escape", "0", "1", "0", "0", "0", "1", "5", f"02_scaling: graded; {ALSO}"],
+    ["judy_empty", "0", "0", "0", "0", "0", "0", "5", "not handed in"],
+    *(
+        [["kim_absolute", "0", "1", "0", "0", "0", "1", "5", f"02_scaling: graded; {ALSO}"]]
+        if SANDBOXED
+        else []
+    ),
+    ["leo_late_hang", "1", "1", "0", "0", "0", "2", "5", f"02_scaling: graded; {ALSO}"],
+    ["mia_mid_crash", "1", "0", "0", "0", "0", "1", "5", f"02_scaling: partly graded (crashed); {ALSO}"],
+    ["nina_misnamed", "0", "0", "0", "0", "0", "0", "5", f"02_scaling: misnamed; {ALSO}"],
+    ["otto_subfolder", "0", "0", "0", "0", "0", "0", "5", f"02_scaling: in a subfolder; {ALSO}"],
 ]
 LEARNERS = len(EXPECTED_GRADEBOOK) - 1
-MEAN = sum(int(row[-2]) for row in EXPECTED_GRADEBOOK[1:]) / LEARNERS
+MEAN = sum(int(row[-3]) for row in EXPECTED_GRADEBOOK[1:]) / LEARNERS
 
 ESCAPE = """
 for target in ("../alice_full/02_scaling.ipynb", "../alice_full/planted.txt", "../../out/gradebook.csv",
@@ -160,6 +172,15 @@ def build_class(root: Path) -> Path:
         kim.cells[_cell(kim, "def score_variance")].source = code
         _write(subs / "kim_absolute", kim)
 
+    leo = _read("solutions")  # every check passed, then the last cell hangs
+    leo.cells.append(nbformat.v4.new_code_cell("while True:\n    pass"))
+    _write(subs / "leo_late_hang", leo)
+    mia = _read("solutions")  # the kernel dies between the two exercises
+    mia.cells.insert(_check_cells(mia)[0] + 1, nbformat.v4.new_code_cell("import os\n\nos._exit(1)"))
+    _write(subs / "mia_mid_crash", mia)
+    _write(subs / "nina_misnamed", _read("solutions"), name=f"Copy of {STEM} (1).ipynb")
+    _write(subs / "otto_subfolder" / "homework", _read("solutions"))
+
     _write(subs / ZOE, _read("solutions"))
     _write(subs / ZOE, _read("notebooks"), name="notes ü.ipynb")
     (subs / ZOE / "03_causal_masking.ipynb").write_bytes(b'{"cells": [], "x": "\xff\xfe caf\xe9"}')
@@ -216,7 +237,8 @@ def test_untouched_and_tampered_notebooks_get_the_checks_own_messages(graded):
 def test_wrong_exercise_gets_the_mistake_and_a_raising_cell_its_error(graded):
     text = feedback(graded, "carol_wrong")
     assert "are divided by d_k instead of √d_k" in text
-    raised = "the cell that defines `score_variance` (code cell 4) raised ValueError: oops, a stray test"
+    where = "the cell under *Exercise 1: score_variance*"
+    raised = f"the cell that defines `score_variance` ({where}) raised ValueError: oops, a stray test"
     assert raised in text
 
 
@@ -227,10 +249,38 @@ def test_the_reference_and_calls_to_it_score_zero(graded):
 
 
 def test_infinite_loop_and_unbounded_memory_are_stopped_and_recorded(graded):
-    assert f"the notebook timed out after {TIMEOUT:g} s, in code cell 2" in feedback(graded, "frank_loop")
-    assert f"ran out of memory (limit {MEMORY_GIB:g} GiB) in code cell 2" in feedback(graded, "grace_memory")
+    where = "the second code cell of the notebook, above its first heading"  # no heading above it
+    frank = feedback(graded, "frank_loop")
+    assert f"the notebook timed out after {TIMEOUT:g} s of CPU time, in {where}" in frank
+    assert "Status: timed out." in frank and "- `score_variance` **not graded**: 0 points" in frank
+    assert f"ran out of memory (limit {MEMORY_GIB:g} GiB) in {where}" in feedback(graded, "grace_memory")
     statuses = {r.learner: r.notebooks[0].status for r in graded[3].learners}
     assert statuses["frank_loop"] == "timeout" and statuses["grace_memory"] == "out_of_memory"
+
+
+def test_checks_passed_before_a_hang_or_a_crash_keep_their_points(graded):
+    leo = feedback(graded, "leo_late_hang")  # the checks all ran before the last cell hung
+    assert "Score: 2 / 5" in leo and "Status: graded." in leo
+    assert (
+        f"**Stopped**: the notebook timed out after {TIMEOUT:g} s of CPU time, in the cell under *Summary*"
+        in leo
+    )
+    mia = feedback(graded, "mia_mid_crash")
+    assert "Status: partly graded (crashed)." in mia
+    assert "the kernel died while running the third code cell under *Exercise 1: score_variance*" in mia
+    assert "- `score_variance` passed" in mia
+    assert "- `scaled_dot_product_attention` **not reached**: 0 points" in mia
+    assert "code cell 1" not in mia and "os._exit" not in mia
+
+
+def test_misnamed_notebooks_and_notebooks_in_subfolders_are_found_and_named(graded):
+    nina = feedback(graded, "nina_misnamed")
+    assert (
+        f"`Copy of {STEM} (1).ipynb` looks like it but is misnamed" in nina
+        and f"rename it {STEM}.ipynb" in nina
+    )
+    otto = feedback(graded, "otto_subfolder")
+    assert f"it is in a subfolder, as `homework/{STEM}.ipynb`" in otto and "Status: in a subfolder." in otto
 
 
 def test_a_deleted_exercise_is_never_defined_and_the_rest_still_graded(graded):
@@ -308,7 +358,7 @@ def test_cli_exits_non_zero_when_it_cannot_grade(tmp_path, capsys):
 def test_an_empty_submissions_folder_gives_an_empty_gradebook(tmp_path):
     (tmp_path / "subs").mkdir()
     report = grade(tmp_path / "subs", tmp_path / "out")
-    assert (tmp_path / "out" / "gradebook.csv").read_text(encoding="utf-8") == "learner,total,max\n"
+    assert (tmp_path / "out" / "gradebook.csv").read_text(encoding="utf-8") == "learner,total,max,status\n"
     assert report.learners == ()
     shutil.rmtree(tmp_path / "out")
 
@@ -316,7 +366,8 @@ def test_an_empty_submissions_folder_gives_an_empty_gradebook(tmp_path):
 def test_without_the_kernel_factory_each_kernel_starts_fresh_under_the_memory_limit(tmp_path):
     _write(tmp_path / "subs" / "alice_full", _read("solutions"))
     report = grade(tmp_path / "subs", tmp_path / "out", jobs=1, timeout=60, memory_gib=MEMORY_GIB, fork=False)
-    assert gradebook_rows(report)[1] == ["alice_full", "1", "1", "2", "2"]
+    assert gradebook_rows(report)[1] == ["alice_full", "1", "1", "2", "2", "graded"]
+    assert report.learners[0].notebooks[0].cpu > 0  # the kernel's CPU time, read from /proc
 
 
 @pytest.mark.skipif(not SANDBOXED, reason="no Landlock here: kernels run without the file-system sandbox")
@@ -326,3 +377,19 @@ def test_absolute_paths_reach_neither_classmates_nor_grades(graded):
     assert "`score_variance` was never defined" in feedback(graded, "kim_absolute")  # alice's was unreadable
     assert "overwritten" not in (root / "out" / "gradebook.csv").read_text(encoding="utf-8")
     assert snapshot(subs) == before
+
+
+def test_the_class_report_counts_the_class_and_names_its_mistakes(graded):
+    root = graded[0]
+    data = json.loads((root / "out" / "report.json").read_text(encoding="utf-8"))
+    by_name = {e["exercise"]: e for e in data["exercises"]}
+    sdpa = by_name["scaled_dot_product_attention"]
+    assert (sdpa["passed"], sdpa["learners"]) == (
+        sum(row[2] == "1" for row in EXPECTED_GRADEBOOK[1:]),
+        LEARNERS,
+    )
+    ideas = {m["mistake"]: m["count"] for m in sdpa["mistakes"]}
+    assert ideas["`scaled_dot_product_attention` is not implemented yet"] == 2  # bob, dave
+    assert "causal_mask" in data["nobody_passed"]
+    page = (root / "out" / "report.html").read_text(encoding="utf-8")
+    assert f'<a href="feedback/{quote(ZOE)}.md">{ZOE}</a>' in page and "data:image/png;base64," in page

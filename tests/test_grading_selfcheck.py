@@ -9,6 +9,8 @@ import pytest
 
 from attn_course.cli import main
 from attn_course.grading.points import notebook_points
+from attn_course.grading.results import ExerciseResult, NotebookResult
+from attn_course.grading.selfcheck import report_text
 from attn_course.tooling.repository import install_requirement
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -75,3 +77,16 @@ def test_the_readmes_github_classroom_workflow_checks_each_notebook_for_its_poin
             == f"${{{{ steps.{step['id']}.outputs.result }}}}"
         )
     assert reporter["with"]["runners"].split(",") == [step["id"] for step in graders]
+
+
+def test_a_notebook_that_stops_after_its_checks_reports_what_was_checked():
+    exercises = (
+        ExerciseResult.success("score_variance", "ok"),
+        ExerciseResult.not_reached("scaled_dot_product_attention", "not reached: it stopped"),
+    )
+    stopped = "the notebook timed out after 9 s of CPU time, in the cell under *Look*"
+    text = report_text([Path("02_scaling.ipynb")], (NotebookResult(STEM, "timeout", stopped, exercises),))
+    assert "02_scaling.ipynb: 1 / 2 point(s)" in text
+    assert f"  stopped (partly graded (timed out)): {stopped}" in text
+    assert "  score_variance: passed" in text
+    assert "  scaled_dot_product_attention: NOT REACHED (the notebook stopped before its check)" in text

@@ -480,6 +480,85 @@ _SOFTMAX_SLIPS = [
 ]
 
 
+# ---------------------------------------------------------------------------------------------
+# The exercise is to write the gradients: asking autograd for them does not count
+
+_FORMULAS = "dV = Pᵀ dO, dP = dO Vᵀ, dS = P ∘ (dP − rowsum(dO ∘ O)), dQ = dS K / √d and dK = dSᵀ Q / √d"
+_OWN_GRADIENTS = {
+    "softmax_backward": (
+        "from p and grad_p alone: dx = p ∘ (grad_p − D), with D = Σ grad_p ∘ p along dim (keepdim=True)"
+    ),
+    "attention_backward": f"from the forward's P, matrix by matrix: {_FORMULAS}",
+    "flash_attention_backward": (
+        "tile by tile: recompute each tile's P = exp(S − lse), then accumulate the same formulas, "
+        f"{_FORMULAS}, with rowsum(dO ∘ O) computed once per query row"
+    ),
+    "triton_flash_attention_backward": (
+        "in your two kernels: dK and dV per key block, dQ per query block, from P = exp(S − lse) "
+        f"recomputed in each tile ({_FORMULAS})"
+    ),
+    "FlashAttentionFunction": (
+        "backward(ctx, grad_out) should take what forward saved (q, k, v, out, lse) and return your "
+        "flash_attention_backward's dq, dk, dv (then None, None), without autograd inside"
+    ),
+}
+
+
+class _AutogradCalls:
+    """Counts the runs of autograd's engine (torch.autograd.grad, .backward(), torch.autograd.backward,
+    and torch.func or torch.autograd.functional, which call them) while it is entered; `nested` counts
+    those started inside another (a Function's backward that asks autograd again)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.nested = 0
+        self._depth = 0
+        self._original: Any = None
+
+    def __enter__(self) -> _AutogradCalls:
+        import torch.autograd as autograd
+
+        self._original = getattr(autograd, "_engine_run_backward", None)
+        if self._original is not None:  # both grad and backward run it (torch >= 2.4)
+            original = self._original
+
+            def counted(*args: Any, **kwargs: Any) -> Any:
+                self.calls += 1
+                self.nested += self._depth > 0
+                self._depth += 1
+                try:
+                    return original(*args, **kwargs)
+                finally:
+                    self._depth -= 1
+
+            autograd._engine_run_backward = counted
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._original is not None:
+            import torch.autograd as autograd
+
+            autograd._engine_run_backward = self._original
+
+
+def _refuse_autograd(name: str, calls: _AutogradCalls, nested: bool = False) -> None:
+    """A CheckFailed when the learner's `name` asked autograd for the gradients it is to write."""
+    if calls.nested if nested else calls.calls:
+        raise CheckFailed(
+            f"Your {name} asks torch.autograd for the gradients (torch.autograd.grad or .backward(), "
+            "for example through attention): that gives the right numbers, but this exercise is to write "
+            f"them yourself, {_OWN_GRADIENTS[name]}."
+        )
+
+
+def _call_own(name: str, candidate: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """`call`, refusing a candidate that runs autograd for its gradients."""
+    with _AutogradCalls() as calls:
+        result = call(name, candidate, *args, **kwargs)
+    _refuse_autograd(name, calls)
+    return result
+
+
 @check
 def check_softmax_backward(candidate: Callable[..., Any]) -> str:
     """Compare with autograd through torch.softmax, on several axes and dtypes."""
@@ -487,7 +566,7 @@ def check_softmax_backward(candidate: Callable[..., Any]) -> str:
         x = randn(*shape, dtype=dtype, scale=2.0)
         p = torch.softmax(x, dim=dim)
         grad_p = randn(*shape, dtype=dtype)
-        result = call(
+        result = _call_own(
             "softmax_backward",
             candidate,
             p,
@@ -562,7 +641,7 @@ def _compare_naive(
     grad_out: torch.Tensor,
     is_causal: bool,
 ) -> None:
-    result = call("attention_backward", candidate, q, k, v, grad_out, is_causal=is_causal)
+    result = _call_own("attention_backward", candidate, q, k, v, grad_out, is_causal=is_causal)
     shapes = f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
     what = f"Your attention_backward({shapes}, grad_out, is_causal={is_causal})"
     grads = _expect_three("attention_backward", result, (q, k, v), what)
@@ -635,7 +714,7 @@ def _compare_flash(
 ) -> None:
     out, lse = flash.flash_attention_forward(q, k, v, is_causal=is_causal, block_size=block_size)
     kwargs = {"is_causal": is_causal, "block_size": block_size}
-    result = call(
+    result = _call_own(
         "flash_attention_backward", candidate, q, k, v, out, lse, grad_out, hint=_FLASH_HINT, **kwargs
     )
     shapes = f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
@@ -804,7 +883,9 @@ def _compare_function(
     _expect_saved_only(called, out, saved, (q, k, v), expected_out)
     grad_out = randn(*out.shape)
     try:
-        grads = torch.autograd.grad(out, (q, k, v), grad_out, allow_unused=True)
+        with _AutogradCalls() as calls:
+            grads = torch.autograd.grad(out, (q, k, v), grad_out, allow_unused=True)
+        _refuse_autograd("FlashAttentionFunction", calls, nested=True)
     except NotImplementedError:
         raise CheckFailed(
             "the backward of FlashAttentionFunction (or the flash_attention_backward it calls) is not "

@@ -39,7 +39,9 @@ from attn_course.checks.backward import (
     Grads,
     Inputs,
     _autograd_grads,
+    _AutogradCalls,
     _locate,
+    _refuse_autograd,
     _slip_grads,
 )
 from attn_course.progress import has_passed
@@ -220,9 +222,20 @@ def check_triton_flash_attention_backward(candidate: Callable[..., Any]) -> str:
     for case in _CASES:
         q, k, v, out, lse, grad_out = _inputs(case, mode)
         causal = case[5]
-        result, trace = traced_call(
-            "triton_flash_attention_backward", candidate, mode, q, k, v, out, lse, grad_out, is_causal=causal
-        )
+        with _AutogradCalls() as calls:
+            result, trace = traced_call(
+                "triton_flash_attention_backward",
+                candidate,
+                mode,
+                q,
+                k,
+                v,
+                out,
+                lse,
+                grad_out,
+                is_causal=causal,
+            )
+        _refuse_autograd("triton_flash_attention_backward", calls)
         expect_launched("triton_flash_attention_backward", trace)
         expect_in_bounds(
             "triton_flash_attention_backward",

@@ -8,6 +8,7 @@ does to the folders later changes what is graded.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,6 +50,9 @@ class Learner:
     """The course notebooks found, in course order."""
     problems: tuple[str, ...]
     """What else is wrong with the folder: empty, notebooks with unknown names."""
+    misplaced: tuple[tuple[str, str, str], ...] = ()
+    """Course notebooks not handed in as such but found elsewhere: (stem, the file's path relative to
+    the folder, "misnamed" or "subfolder"). They are not graded: the learner is told where they are."""
 
 
 def notebook_problem(data: bytes) -> str:
@@ -73,14 +77,54 @@ def notebook_problem(data: bytes) -> str:
     return ""
 
 
+def looks_like(name: str) -> str:
+    """The course notebook that a file named `name` seems to be ("" for none).
+
+    >>> looks_like("Copy of 02_scaling (1).ipynb"), looks_like("scaling.ipynb"), looks_like("notes.ipynb")
+    ('02_scaling', '02_scaling', '')
+    """
+    plain = re.sub(r"[^a-z0-9]+", "_", name.lower().removesuffix(".ipynb"))
+    for stem in EXERCISES:
+        words = stem.split("_", 1)[1]
+        if stem in plain or re.search(rf"(^|_){re.escape(words)}(_|$)", plain):
+            return stem
+    return ""
+
+
+def _in_subfolders(folder: Path, depth: int = 3) -> list[Path]:
+    """Notebooks in the subfolders of `folder`, at most `depth` folders down (links not followed)."""
+    found: list[Path] = []
+    todo = [(p, 1) for p in sorted(folder.iterdir()) if p.is_dir() and not p.is_symlink()]
+    while todo:
+        current, level = todo.pop(0)
+        if current.name in IGNORED:
+            continue
+        try:
+            entries = sorted(current.iterdir())
+        except OSError:
+            continue
+        found += [p for p in entries if p.name.endswith(".ipynb") and p.is_file() and not p.is_symlink()]
+        if level < depth:
+            todo += [(p, level + 1) for p in entries if p.is_dir() and not p.is_symlink()]
+    return found
+
+
 def find_learner(folder: Path) -> Learner:
-    """The course notebooks and the problems of one learner folder."""
+    """The course notebooks and the problems of one learner folder.
+
+    A course notebook that is absent but found misnamed at the top of the folder, or in a subfolder,
+    is reported in `Learner.misplaced`.
+    """
     known = {f"{stem}.ipynb": stem for stem in EXERCISES}
     submissions: dict[str, Submission] = {}
     problems: list[str] = []
+    misnamed: dict[str, str] = {}
     entries = sorted(p for p in folder.iterdir() if p.name not in IGNORED)
     for path in entries:
         if path.name.endswith(".ipynb") and path.name not in known:
+            if looks_like(path.name) and path.is_file():
+                misnamed.setdefault(looks_like(path.name), path.name)
+                continue
             expected = ", ".join(sorted(known))
             problems.append(f"`{path.name}` is not a course notebook name (expected one of: {expected})")
         elif path.name in known and (path.is_symlink() or not path.is_file()):
@@ -89,12 +133,36 @@ def find_learner(folder: Path) -> Learner:
             data = path.read_bytes()
             stem = known[path.name]
             submissions[stem] = Submission(stem, path, data, notebook_problem(data))
+    misplaced = {stem: (stem, name, "misnamed") for stem, name in misnamed.items() if stem not in submissions}
+    problems += [
+        f"`{name}` is not a course notebook name: {stem}.ipynb was handed in too, and only it is graded"
+        for stem, name in misnamed.items()
+        if stem in submissions
+    ]
+    for path in _in_subfolders(folder):
+        stem = known.get(path.name) or looks_like(path.name)
+        if stem and stem not in submissions and stem not in misplaced:
+            misplaced[stem] = (stem, path.relative_to(folder).as_posix(), "subfolder")
     if not entries:
         problems.append("the folder is empty: no notebook was handed in")
-    elif not submissions and not problems:
+    elif not submissions and not problems and not misplaced:
         problems.append("the folder holds no course notebook")
     ordered = tuple(submissions[stem] for stem in EXERCISES if stem in submissions)
-    return Learner(folder.name, folder, ordered, tuple(problems))
+    placed = tuple(misplaced[stem] for stem in EXERCISES if stem in misplaced)
+    return Learner(folder.name, folder, ordered, tuple(problems), placed)
+
+
+def misplaced_problem(stem: str, path: str, how: str) -> str:
+    """What the learner is told of a course notebook found misnamed or in a subfolder."""
+    if how == "misnamed":
+        return (
+            f"{stem}.ipynb was not handed in: `{path}` looks like it but is misnamed, so it was not "
+            f"graded; rename it {stem}.ipynb"
+        )
+    return (
+        f"{stem}.ipynb was not handed in at the top of your folder: it is in a subfolder, as `{path}`, "
+        "so it was not graded; move it to the top of your folder"
+    )
 
 
 def discover(submissions: Path) -> tuple[list[Learner], list[str]]:

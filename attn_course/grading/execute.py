@@ -2,7 +2,11 @@
 
 The notebook runs in a temporary copy of its learner's folder (in its own temporary directory,
 away from SUBMISSIONS and the output folder), in a kernel of this Python environment started
-under a memory limit, with a time limit for the learner's cells and another for the checks.
+under a memory limit. Each exercise is checked as soon as the last cell that defines it has run,
+and its result is kept at once: a later timeout, crash or memory kill marks only the exercises
+not yet reached. Time is counted in the kernel's CPU time (its processes', read from /proc), one
+budget for the learner's cells and another for the checks, so that a busy machine costs no
+points; a generous wall-clock backstop stops a kernel that waits or starves, and says so.
 The kernel and every process it started are killed at the end and the copy is deleted.
 """
 
@@ -16,6 +20,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,7 +50,7 @@ class Limits:
     """What one notebook may use."""
 
     timeout: float = 180.0
-    """Seconds for the learner's cells, and again for the grader's checks."""
+    """Seconds of CPU time (per thread in `threads`) for the learner's cells, and again for the checks."""
     memory: int = 4 * 2**30
     """Bytes of address space of the kernel process (0: no limit)."""
     threads: int = 1
@@ -55,10 +60,36 @@ class Limits:
     hidden: tuple[str, ...] = ()
     """Folders a kernel may not read or write, even by absolute path (the submissions, the grades);
     enforced where the system has Landlock (see `sandbox`)."""
+    wall: float = 0.0
+    """Wall-clock seconds for the learner's cells, and again for the checks, however little CPU they
+    got (the backstop); 0: WALL_FACTOR times `timeout`."""
 
     @property
     def memory_text(self) -> str:
         return f"{self.memory / 2**30:g} GiB"
+
+    @property
+    def cpu_limit(self) -> float:
+        """CPU seconds for the learner's cells (and again for the checks): `timeout` per thread."""
+        return self.timeout * max(1, self.threads)
+
+    @property
+    def cpu_text(self) -> str:
+        """The CPU time limit in words: "180 s of CPU time" (per thread, where there are several)."""
+        threads = f" per thread ({self.threads} threads)" if self.threads > 1 else ""
+        return f"{self.timeout:g} s of CPU time{threads}"
+
+    @property
+    def wall_limit(self) -> float:
+        return self.wall or WALL_FACTOR * self.timeout
+
+
+BUSY_SHARE = 0.5
+"""A kernel stopped by the wall-clock backstop with less CPU time than this share of it was starved
+or waiting, and its message says so."""
+WALL_FACTOR = 5.0
+"""The wall-clock backstop, in multiples of `Limits.timeout`: a kernel that gets a fifth of a core
+on a busy machine still finishes."""
 
 
 class LimitedKernelManager(AsyncKernelManager):
@@ -131,12 +162,14 @@ def _kill_group(pgid: int | None) -> None:
 def _forked_pid(connection_file: str) -> int | None:
     """The pid of a kernel forked by the zygote, from the file its launcher wrote (then removed)."""
     path = Path(connection_file + ".kernel-pid")
-    try:
-        pid = int(path.read_text())
-        path.unlink()
-    except (OSError, ValueError):
-        return None
-    return pid
+    for _ in range(40):  # written as the kernel starts: there by the time it answers, but wait a little
+        try:
+            pid = int(path.read_text())
+            path.unlink()
+            return pid
+        except (OSError, ValueError):
+            time.sleep(0.05)
+    return None
 
 
 def _error(cell: nbformat.NotebookNode) -> tuple[str, str] | None:
@@ -178,9 +211,41 @@ class _Stop(Exception):
         self.problem = problem
 
 
+_HEADING = re.compile(r"^ {0,3}#{1,6}\s+(.+?)\s*#*\s*$", re.M)
+_ORDINALS = ("first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth")
+
+
+def _heading(markdown: str) -> str:
+    """The last heading of a Markdown cell, in plain words ("" when it has none)."""
+    found = _HEADING.findall(markdown)
+    return " ".join(found[-1].replace("`", "").replace("*", "").split())[:80] if found else ""
+
+
+def _ordinal(n: int) -> str:
+    return _ORDINALS[n - 1] if n <= len(_ORDINALS) else f"{n}th"
+
+
 def _describe_cell(index: int, notebook: nbformat.NotebookNode) -> str:
-    number = sum(1 for c in notebook.cells[: index + 1] if c.cell_type == "code")
-    return f"code cell {number}"
+    """A learner's cell as JupyterLab shows it: by the nearest heading above it (never by a number).
+
+    >>> nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("## 6 · Train with it"),
+    ...     nbformat.v4.new_code_cell("x = 1"), nbformat.v4.new_code_cell("y = 2")])
+    >>> _describe_cell(1, nb), _describe_cell(2, nb)
+    ('the cell under *6 · Train with it*', 'the second code cell under *6 · Train with it*')
+    """
+    above = 0
+    for cell in reversed(notebook.cells[:index]):
+        if cell.cell_type == "markdown" and _heading(cell.source):
+            where = f"*{_heading(cell.source)}*"
+            return (
+                f"the {_ordinal(above + 1)} code cell under {where}" if above else f"the cell under {where}"
+            )
+        if cell.cell_type == "code" and cell.source.strip():
+            above += 1
+    first = (notebook.cells[index].source.strip().splitlines() or [""])[0]
+    if first.startswith("#"):  # a comment, such as the setup cell's `# @title Setup`: not learner code
+        return f"the cell that starts `{first.lstrip('# ')[:60]}`"
+    return f"the {_ordinal(above + 1)} code cell of the notebook, above its first heading"
 
 
 def kernel_env(limits: Limits, private: Path | None = None) -> dict[str, str]:
@@ -211,9 +276,91 @@ def kernel_env(limits: Limits, private: Path | None = None) -> dict[str, str]:
     return env
 
 
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def process_cpu(pid: int) -> float | None:
+    """CPU seconds of process `pid` (all its threads) and its descendants, the children it reaped
+    included, from /proc; None where /proc cannot tell (not Linux, or the process is gone)."""
+    total, found = 0.0, False
+    todo, seen = [pid], set()
+    while todo:
+        current = todo.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        try:
+            with open(f"/proc/{current}/stat", "rb") as file:
+                data = file.read()
+            fields = data[data.rindex(b")") + 2 :].split()
+            total += sum(int(x) for x in fields[11:15]) / _TICKS  # utime stime cutime cstime
+            found = True
+            for task in os.listdir(f"/proc/{current}/task"):
+                with open(f"/proc/{current}/task/{task}/children", "rb") as file:
+                    todo += [int(child) for child in file.read().split()]
+        except (OSError, ValueError):
+            continue
+    return total if found else None
+
+
+class _Clock:
+    """The kernel's CPU time, and a watchdog thread that kills the kernel when a CPU budget is spent.
+
+    Where /proc cannot tell a process's CPU time, wall-clock time stands in for it.
+    """
+
+    POLL = 0.25
+
+    def __init__(self) -> None:
+        self.pid: int | None = None
+        self.proc = False
+        self.last = 0.0
+        self.kill_at = float("inf")
+        self.fired = False
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+
+    def attach(self, pid: int | None) -> None:
+        self.pid = pid
+        self.proc = pid is not None and process_cpu(pid) is not None
+
+    def cpu(self) -> float:
+        """The kernel's CPU seconds so far (the last reading once it is gone)."""
+        if not self.proc or self.pid is None:
+            return time.monotonic()
+        now = process_cpu(self.pid)
+        if now is not None:
+            self.last = max(self.last, now)
+        return self.last
+
+    def arm(self, kill_at: float) -> None:
+        self.kill_at = kill_at
+
+    def disarm(self) -> None:
+        self.kill_at = float("inf")
+
+    def close(self) -> None:
+        self._done.set()
+        self._thread.join()
+
+    def _watch(self) -> None:
+        while not self._done.wait(self.POLL):
+            if self.pid is not None and self.cpu() >= self.kill_at:
+                self.fired = True
+                self.kill_at = float("inf")
+                _kill_group(self.pid)
+
+
 def _exercise_results(
-    stem: str, notebook: nbformat.NotebookNode, errors: dict[int, tuple[str, str]], graded: dict[str, Any]
+    stem: str,
+    notebook: nbformat.NotebookNode,
+    errors: dict[int, tuple[str, str]],
+    graded: dict[str, Any],
+    stopped: str = "",
 ) -> tuple[ExerciseResult, ...]:
+    """One result per exercise; with `stopped` (why the notebook stopped), those never checked are
+    marked not reached."""
     results = []
     for name in EXERCISES[stem]:
         cells = defining_cells(notebook, name)
@@ -221,6 +368,8 @@ def _exercise_results(
         payload = graded.get(name)
         if isinstance(payload, str):  # why the grader could not check it
             results.append(ExerciseResult.failed(name, payload))
+        elif payload is None and stopped and cells:
+            results.append(ExerciseResult.not_reached(name, f"not reached: {stopped}"))
         elif not payload or not payload.get("defined"):
             if raised:
                 index, (ename, evalue) = raised[-1]
@@ -268,21 +417,22 @@ def run_notebook(learner: Learner, submission: Submission, limits: Limits) -> No
     with tempfile.TemporaryDirectory(prefix="attn-grade-") as temporary:
         work = Path(temporary, "grading", "submission")
         _copy_folder(learner, submission, work)
-        status, problem, errors, graded = _execute(stem, notebook, work, limits)
-    if status != "graded":
+        status, problem, errors, graded, cpu = _execute(stem, notebook, work, limits)
+    if status == "grader_error":
         exercises = _zeros(stem, f"not graded: {problem}")
     else:
-        exercises = _exercise_results(stem, notebook, errors, graded)
-    return NotebookResult(stem, status, problem, exercises, time.perf_counter() - start)
+        exercises = _exercise_results(stem, notebook, errors, graded, problem if status != "graded" else "")
+    return NotebookResult(stem, status, problem, exercises, time.perf_counter() - start, cpu)
 
 
 def _execute(
     stem: str, notebook: nbformat.NotebookNode, work: Path, limits: Limits
-) -> tuple[str, str, dict[int, tuple[str, str]], dict[str, Any]]:
-    """Run the learner's cells, then the grader's; (status, problem, cell errors, per-exercise payloads)."""
+) -> tuple[str, str, dict[int, tuple[str, str]], dict[str, Any], float]:
+    """Run the learner's cells, each exercise's check after its last defining cell, then a final pass
+    over every exercise; (status, problem, cell errors, per-exercise payloads, CPU seconds of the cells)."""
     client = _CappedClient(
         notebook,
-        timeout=int(limits.timeout),
+        timeout=int(limits.wall_limit),
         allow_errors=True,
         kernel_name="python3",
         skip_cells_with_tag=f"never-skip-{secrets.token_hex(8)}",
@@ -293,128 +443,177 @@ def _execute(
     client.km = LimitedKernelManager(kernel_name="python3")
     client.km.memory_limit = limits.memory
     client.km.zygote = limits.zygote
-    errors: dict[int, tuple[str, str]] = {}
-    graded: dict[str, Any] = {}
-    pgid = None
-    connection_file = ""
+    run = _Run(stem, notebook, work, limits, client)
+    pgid = kernel = None
     learner_cells = len(notebook.cells)
     try:
         with client.setup_kernel(
             env=kernel_env(limits, work.parents[1]), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         ):
             pgid = getattr(client.km.provisioner, "pgid", None)
-            connection_file = client.km.connection_file
-            _run_learner_cells(client, notebook, limits, errors)
-            _run_grader_cells(client, stem, notebook, work, limits, graded)
+            kernel = _forked_pid(client.km.connection_file) if limits.zygote else pgid
+            run.clock.attach(kernel)
+            last: dict[int, list[str]] = {}  # cell index -> the exercises it is the last definition of
+            for name in EXERCISES[stem]:
+                cells = defining_cells(notebook, name)
+                if cells:
+                    last.setdefault(cells[-1], []).append(name)
+            for index, cell in list(enumerate(notebook.cells))[:learner_cells]:
+                if cell.cell_type == "code" and cell.source.strip():
+                    run.learner_cell(cell, index)
+                if index in last:
+                    run.check(last[index])
+            run.check(list(EXERCISES[stem]))  # the final pass: rebound names only
     except _Stop as stop:
-        return stop.status, stop.problem, errors, graded
+        return stop.status, stop.problem, run.errors, run.graded, run.cpu_seconds
     except RuntimeError as error:  # the kernel did not start: the grader's failure, not the learner's
-        return "grader_error", f"the grader could not run this notebook ({error})", errors, graded
+        problem = f"the grader could not run this notebook ({error})"
+        return "grader_error", problem, run.errors, run.graded, run.cpu_seconds
     finally:
+        run.clock.close()
         _kill_group(pgid)
-        _kill_group(_forked_pid(connection_file))
+        _kill_group(kernel)
         del notebook.cells[learner_cells:]
-    return "graded", "", errors, graded
+    return "graded", "", run.errors, run.graded, run.cpu_seconds
 
 
-def _run_cell(
-    client: NotebookClient,
-    cell: nbformat.NotebookNode,
-    index: int,
-    deadline: float,
-    what: str,
-    limits: Limits,
-    notebook: nbformat.NotebookNode,
-    learner_cell: bool = False,
-) -> None:
-    """Run one cell within the time left; a timeout or a dead kernel stops the notebook."""
-    where = _describe_cell(index, notebook) if learner_cell else "the grader's checks"
-    timed_out = f"{what} timed out after {limits.timeout:g} s" + (f", in {where}" if learner_cell else "")
-    remaining = deadline - time.monotonic()
-    if remaining <= 0:
-        raise _Stop("timeout", timed_out)
-    client.timeout = max(1, int(remaining + 0.999))
-    try:
-        client.execute_cell(cell, index)
-    except CellTimeoutError:
-        raise _Stop("timeout", timed_out) from None
-    except DeadKernelError:
-        raise _Stop(
-            "crashed",
-            f"the kernel died while running {where} (a crash, an exit, or memory beyond "
-            f"the limit of {limits.memory_text})",
-        ) from None
+class _Run:
+    """One notebook's run in its kernel: the learner's cells and the grader's, each kind within its
+    own CPU and wall-clock budget."""
 
+    def __init__(
+        self, stem: str, notebook: nbformat.NotebookNode, work: Path, limits: Limits, client: NotebookClient
+    ) -> None:
+        self.stem, self.notebook, self.work, self.limits, self.client = stem, notebook, work, limits, client
+        self.clock = _Clock()
+        self.errors: dict[int, tuple[str, str]] = {}
+        self.graded: dict[str, Any] = {}
+        self.cpu = {"learner": 0.0, "grader": 0.0}
+        self.wall = {"learner": 0.0, "grader": 0.0}
+        self.ready: bool | None = None  # None: the grader's modules not imported in the kernel yet
 
-def _run_learner_cells(
-    client: NotebookClient,
-    notebook: nbformat.NotebookNode,
-    limits: Limits,
-    errors: dict[int, tuple[str, str]],
-) -> None:
-    deadline = time.monotonic() + limits.timeout
-    for index, cell in enumerate(notebook.cells):
-        if cell.cell_type != "code" or not cell.source.strip():
-            continue
-        _run_cell(client, cell, index, deadline, "the notebook", limits, notebook, learner_cell=True)
-        error = _error(cell)
-        if error:
-            errors[index] = error
-            if _out_of_memory(error):
-                raise _Stop(
-                    "out_of_memory",
-                    f"the notebook ran out of memory (limit {limits.memory_text}) in "
-                    f"{_describe_cell(index, notebook)}",
-                )
+    @property
+    def cpu_seconds(self) -> float:
+        """CPU seconds the kernel spent in cells (0 where /proc cannot tell)."""
+        return round(self.cpu["learner"] + self.cpu["grader"], 2) if self.clock.proc else 0.0
 
-
-def _run_grader_cells(
-    client: NotebookClient,
-    stem: str,
-    notebook: nbformat.NotebookNode,
-    work: Path,
-    limits: Limits,
-    graded: dict[str, Any],
-) -> None:
-    """Import the checks afresh in the kernel, then check each exercise in a cell of its own."""
-    nonce = secrets.token_hex(16)
-    setup = nbformat.v4.new_code_cell(
-        "import sys as _attn_sys, importlib as _attn_importlib\n"
-        f"_attn_sys.path[:] = [{PACKAGE_PARENT!r}] + [p for p in _attn_sys.path "
-        f"if p not in ('', '.', {str(work)!r})]\n"
-        "for _attn_name in [m for m in _attn_sys.modules if m.split('.')[0] == 'attn_course']:\n"
-        "    del _attn_sys.modules[_attn_name]\n"
-        "_attn_importlib.invalidate_caches()\n"
-        "from attn_course.grading import kernel_checks as _attn_grader\n"
-        f"_attn_grader.setup({PACKAGE_PARENT!r}, {nonce!r})\n"
-    )
-    index = len(notebook.cells)
-    notebook.cells.append(setup)  # nbclient stores each executed cell back into the notebook
-    deadline = time.monotonic() + limits.timeout
-    _run_cell(client, setup, index, deadline, "the grader's checks", limits, notebook)
-    ready = _payloads(setup, nonce)
-    if not ready or not ready[-1].get("ok"):
-        error = _error(setup)
-        why = ready[-1].get("problem") if ready else "no answer from the grader's code in the kernel"
-        if error:
-            why = f"{error[0]}: {error[1]}"
-        for name in EXERCISES[stem]:
-            graded[name] = f"the grader could not check this notebook: {why}."
-        return
-    names = EXERCISES[stem]
-    for offset, name in enumerate(names):
-        cell = nbformat.v4.new_code_cell(f"_attn_grader.grade_exercise({name!r}, globals())")
-        notebook.cells.append(cell)
+    def _execute(self, cell: nbformat.NotebookNode, index: int, kind: str, where: str) -> None:
+        """Run one cell within its kind's budgets; a timeout or a dead kernel stops the notebook."""
+        limits = self.limits
+        what = "the notebook" if kind == "learner" else "the grader's checks"
+        at = f", in {where}" if kind == "learner" else ""
+        cpu_left = limits.cpu_limit - self.cpu[kind]
+        wall_left = limits.wall_limit - self.wall[kind]
+        if cpu_left <= 0 or wall_left <= 0:
+            raise _Stop("timeout", f"{what} timed out after {limits.cpu_text}{at}")
+        cpu_before, wall_before = self.clock.cpu(), time.monotonic()
+        self.client.timeout = max(1, int(wall_left + 0.999))
+        self.clock.arm(cpu_before + cpu_left)
         try:
-            _run_cell(client, cell, index + 1 + offset, deadline, f"the check of `{name}`", limits, notebook)
-        except _Stop as stop:
-            graded[name] = f"{stop.problem} (while the grader's check called your `{name}`)"
-            for rest in names[offset + 1 :]:
-                graded[rest] = f"not checked: the check of `{name}` did not finish"
-            return
-        found = [p for p in _payloads(cell, nonce) if p.get("exercise") == name]
+            self.client.execute_cell(cell, index)
+        except CellTimeoutError:
+            cpu = self.cpu[kind] + self.clock.cpu() - cpu_before
+            wall = f"{what} timed out after {limits.wall_limit:g} s of wall-clock time{at}"
+            if self.clock.proc and cpu < BUSY_SHARE * limits.wall_limit:
+                wall = (
+                    f"{wall}, having had only {cpu:.0f} s of its {limits.cpu_text}: the "
+                    "machine was too busy (grade with fewer --jobs or on a quieter machine), or the cell "
+                    "waited without computing (input(), sleep)"
+                )
+            raise _Stop("timeout", wall) from None
+        except DeadKernelError:
+            if self.clock.fired:
+                raise _Stop("timeout", f"{what} timed out after {limits.cpu_text}{at}") from None
+            raise _Stop(
+                "crashed",
+                f"the kernel died while running {where} (a crash, an exit, or memory beyond "
+                f"the limit of {limits.memory_text})",
+            ) from None
+        finally:
+            self.clock.disarm()
+            self.cpu[kind] += self.clock.cpu() - cpu_before
+            self.wall[kind] += time.monotonic() - wall_before
+
+    def learner_cell(self, cell: nbformat.NotebookNode, index: int) -> None:
+        where = _describe_cell(index, self.notebook)
+        self._execute(cell, index, "learner", where)
         error = _error(cell)
-        if found:
-            graded[name] = found[-1]
-        else:
-            graded[name] = "the grader could not check it" + (f": {error[0]}: {error[1]}" if error else "")
+        if error:
+            self.errors[index] = error
+            if _out_of_memory(error):
+                limit = self.limits.memory_text
+                raise _Stop("out_of_memory", f"the notebook ran out of memory (limit {limit}) in {where}")
+
+    def _setup_source(self, nonce: str) -> str:
+        """Take the learner's `attn_course` modules out, import the grader's afresh, put theirs back."""
+        work = str(self.work)
+        return (
+            "import sys as _attn_sys, importlib as _attn_importlib\n"
+            "_attn_path = list(_attn_sys.path)\n"
+            f"_attn_sys.path[:] = [{PACKAGE_PARENT!r}] + [p for p in _attn_path\n"
+            f"                     if p not in ('', '.', {work!r})]\n"
+            "_attn_learner = {n: m for n, m in _attn_sys.modules.items()\n"
+            "                 if n.split('.')[0] == 'attn_course'}\n"
+            "for _attn_name in _attn_learner:\n"
+            "    del _attn_sys.modules[_attn_name]\n"
+            "_attn_importlib.invalidate_caches()\n"
+            "from attn_course.grading import kernel_checks as _attn_grader\n"
+            f"_attn_grader.setup({PACKAGE_PARENT!r}, {nonce!r}, _attn_learner, _attn_path)\n"
+            "del _attn_learner, _attn_path\n"
+        )
+
+    def check(self, names: list[str]) -> None:
+        """Check `names` now, in a grader's cell; each result is kept as soon as it is printed.
+
+        An exercise checked before is checked again only if its name no longer holds the object checked.
+        """
+        if self.ready is False:
+            return
+        nonce = secrets.token_hex(16)
+        same = {n: p["id"] for n in names if isinstance(p := self.graded.get(n), dict) and "id" in p}
+        source = self._setup_source(nonce) if self.ready is None else ""
+        source += f"_attn_grader.grade_exercises({names!r}, globals(), {nonce!r}, {same!r})\n"
+        cell = nbformat.v4.new_code_cell(source)
+        index = len(self.notebook.cells)
+        self.notebook.cells.append(cell)  # nbclient stores each executed cell back into the notebook
+        try:
+            self._execute(cell, index, "grader", "the grader's checks")
+        except _Stop as stop:
+            self._collect(cell, names, nonce, fill=False)
+            running = next((n for n in names if n not in self.graded), None)
+            if running is not None:
+                self.graded[running] = f"{stop.problem} (while the grader's check called your `{running}`)"
+            raise
+        self._collect(cell, names, nonce)
+
+    def _collect(self, cell: nbformat.NotebookNode, names: list[str], nonce: str, fill: bool = True) -> None:
+        payloads = _payloads(cell, nonce)
+        if self.ready is None:
+            ready = [p for p in payloads if "ok" in p]
+            error = _error(cell)
+            if not ready and not fill:
+                return  # stopped before the grader's modules answered
+            if not ready or not ready[-1].get("ok"):
+                why = ready[-1].get("problem") if ready else "no answer from the grader's code in the kernel"
+                if error and not ready:
+                    why = f"{error[0]}: {error[1]}"
+                for name in EXERCISES[self.stem]:
+                    self.graded[name] = f"the grader could not check this notebook: {why}."
+                self.ready = False
+                return
+            self.ready = True
+        error = _error(cell)
+        for name in names:
+            found = [p for p in payloads if p.get("exercise") == name]
+            if not found:
+                if fill and name not in self.graded:
+                    detail = f": {error[0]}: {error[1]}" if error else ""
+                    self.graded[name] = f"the grader could not check it{detail}"
+                continue
+            payload = found[-1]
+            if payload.get("same"):
+                continue
+            if "refused" in payload:
+                self.graded[name] = f"the grader could not check this notebook: {payload['refused']}."
+            else:
+                self.graded[name] = payload

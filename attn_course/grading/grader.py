@@ -16,7 +16,14 @@ from pathlib import Path
 from jupyter_core.paths import jupyter_runtime_dir
 
 from attn_course.grading import sandbox
-from attn_course.grading.discover import Learner, Submission, SubmissionsError, discover
+from attn_course.grading.class_report import write_class_report
+from attn_course.grading.discover import (
+    Learner,
+    Submission,
+    SubmissionsError,
+    discover,
+    misplaced_problem,
+)
 from attn_course.grading.execute import Limits, kernel_env, run_notebook
 from attn_course.grading.kernel_factory import Zygote
 from attn_course.grading.points import POINTS
@@ -31,7 +38,8 @@ from attn_course.grading.results import ExerciseResult, GradeReport, LearnerResu
 from attn_course.reference import EXERCISES
 
 DEFAULT_TIMEOUT = 180.0
-"""Seconds each notebook's cells may run (and again for the grader's checks)."""
+"""Seconds of CPU time each notebook's cells may use per thread (and again the grader's checks);
+the wall-clock backstop is `execute.WALL_FACTOR` times this."""
 DEFAULT_MEMORY_GIB = 4.0
 """Memory (address space) each notebook's kernel may use, in GiB."""
 
@@ -48,16 +56,27 @@ def _grade_one(learner: Learner, submission: Submission, limits: Limits) -> Note
         return NotebookResult(submission.stem, "grader_error", problem, zeros)
 
 
-def _missing(stem: str) -> NotebookResult:
-    reason = f"{stem}.ipynb was not handed in"
+def _missing(stem: str, learner: Learner | None = None) -> NotebookResult:
+    """A notebook not handed in: not at all, or found misnamed or in a subfolder (`discover`)."""
+    found = next((m for m in (learner.misplaced if learner else ()) if m[0] == stem), None)
+    status, reason = "missing", f"{stem}.ipynb was not handed in"
+    if found is not None:
+        status, reason = found[2], misplaced_problem(*found)
     return NotebookResult(
-        stem, "missing", reason, tuple(ExerciseResult.failed(n, reason) for n in EXERCISES[stem])
+        stem, status, reason, tuple(ExerciseResult.failed(n, reason) for n in EXERCISES[stem])
     )
 
 
 def _inside(path: Path, folder: Path) -> bool:
     path, folder = path.resolve(), folder.resolve()
     return path == folder or folder in path.parents
+
+
+def _cores() -> int:
+    """The cores this process may run on (its affinity, where the system tells)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0)) or 1
+    return os.cpu_count() or 1
 
 
 def make_limits(
@@ -68,7 +87,7 @@ def make_limits(
     return Limits(
         timeout=timeout,
         memory=int(memory_gib * 2**30),
-        threads=max(1, (os.cpu_count() or 1) // max(1, jobs)),
+        threads=max(1, _cores() // max(1, jobs)),
         hidden=(*hidden, jupyter_runtime_dir()),
     )
 
@@ -110,7 +129,7 @@ def learner_result(
     learner: Learner, stems: list[str] | tuple[str, ...], results: dict[tuple[str, str], NotebookResult]
 ) -> LearnerResult:
     """One learner's result on the notebooks `stems` (a notebook without a result: not handed in)."""
-    notebooks = tuple(results.get((learner.name, stem)) or _missing(stem) for stem in stems)
+    notebooks = tuple(results.get((learner.name, stem)) or _missing(stem, learner) for stem in stems)
     return LearnerResult(learner.name, notebooks, learner.problems)
 
 
@@ -125,7 +144,8 @@ def grade(
     fork: bool = True,
     scheduler: str | None = None,
 ) -> GradeReport:
-    """Grade every learner folder of `submissions`; write `out/gradebook.csv` and `out/feedback/`.
+    """Grade every learner folder of `submissions`; write `out/gradebook.csv`, `out/feedback/` and
+    the class report `out/report.html` and `out/report.json` (see `class_report`).
 
     Each notebook runs in a fresh kernel in a temporary copy of its learner's folder, with a
     time and memory limit, and is graded by the course's own checks. Raises SubmissionsError
@@ -147,7 +167,8 @@ def grade(
         results = grade_on_cluster(scheduler, tasks, limits, progress=progress)
     else:
         results = grade_tasks(tasks, limits, jobs=jobs, fork=fork, progress=progress)
-    stems = [stem for stem in EXERCISES if any(stem == s for _, s in results)]
+    misplaced = {m[0] for learner in learners for m in learner.misplaced}
+    stems = [stem for stem in EXERCISES if stem in misplaced or any(stem == s for _, s in results)]
     exercises = tuple(name for stem in stems for name in EXERCISES[stem])
     graded = tuple(learner_result(learner, stems, results) for learner in learners)
     failures = tuple(
@@ -169,6 +190,7 @@ def grade(
     )
     write_gradebook(report, out / GRADEBOOK)
     write_feedback(report, out / FEEDBACK)
+    write_class_report(report, out)
     return _with_seconds(report, time.perf_counter() - start)
 
 

@@ -1,9 +1,14 @@
 """The grader's side inside a learner's kernel: find each exercise, refuse the reference, run the check.
 
-The host (`execute`) runs the learner's cells first, then drops every `attn_course` module from
-`sys.modules` and imports this module afresh from the installed package, so that whatever the
-learner did to `attn_course.checks` or `CheckFailed` does not count. Each result is printed on one
-line, after a marker holding a random nonce the learner's code never saw before it ran.
+The host (`execute`) checks each exercise as soon as the learner's cell that defines it has run,
+so that a later hang, crash or memory kill loses no result already reached. Its first check cell
+drops every `attn_course` module from `sys.modules`, imports this module and the checks afresh from
+the installed package, keeps those fresh modules aside and puts the learner's back (`setup`), so
+that whatever the learner did to `attn_course.checks` or `CheckFailed` does not count, and the rest
+of the notebook runs on with the modules it had. Each later check swaps the fresh modules in for
+its duration and puts back the learner's random-number state (`grade_exercises`). Each result is
+printed on one line, after a marker holding a random nonce, new for every check cell, that the
+learner's code never saw before that cell ran.
 
 Imports only the standard library at import time: `attn_course.checks` and `.reference` are
 imported by `setup`.
@@ -56,8 +61,18 @@ def _shadowed_modules(trusted: tuple[str, ...]) -> list[str]:
     return sorted(shadowed)
 
 
-def setup(package_parent: str, nonce: str) -> None:
-    """Import the checks and references afresh from `package_parent`; report tampering."""
+def setup(
+    package_parent: str,
+    nonce: str,
+    learner_modules: dict[str, Any] | None = None,
+    learner_path: list[str] | None = None,
+) -> None:
+    """Import the checks and references afresh from `package_parent`; report tampering.
+
+    With `learner_modules` (the learner's `attn_course` modules the host's cell took out of
+    `sys.modules`) and `learner_path` (their `sys.path`), the fresh modules are kept aside for
+    `grade_exercises` and the learner's are put back.
+    """
     _state["nonce"] = nonce
     package_dir = Path(package_parent, "attn_course").resolve()
     trusted = _trusted_prefixes(package_dir)
@@ -79,7 +94,87 @@ def setup(package_parent: str, nonce: str) -> None:
         problems.append("files in the folder replace installed modules: " + ", ".join(shadowed[:5]))
     order = [name for names in reference.EXERCISES.values() for name in names]
     _state.update(checks=checks, harness=harness, reference=reference, order=order, trusted=trusted)
+    _state.update(problems=problems, kept=[])
+    if learner_modules is not None:
+        _state["modules"] = _take_course_modules()
+        sys.modules.update(learner_modules)
+        if learner_path is not None:
+            sys.path[:] = learner_path
     emit({"ok": not problems, "problem": "; ".join(problems)})
+
+
+def _take_course_modules() -> dict[str, Any]:
+    """Remove every `attn_course` module from `sys.modules` and return them."""
+    names = [n for n in sys.modules if n == "attn_course" or n.startswith("attn_course.")]
+    return {name: sys.modules.pop(name) for name in names}
+
+
+@contextlib.contextmanager
+def _graders_world() -> Any:
+    """The grader's fresh modules in `sys.modules`, and afterwards the learner's again, with their
+    random-number generators, default dtype and grad mode as they were (the notebook runs on)."""
+    fresh = _state.get("modules")
+    learner = _take_course_modules() if fresh is not None else None
+    if fresh is not None:
+        sys.modules.update(fresh)
+    saved = _random_state()
+    try:
+        yield
+    finally:
+        _restore_random_state(saved)
+        if learner is not None:
+            _state["modules"] = _take_course_modules()  # with any module a check imported
+            sys.modules.update(learner)
+
+
+def _random_state() -> dict[str, Any]:
+    import random
+
+    saved: dict[str, Any] = {"random": random.getstate()}
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        saved.update(torch=torch.random.get_rng_state(), dtype=torch.get_default_dtype(),
+                     grad=torch.is_grad_enabled())  # fmt: skip
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        saved["numpy"] = numpy.random.get_state()
+    return saved
+
+
+def _restore_random_state(saved: dict[str, Any]) -> None:
+    import random
+
+    random.setstate(saved["random"])
+    if "torch" in saved:
+        torch = sys.modules["torch"]
+        torch.random.set_rng_state(saved["torch"])
+        torch.set_default_dtype(saved["dtype"])
+        torch.set_grad_enabled(saved["grad"])
+    if "numpy" in saved:
+        sys.modules["numpy"].random.set_state(saved["numpy"])
+
+
+def grade_exercises(
+    names: list[str], namespace: dict[str, Any], nonce: str, same: dict[str, int] | None = None
+) -> None:
+    """Grade each exercise of `names` from `namespace` (after `setup`), emitting with `nonce`.
+
+    `same` maps exercises already graded to the id of the object graded: one still bound to that
+    object is not checked again (emitted as `same`).
+    """
+    _state["nonce"] = nonce
+    problems = list(_state.get("problems", []))
+    shadowed = _shadowed_modules(_state["trusted"])
+    if shadowed and not problems:
+        problems.append("files in the folder replace installed modules: " + ", ".join(shadowed[:5]))
+    for name in names:
+        if problems:
+            emit({"exercise": name, "refused": "; ".join(problems)})
+        elif same and name in same and name in namespace and id(namespace[name]) == same[name]:
+            emit({"exercise": name, "same": True})
+        else:
+            with _graders_world():
+                grade_exercise(name, namespace)
 
 
 def _code_keys(obj: Any) -> set[tuple[str, int, str]]:
@@ -211,17 +306,19 @@ def grade_exercise(name: str, namespace: dict[str, Any]) -> None:
         emit({"exercise": name, "defined": False, "passed": False, "message": ""})
         return
     candidate = namespace[name]
+    _state.setdefault("kept", []).append(candidate)  # alive, so that no later object takes its id
+    graded = {"exercise": name, "defined": True, "id": id(candidate)}
     why = reference_use(name, candidate)
     if why:
-        emit({"exercise": name, "defined": True, "passed": False, "message": why})
+        emit({**graded, "passed": False, "message": why})
         return
     check = getattr(_state["checks"], f"check_{name}")
     watch = _ReferenceWatch(name, _run_check.__code__)
     try:
         passed, message = _run_check(check, candidate, watch)
     except _state["checks"].CheckerError as error:
-        emit({"exercise": name, "defined": True, "passed": False, "not_graded": True, "message": str(error)})
+        emit({**graded, "passed": False, "not_graded": True, "message": str(error)})
         return
     if watch.entered:
         passed, message = False, _reference_message(name, watch.entered, "calls")
-    emit({"exercise": name, "defined": True, "passed": passed, "message": message[:3000]})
+    emit({**graded, "passed": passed, "message": message[:3000]})

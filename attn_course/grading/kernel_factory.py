@@ -48,6 +48,9 @@ def _child(request: dict, server: socket.socket, connection: socket.socket) -> N
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
+        torch = sys.modules.get("torch")
+        if torch is not None:  # imported before the fork: its threads from this kernel's share
+            torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS") or 1)))
         from attn_course.grading.sandbox import apply_from_env
 
         apply_from_env(readable=[request["connection_file"]])  # before any learner code

@@ -9,18 +9,19 @@ from collections import Counter
 from pathlib import Path
 from typing import TextIO
 
-from attn_course.grading.results import GradeReport, LearnerResult, NotebookResult
+from attn_course.grading.results import STOPPED, GradeReport, LearnerResult, NotebookResult
 
 GRADEBOOK = "gradebook.csv"
 FEEDBACK = "feedback"
 
 
 def gradebook_rows(report: GradeReport) -> list[list[str]]:
-    """The gradebook as rows: a header, then one row per learner (learner, exercises…, total, max)."""
-    rows = [["learner", *report.exercises, "total", "max"]]
+    """The gradebook as rows: a header, then one row per learner (learner, exercises…, total, max,
+    status: graded, partly graded (timed out), timed out, not handed in, not a notebook, ...)."""
+    rows = [["learner", *report.exercises, "total", "max", "status"]]
     for learner in report.learners:
         scores = [str(learner.score(name)) for name in report.exercises]
-        rows.append([learner.learner, *scores, str(learner.total), str(report.maximum)])
+        rows.append([learner.learner, *scores, str(learner.total), str(report.maximum), learner.status_text])
     return rows
 
 
@@ -36,11 +37,17 @@ def _indent(text: str) -> str:
 
 def _notebook_section(result: NotebookResult) -> list[str]:
     scored = sum(e.points for e in result.exercises)
-    lines = [f"## {result.stem}.ipynb: {scored} point(s)", ""]
-    if result.problem:
+    lines = [f"## {result.stem}.ipynb: {scored} point(s)", "", f"Status: {result.status_text}.", ""]
+    stopped = result.status in STOPPED and result.reached
+    if result.problem and not stopped:
         lines += [f"**Not graded**: {_indent(result.problem)}.", ""]
         return lines + [f"- `{e.exercise}` **not graded**: 0 points" for e in result.exercises] + [""]
+    if result.problem:
+        lines += [f"**Stopped**: {_indent(result.problem)}. What was checked before keeps its points.", ""]
     for exercise in result.exercises:
+        if not exercise.reached:
+            lines.append(f"- `{exercise.exercise}` **not reached**: 0 points")
+            continue
         state = "passed" if exercise.passed else "**not passed**" if exercise.graded else "**not graded**"
         lines.append(f"- `{exercise.exercise}` {state}: {_indent(exercise.message)}")
     return [*lines, ""]
@@ -74,7 +81,7 @@ def problems(report: GradeReport) -> list[str]:
     for learner in report.learners:
         found += [f"{learner.learner}: {p}" for p in learner.problems]
         found += [
-            f"{learner.learner}: {n.stem}.ipynb {n.status.replace('_', ' ')}: {n.problem}"
+            f"{learner.learner}: {n.stem}.ipynb {n.status_text}: {n.problem}"
             for n in learner.notebooks
             if n.problem and n.status != "missing"
         ]
@@ -106,7 +113,8 @@ def summary(report: GradeReport, most_failed: int = 5) -> str:
         lines += ["", "Note: this system has no Landlock, so notebooks ran without the file-system sandbox: "
                   "a notebook could read or change files outside its folder by absolute path."]  # fmt: skip
     if report.gradebook is not None:
-        lines += ["", f"Gradebook: {report.gradebook}", f"Feedback:  {report.feedback}/"]
+        lines += ["", f"Gradebook: {report.gradebook}", f"Feedback:  {report.feedback}/",
+                  f"Report:    {report.gradebook.with_name('report.html')}"]  # fmt: skip
     return "\n".join(lines)
 
 

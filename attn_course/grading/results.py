@@ -22,6 +22,8 @@ class ExerciseResult:
     """The check's pass line or failure message, or why the exercise could not be graded."""
     graded: bool = True
     """False when the course's check itself failed on it (a grader problem, not the learner's)."""
+    reached: bool = True
+    """False when the notebook stopped (time, memory, crash) before the exercise was checked."""
 
     @classmethod
     def failed(cls, exercise: str, message: str) -> ExerciseResult:
@@ -34,13 +36,31 @@ class ExerciseResult:
         return cls(exercise, False, 0, message, graded=False)
 
     @classmethod
+    def not_reached(cls, exercise: str, message: str) -> ExerciseResult:
+        """A zero for `exercise`: the notebook stopped before its check ran."""
+        return cls(exercise, False, 0, message, reached=False)
+
+    @classmethod
     def success(cls, exercise: str, message: str) -> ExerciseResult:
         """Full points for `exercise`."""
         return cls(exercise, True, POINTS[exercise], message)
 
 
-STATUSES = ("graded", "timeout", "out_of_memory", "crashed", "invalid", "missing", "grader_error")
+STATUSES = (
+    "graded", "timeout", "out_of_memory", "crashed", "invalid", "missing", "misnamed", "subfolder",
+    "grader_error",
+)  # fmt: skip
 """What can happen to a notebook: graded, or why not (grader_error is the grader's own failure)."""
+
+STOPPED = ("timeout", "out_of_memory", "crashed")
+"""Statuses of a notebook that started and stopped early (exercises checked before keep their result)."""
+
+STATUS_WORDS = {
+    "graded": "graded", "timeout": "timed out", "out_of_memory": "out of memory", "crashed": "crashed",
+    "invalid": "not a notebook", "missing": "not handed in", "misnamed": "misnamed",
+    "subfolder": "in a subfolder", "grader_error": "grader error",
+}  # fmt: skip
+"""Each status in words, as the gradebook's status column and the feedback say it."""
 
 
 @dataclass(frozen=True)
@@ -57,6 +77,31 @@ class NotebookResult:
     """One result per exercise of the notebook, in the notebook's order."""
     seconds: float = 0.0
     """Wall time spent on it (not written to the gradebook)."""
+    cpu: float = 0.0
+    """CPU seconds its kernel spent in cells, where /proc tells (not written to the gradebook)."""
+
+    @property
+    def reached(self) -> int:
+        """How many exercises were checked (all of them unless the notebook stopped early)."""
+        return (
+            sum(1 for e in self.exercises if e.reached)
+            if self.status in STOPPED or self.status == "graded"
+            else 0
+        )
+
+    @property
+    def status_text(self) -> str:
+        """The status in words: graded, partly graded (timed out), timed out, not handed in, ...
+
+        A notebook that stopped after every exercise was checked is graded; one that stopped after
+        some, partly graded.
+        """
+        if self.status in STOPPED:
+            if self.exercises and self.reached == len(self.exercises):
+                return "graded"
+            if self.reached:
+                return f"partly graded ({STATUS_WORDS[self.status]})"
+        return STATUS_WORDS.get(self.status, self.status.replace("_", " "))
 
 
 @dataclass(frozen=True)
@@ -78,6 +123,14 @@ class LearnerResult:
     def total(self) -> int:
         """Points over all exercises."""
         return sum(e.points for n in self.notebooks for e in n.exercises)
+
+    @property
+    def status_text(self) -> str:
+        """The gradebook's status: its notebooks' one status in words, else each notebook's."""
+        texts = [n.status_text for n in self.notebooks]
+        if len(set(texts)) <= 1:
+            return texts[0] if texts else "not handed in"
+        return "; ".join(f"{n.stem}: {text}" for n, text in zip(self.notebooks, texts, strict=True))
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from attn_course.grading.discover import (
 )
 from attn_course.grading.grader import DEFAULT_MEMORY_GIB, DEFAULT_TIMEOUT, grade_tasks, make_limits
 from attn_course.grading.points import notebook_points
-from attn_course.grading.results import NotebookResult
+from attn_course.grading.results import STOPPED, NotebookResult
 
 
 def _read(path: Path) -> bytes:
@@ -72,11 +72,18 @@ def report_text(paths: list[Path], results: tuple[NotebookResult, ...]) -> str:
     for path, result in zip(paths, results, strict=True):
         scored = sum(e.points for e in result.exercises)
         lines.append(f"{path}: {scored} / {notebook_points(result.stem)} point(s)")
+        stopped = result.status in STOPPED and result.reached
         if result.problem:
-            lines.append(f"  not graded: {result.problem}")
+            lines.append(
+                f"  stopped ({result.status_text}): {result.problem}"
+                if stopped
+                else f"  not graded: {result.problem}"
+            )
         for exercise in result.exercises:
             if exercise.passed:
                 lines.append(f"  {exercise.exercise}: passed")
+            elif not exercise.reached:
+                lines.append(f"  {exercise.exercise}: NOT REACHED (the notebook stopped before its check)")
             else:
                 message = exercise.message.strip().replace("\n", "\n     ")
                 lines.append(f"  {exercise.exercise}: NOT PASSED: {message}")
