@@ -237,3 +237,38 @@ def test_a_kernel_factory_outlives_no_killed_worker(tmp_path):
         time.sleep(0.2)
     os.kill(zygote, signal.SIGKILL)
     pytest.fail("the kernel factory kept running after its worker was killed")
+
+
+def test_a_kernel_dies_with_the_process_that_launched_it():
+    """What `_launch.py` becomes (the kernel) is killed when its parent is, as a killed Dask worker is."""
+    from attn_course.grading.execute import LAUNCHER
+
+    kernel = [sys.executable, "-c", "import time; time.sleep(120)", "-f", os.devnull]
+    script = (
+        "import os, subprocess, sys, time\n"
+        f"child = subprocess.Popen([sys.executable, {LAUNCHER!r}, '0', *{kernel!r}],\n"
+        "                         env={**os.environ, 'JPY_PARENT_PID': str(os.getpid())})\n"
+        "print(child.pid, flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    child = int(parent.stdout.readline())
+    time.sleep(0.5)
+    os.kill(child, 0)  # running
+    parent.kill()
+    parent.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if not _alive(child):
+            return
+        time.sleep(0.1)
+    os.kill(child, signal.SIGKILL)
+    pytest.fail("the kernel kept running after the process that launched it was killed")
+
+
+def _alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie, dead but not yet reaped by whoever adopted it, does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
