@@ -1,7 +1,8 @@
 """`attn-course export nbgrader` with real nbgrader: generate, autograde, same scores as `attn-course grade`.
 
-Notebook 05 (one of the quickest): nbgrader autogrades a solution submission and the untouched
-student version once per module, and `attn-course grade` grades the same two notebooks. The written
+Notebook 05 (one of the quickest): nbgrader autogrades a hostile class once per module (a correct
+notebook, a wrong exercise, the course's reference imported, a check replaced by the learner), and
+`attn-course grade` grades the same notebooks: the scores are equal. The written
 answers are manually graded cells: autograding leaves them to the instructor (0 points for an answer
 cell left as released), so the autograded points stay the course's.
 """
@@ -36,8 +37,43 @@ def _nbgrader(course: Path, *args: str) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+Notebook = nbformat.NotebookNode
+WRONG = ("return base ** (-two_i / d)", "return base ** (-two_i / (d - 1))")
+"""rope_frequencies with the exponent over d - 1."""
+TAMPER = """
+import attn_course.checks
+
+attn_course.checks.check_rope_frequencies = lambda candidate: "all good"
+
+
+def check_rope_frequencies(candidate):
+    return "all good"
+"""
+
+
+def _learner(
+    student: nbformat.NotebookNode, source: nbformat.NotebookNode, case: str
+) -> nbformat.NotebookNode:
+    """The student notebook solved (from the source's solution cells), then one of the hostile cases."""
+    notebook = nbformat.from_dict(student)
+    for cell, solved in zip(notebook.cells, source.cells, strict=True):
+        if cell.metadata.get("nbgrader", {}).get("solution"):
+            cell.source = solved.source
+    exercise = next(c for c in notebook.cells if c.source.startswith("def rope_frequencies"))
+    if case in ("wrong", "tamper"):
+        assert WRONG[0] in exercise.source
+        exercise.source = exercise.source.replace(*WRONG) + ("\n" + TAMPER if case == "tamper" else "")
+    elif case == "reference":
+        exercise.source = "from attn_course.reference import rope_frequencies"
+    return notebook
+
+
+CASES = ("full", "wrong", "reference", "tamper")
+
+
 @pytest.fixture(scope="module")
 def autograded(tmp_path_factory):
+    """The hostile class: a correct notebook, a wrong exercise, the reference imported, a check replaced."""
     root = tmp_path_factory.mktemp("nbgrader")
     course = root / "course"
     assert main(["export", "nbgrader", str(course), "--solutions", str(ROOT / "solutions"),
@@ -45,12 +81,9 @@ def autograded(tmp_path_factory):
     _nbgrader(course, "generate_assignment", STEM)
     student = nbformat.read(course / "release" / STEM / f"{STEM}.ipynb", as_version=4)
     source = nbformat.read(course / "source" / STEM / f"{STEM}.ipynb", as_version=4)
-    full = nbformat.from_dict(student)
-    for cell, solved in zip(full.cells, source.cells, strict=True):
-        if cell.metadata.get("nbgrader", {}).get("solution"):
-            cell.source = solved.source
     subs = root / "submissions"
-    for learner, notebook in (("full", full), ("untouched", student)):
+    for learner in CASES:
+        notebook = _learner(student, source, learner)
         for folder in (course / "submitted" / learner / STEM, subs / learner):
             folder.mkdir(parents=True)
             nbformat.write(notebook, folder / f"{STEM}.ipynb")
@@ -59,8 +92,7 @@ def autograded(tmp_path_factory):
 
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
         grades = {
-            learner: gradebook.find_submission_notebook(STEM, STEM, learner).grades
-            for learner in ("full", "untouched")
+            learner: gradebook.find_submission_notebook(STEM, STEM, learner).grades for learner in CASES
         }
         scores = {
             learner: {g.name.removesuffix("-check"): g.score for g in found if g.name.endswith("-check")}
@@ -73,7 +105,7 @@ def autograded(tmp_path_factory):
     as_released = {
         f"answer-{n.replace('.', '-')}": (0.0, float(ANSWER_POINTS)) for n in _answer_labels(source)
     }
-    assert answers["full"] == answers["untouched"] == as_released  # graded by hand, not by autograde
+    assert all(found == as_released for found in answers.values())  # graded by hand, not by autograde
     return course, source, student, scores, grade(subs, root / "grades", jobs=2)
 
 
@@ -106,14 +138,30 @@ def test_nbgrader_writes_the_courses_own_student_notebook(autograded):
     assert "solutions/" not in student.cells[0].source  # the Colab badge opens the student notebook
 
 
-def test_autograde_gives_full_marks_and_zero_as_attn_course_grade_does(autograded):
-    _, _, _, scores, report = autograded
-    assert scores["full"] == {name: float(POINTS[name]) for name in EXERCISES[STEM]}
-    assert scores["untouched"] == {name: 0.0 for name in EXERCISES[STEM]}
-    assert sum(scores["full"].values()) == notebook_points(STEM)
+def test_autograde_scores_the_hostile_class_as_attn_course_grade_does(autograded):
+    course, _, _, scores, report = autograded
     ours = {learner.learner: {name: float(learner.score(name)) for name in EXERCISES[STEM]}
             for learner in report.learners}  # fmt: skip
-    assert ours == scores
+    assert scores == ours
+    assert scores["full"] == {name: float(POINTS[name]) for name in EXERCISES[STEM]}
+    assert sum(scores["full"].values()) == notebook_points(STEM)
+    for case in ("wrong", "reference", "tamper"):  # no point for the reference or a replaced check
+        assert scores[case]["rope_frequencies"] == 0.0, case
+    assert scores["reference"]["apply_rope"] == float(POINTS["apply_rope"])
+
+
+def test_the_autograded_check_cell_is_the_courses_with_the_checks_message(autograded):
+    course, source, _, _, _ = autograded
+    for case, says in (("reference", "course's reference implementation"), ("full", "rope_frequencies: ")):
+        done = nbformat.read(course / "autograded" / case / STEM / f"{STEM}.ipynb", as_version=4)
+        cell = next(
+            c
+            for c in done.cells
+            if c.metadata.get("nbgrader", {}).get("grade_id") == "rope_frequencies-check"
+        )
+        assert cell.source == "check_rope_frequencies(rope_frequencies)"
+        assert says in "".join(o.get("text", "") for o in cell.outputs), cell.outputs
+        assert any(o.output_type == "error" for o in cell.outputs) == (case != "full")
 
 
 def test_export_refuses_unknown_notebooks_and_missing_solutions(tmp_path, capsys):

@@ -5,7 +5,10 @@ solution notebook and `COURSE_DIR/nbgrader_config.py`. In each notebook, the cel
 exercise becomes an nbgrader solution cell (its `### BEGIN SOLUTION` region is the one
 `attn-course release` stubs, and the config makes nbgrader write the same stub), and the exercise's
 check cell (`check_NAME(NAME)`) becomes a locked autograder test worth the course's points
-(`points.POINTS`). nbgrader then generates the student version, collects and autogrades as usual.
+(`points.POINTS`). nbgrader then generates the student version, collects and autogrades as usual,
+except that the config makes autograde grade each check cell with the course's own grader
+(`nbgrader_autograde`): the checks imported afresh, the reference and tampering refused, exactly as
+`attn-course grade` does, so the scores are the same.
 
 The written questions (`attn_course.questions`) are graded by hand: each question cell becomes a
 read-only cell and the learner's answer cell after it a manually graded answer worth
@@ -72,6 +75,19 @@ class KeepAnswerPrompts(ClearSolutions):  # ClearSolutions, except for the cours
 c.GenerateAssignment.preprocessors = [
     KeepAnswerPrompts if step is ClearSolutions else step
     for step in GenerateAssignment.preprocessors.default()
+]
+
+# Autograde as `attn-course grade` does: each check cell runs the course's own checks, imported
+# afresh, and the reference and tampering score zero (attn_course.grading.nbgrader_autograde).
+from nbgrader.converters import Autograde  # noqa: E402
+from nbgrader.preprocessors import Execute  # noqa: E402
+
+from attn_course.grading.nbgrader_autograde import CourseChecks, CourseVerdicts  # noqa: E402
+
+c.Autograde.autograde_preprocessors = [
+    found
+    for step in Autograde.autograde_preprocessors.default()
+    for found in ((CourseChecks, Execute, CourseVerdicts) if step is Execute else (step,))
 ]
 """
 
