@@ -168,7 +168,15 @@ def test_export_refuses_unknown_notebooks_and_missing_solutions(tmp_path, capsys
     assert main(["export", "nbgrader", str(tmp_path / "c"), "--notebooks", "09_moe"]) == 2
     assert "'09_moe' is not a course notebook" in capsys.readouterr().err
     assert main(["export", "nbgrader", str(tmp_path / "c"), "--solutions", str(tmp_path / "none")]) == 2
-    assert "solution notebook(s) not found" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"no solution notebooks in {tmp_path / 'none'}" in err and "--solutions CLONE/solutions" in err
+    assert err.count("\n") == 1
+    (tmp_path / "some").mkdir()
+    (tmp_path / "some" / "02_scaling.ipynb").write_bytes(
+        (ROOT / "solutions" / "02_scaling.ipynb").read_bytes()
+    )
+    assert main(["export", "nbgrader", str(tmp_path / "c"), "--solutions", str(tmp_path / "some")]) == 2
+    assert "solution notebook(s) not found in" in capsys.readouterr().err
     assert not (tmp_path / "c").exists()
     (tmp_path / "file").write_text("x")
     with pytest.raises(Exception, match="not a folder"):

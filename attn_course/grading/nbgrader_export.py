@@ -35,6 +35,7 @@ from attn_course.grading.points import POINTS
 from attn_course.questions import answer_cells, question_label
 from attn_course.reference import EXERCISES
 from attn_course.tooling.release import BEGIN, CODE_STUB, MARKDOWN_STUB, clean, with_header
+from attn_course.tooling.repository import REPOSITORY
 
 SCHEMA_VERSION = 3
 """nbgrader's cell metadata schema."""
@@ -178,9 +179,16 @@ def export_nbgrader(
     """Write an nbgrader course to `course` from the solution notebooks in `solutions`."""
     stems = course_notebooks(notebooks)
     sources = {stem: solutions / f"{stem}.ipynb" for stem in stems}
-    missing = [str(path) for path in sources.values() if not path.is_file()]
+    missing = [path.name for path in sources.values() if not path.is_file()]
+    if len(missing) == len(sources):  # no folder of solutions here: an installed package has none
+        raise ExportError(
+            f"no solution notebooks in {solutions} (looked for {missing[0]}"
+            f"{f' and {len(missing) - 1} more' if len(missing) > 1 else ''}): they are in the course's "
+            f"repository, not in the installed package: git clone {REPOSITORY}, "
+            "then --solutions CLONE/solutions"
+        )
     if missing:
-        raise ExportError(f"solution notebook(s) not found: {', '.join(missing)} (use --solutions DIR)")
+        raise ExportError(f"solution notebook(s) not found in {solutions}: {', '.join(missing)}")
     converted = {}
     for stem, path in sources.items():
         try:
