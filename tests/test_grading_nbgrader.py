@@ -1,14 +1,18 @@
 """`attn-course export nbgrader` with real nbgrader: generate, autograde, same scores as `attn-course grade`.
 
-Notebook 05 (one of the quickest): nbgrader autogrades a hostile class once per module (a correct
-notebook, a wrong exercise, the course's reference imported, a check replaced by the learner), and
-`attn-course grade` grades the same notebooks: the scores are equal. The written
+Notebook 05 (one of the quickest), once per module, through nbgrader's whole workflow: generate and
+release the assignment; a hostile class (a correct notebook, a wrong exercise, the course's reference
+imported, a check replaced by the learner), each learner in a home of their own, fetches, solves and
+submits through a local exchange; collect, autograde, generate_feedback, export. `attn-course
+grade` grades the same notebooks: the scores are equal. The written
 answers are manually graded cells: autograding leaves them to the instructor (0 points for an answer
 cell left as released), so the autograded points stay the course's.
 """
 
 from __future__ import annotations
 
+import csv
+import html
 import os
 import subprocess
 import sys
@@ -29,8 +33,11 @@ ROOT = Path(__file__).resolve().parents[1]
 STEM = "05_rope"
 
 
-def _nbgrader(course: Path, *args: str) -> None:
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+def _nbgrader(course: Path, *args: str, env: dict[str, str] | None = None) -> None:
+    """nbgrader's CLI in `course` (or a learner's home), with `env` added to this environment."""
+    env = dict(
+        os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", **(env or {})
+    )
     done = subprocess.run(
         [sys.executable, "-m", "nbgrader", *args], cwd=course, env=env, capture_output=True, text=True
     )
@@ -73,21 +80,35 @@ CASES = ("full", "wrong", "reference", "tamper")
 
 @pytest.fixture(scope="module")
 def autograded(tmp_path_factory):
-    """The hostile class: a correct notebook, a wrong exercise, the reference imported, a check replaced."""
+    """The hostile class, through nbgrader's whole workflow: release, each learner (a home of their
+    own) fetching, solving and submitting through a local exchange, collect, autograde, feedback, export."""
     root = tmp_path_factory.mktemp("nbgrader")
     course = root / "course"
     assert main(["export", "nbgrader", str(course), "--solutions", str(ROOT / "solutions"),
                  "--notebooks", STEM]) == 0  # fmt: skip
+    exchange = f"--Exchange.root={root / 'exchange'}"
     _nbgrader(course, "generate_assignment", STEM)
-    student = nbformat.read(course / "release" / STEM / f"{STEM}.ipynb", as_version=4)
+    _nbgrader(course, "release_assignment", STEM, exchange)
     source = nbformat.read(course / "source" / STEM / f"{STEM}.ipynb", as_version=4)
     subs = root / "submissions"
     for learner in CASES:
+        home = root / "homes" / learner
+        home.mkdir(parents=True)
+        env = {"HOME": str(home)}
+        _nbgrader(home, "fetch_assignment", STEM, "--course", "attn-course", exchange, env=env)
+        fetched = home / STEM / f"{STEM}.ipynb"
+        student = nbformat.read(fetched, as_version=4)
         notebook = _learner(student, source, learner)
-        for folder in (course / "submitted" / learner / STEM, subs / learner):
-            folder.mkdir(parents=True)
-            nbformat.write(notebook, folder / f"{STEM}.ipynb")
+        (subs / learner).mkdir(parents=True)
+        for path in (fetched, subs / learner / f"{STEM}.ipynb"):
+            nbformat.write(notebook, path)
+        # all learners are this test's user: each submits under their own id
+        _nbgrader(home, "submit", STEM, "--course", "attn-course", f"--student={learner}", exchange, env=env)
+    _nbgrader(course, "collect", STEM, exchange, "--CollectApp.check_owner=False")
+    assert sorted(p.name for p in (course / "submitted").iterdir()) == sorted(CASES)
     _nbgrader(course, "autograde", STEM, "--create")
+    _nbgrader(course, "generate_feedback", STEM)
+    _nbgrader(course, "export")
     from nbgrader.api import Gradebook
 
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
@@ -107,6 +128,15 @@ def autograded(tmp_path_factory):
     }
     assert all(found == as_released for found in answers.values())  # graded by hand, not by autograde
     return course, source, student, scores, grade(subs, root / "grades", jobs=2)
+
+
+def test_exported_grades_and_feedback_say_what_attn_course_grade_says(autograded):
+    course, _, _, _, report = autograded
+    with (course / "grades.csv").open(encoding="utf-8") as file:
+        exported = {row["student_id"]: float(row["raw_score"]) for row in csv.DictReader(file)}
+    assert exported == {learner.learner: float(learner.total) for learner in report.learners}
+    feedback = html.unescape((course / "feedback" / "reference" / STEM / f"{STEM}.html").read_text("utf-8"))
+    assert "the course's reference implementation (attn_course.reference.rope_frequencies)" in feedback
 
 
 def _answer_labels(notebook: nbformat.NotebookNode) -> list[str]:
