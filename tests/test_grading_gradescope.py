@@ -227,3 +227,25 @@ def test_the_course_in_the_zip_installs_and_is_this_version(runs, tmp_path):
     command = [sys.executable, "-c", probe]
     done = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True)
     assert done.stdout.split() == [str(target / "attn_course" / "__init__.py"), __version__], done.stderr
+
+
+FULL_SETUP = "ATTN_COURSE_TEST_FULL_SETUP"
+"""Set to 1 to run the whole setup.sh (it installs torch and the course from the package index)."""
+
+
+@pytest.mark.skipif(os.environ.get(FULL_SETUP) != "1", reason=f"installs torch: {FULL_SETUP}=1")
+def test_setup_sh_then_run_autograder_with_the_system_python(runs, tmp_path):
+    """As on Gradescope: setup.sh with the system Python alone on PATH, then run_autograder in its venv."""
+    if not Path("/usr/bin/python3").is_file():
+        pytest.skip("no system Python at /usr/bin/python3")
+    with zipfile.ZipFile(runs[0]) as archive:
+        archive.extractall(tmp_path / "source")
+    _submission("correct", tmp_path / "submission")
+    env = {"PATH": "/usr/bin:/bin", "AUTOGRADER_ROOT": str(tmp_path), "HOME": str(tmp_path)}
+    env |= {k: v for k, v in os.environ.items() if k.startswith("PIP_")}  # this machine's index settings
+    for script in ("setup.sh", "run_autograder"):
+        done = subprocess.run(["bash", str(tmp_path / "source" / script)], env=env, capture_output=True,
+                              text=True, timeout=1800)  # fmt: skip
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    result = json.loads((tmp_path / "results" / "results.json").read_text(encoding="utf-8"))
+    assert result["score"] == 2, result["output"]
