@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import zipfile
@@ -19,7 +20,7 @@ import pytest
 
 from attn_course import __version__
 from attn_course.cli import main
-from attn_course.grading.gradescope import CONFIG
+from attn_course.grading.gradescope import CONFIG, VENV, VENV_MADE
 
 ROOT = Path(__file__).resolve().parents[1]
 STEM = "02_scaling"
@@ -91,12 +92,86 @@ def test_the_zip_has_setup_and_run_autograder_at_its_root_and_the_course_source(
         modes = {info.filename: info.external_attr >> 16 for info in archive.infolist()}
         config = json.loads(archive.read(CONFIG))
         setup = archive.read("setup.sh").decode()
-    assert {"setup.sh", "run_autograder", "course/pyproject.toml", "course/attn_course/checks/__init__.py",
+    assert {"setup.sh", "run_autograder", "course/pyproject.toml", "course/README.md", "course/LICENSE",
+            "course/attn_course/checks/__init__.py",
             "course/attn_course/grading/gradescope.py"} <= set(names)  # fmt: skip
     assert modes["setup.sh"] & 0o111 and modes["run_autograder"] & 0o111
     assert config == {"version": __version__, "notebooks": [STEM], "timeout": 90.0, "memory_gib": 2.0}
-    assert "download.pytorch.org/whl/cpu" in setup and "pip install ./course" in setup
     assert subprocess.run(["bash", "-n", "-c", setup]).returncode == 0
+
+
+def test_setup_sh_pins_the_makefiles_torch_from_pypi_alone_into_a_venv_of_its_own(runs):
+    with zipfile.ZipFile(runs[0]) as archive:
+        setup = archive.read("setup.sh").decode()
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    pin = re.search(r"^TORCH \?= (\S+)$", makefile, re.M).group(1)
+    assert f'pip install "{pin}"' in setup and "pip install ./course" in setup
+    assert "index-url" not in setup and "download.pytorch.org" not in setup  # PyPI alone
+    assert "python3 -m venv" in setup and "apt_install python3-venv" in setup
+    installs = [line for line in setup.splitlines() if "pip install" in line and not line.startswith("#")]
+    assert installs and all(line.startswith('"$venv/bin/python" -m pip') for line in installs)
+
+
+def test_setup_sh_makes_its_venv_with_the_system_python_of_a_pep_668_system(runs, tmp_path):
+    """setup.sh up to its installs, run with the Debian system Python first on PATH (as Ubuntu 24.04's)."""
+    system = Path("/usr/bin/python3")
+    if not system.is_file():
+        pytest.skip("no system Python at /usr/bin/python3")
+    stdlib = subprocess.run([str(system), "-c", "import sysconfig; print(sysconfig.get_path('stdlib'))"],
+                            capture_output=True, text=True).stdout.strip()  # fmt: skip
+    if not Path(stdlib, "EXTERNALLY-MANAGED").is_file():
+        pytest.skip("the system Python here is not externally managed (PEP 668)")
+    with zipfile.ZipFile(runs[0]) as archive:
+        archive.extractall(tmp_path / "source")
+    setup = (tmp_path / "source" / "setup.sh").read_text(encoding="utf-8")
+    assert VENV_MADE in setup
+    (tmp_path / "source" / "venv_step.sh").write_text(setup.split(VENV_MADE)[0], encoding="utf-8")
+    env = {"PATH": "/usr/bin:/bin", "AUTOGRADER_ROOT": str(tmp_path), "HOME": str(tmp_path)}
+    done = subprocess.run(["bash", str(tmp_path / "source" / "venv_step.sh")], env=env,
+                          capture_output=True, text=True, timeout=240)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    python = tmp_path / VENV / "bin" / "python"
+    probe = "import sys; print(sys.prefix != sys.base_prefix, sys.base_prefix)"
+    inside = subprocess.run([str(python), "-c", probe], capture_output=True, text=True, env=env)
+    assert inside.stdout.split() == ["True", str(Path(stdlib).parents[1])], inside.stderr
+    pip = subprocess.run([str(python), "-m", "pip", "--version"], capture_output=True, text=True, env=env)
+    assert pip.returncode == 0 and str(tmp_path / VENV) in pip.stdout, pip.stderr
+
+
+def test_export_works_from_an_installed_package(tmp_path):
+    """No checkout: the package installed alone; gradescope needs nothing more, nbgrader --solutions."""
+    target = tmp_path / "site"
+    install = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index",
+               "--quiet", "--target", str(target), str(ROOT)]  # fmt: skip
+    done = subprocess.run(install, capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"PYTHONPATH": str(target)}
+    cli = [sys.executable, "-m", "attn_course.cli", "export"]
+
+    def export(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([*cli, *args], env=env, cwd=tmp_path, capture_output=True, text=True)
+
+    zipped = export("gradescope", "a.zip", "--notebooks", STEM)
+    assert zipped.returncode == 0, zipped.stderr
+    with zipfile.ZipFile(tmp_path / "a.zip") as archive:
+        archive.extractall(tmp_path / "source")
+        assert archive.read("course/LICENSE") == (ROOT / "LICENSE").read_bytes()
+    (tmp_path / "site2").mkdir()
+    again = [*install[:-2], str(tmp_path / "site2"), str(tmp_path / "source" / "course")]
+    done = subprocess.run(again, capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    probe = "import attn_course, importlib.metadata as m\n"
+    probe += "print(attn_course.__version__, m.version('attn-course'))"
+    env2 = env | {"PYTHONPATH": str(tmp_path / "site2")}
+    found = subprocess.run(
+        [sys.executable, "-c", probe], env=env2, cwd=tmp_path, capture_output=True, text=True
+    )
+    assert found.stdout.split() == [__version__, __version__], found.stderr
+    course = export("nbgrader", "course", "--notebooks", STEM, "--solutions", str(ROOT / "solutions"))
+    assert course.returncode == 0 and (tmp_path / "course" / "source" / STEM / f"{STEM}.ipynb").is_file()
+    lacking = export("nbgrader", "course2")
+    assert lacking.returncode == 2 and lacking.stderr.count("\n") == 1, lacking.stderr
+    assert "no solution notebooks in solutions" in lacking.stderr and "--solutions" in lacking.stderr
 
 
 def test_a_correct_submission_scores_every_exercise_with_the_checks_pass_lines(runs):
@@ -152,3 +227,25 @@ def test_the_course_in_the_zip_installs_and_is_this_version(runs, tmp_path):
     command = [sys.executable, "-c", probe]
     done = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True)
     assert done.stdout.split() == [str(target / "attn_course" / "__init__.py"), __version__], done.stderr
+
+
+FULL_SETUP = "ATTN_COURSE_TEST_FULL_SETUP"
+"""Set to 1 to run the whole setup.sh (it installs torch and the course from the package index)."""
+
+
+@pytest.mark.skipif(os.environ.get(FULL_SETUP) != "1", reason=f"installs torch: {FULL_SETUP}=1")
+def test_setup_sh_then_run_autograder_with_the_system_python(runs, tmp_path):
+    """As on Gradescope: setup.sh with the system Python alone on PATH, then run_autograder in its venv."""
+    if not Path("/usr/bin/python3").is_file():
+        pytest.skip("no system Python at /usr/bin/python3")
+    with zipfile.ZipFile(runs[0]) as archive:
+        archive.extractall(tmp_path / "source")
+    _submission("correct", tmp_path / "submission")
+    env = {"PATH": "/usr/bin:/bin", "AUTOGRADER_ROOT": str(tmp_path), "HOME": str(tmp_path)}
+    env |= {k: v for k, v in os.environ.items() if k.startswith("PIP_")}  # this machine's index settings
+    for script in ("setup.sh", "run_autograder"):
+        done = subprocess.run(["bash", str(tmp_path / "source" / script)], env=env, capture_output=True,
+                              text=True, timeout=1800)  # fmt: skip
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    result = json.loads((tmp_path / "results" / "results.json").read_text(encoding="utf-8"))
+    assert result["score"] == 2, result["output"]

@@ -204,3 +204,26 @@ def test_a_course_kernel_reference_has_the_code_keys_of_its_kernel():
         keys = kernel_checks._code_keys(getattr(reference, name))
         assert {key[2] for key in keys} == {name}
         assert kernel_checks._code_keys(getattr(kernels, name)) == keys
+
+
+def test_an_installed_module_reached_through_a_link_is_not_a_shadow(tmp_path):
+    """Debian's and Ubuntu's sitecustomize is a link from the stdlib to /etc: no learner file replaces it.
+    A file of the same name in another folder that comes first on the path does replace it."""
+    trusted, elsewhere, learner = tmp_path / "lib", tmp_path / "etc", tmp_path / "learner"
+    for folder in (trusted, elsewhere, learner):
+        folder.mkdir()
+    (elsewhere / "linkedmod.py").write_text("X = 1\n")
+    (trusted / "linkedmod.py").symlink_to(elsewhere / "linkedmod.py")
+    (trusted / "ownmod.py").write_text("X = 1\n")
+    (learner / "ownmod.py").write_text("X = 2\n")
+    probe = textwrap.dedent(
+        f"""
+        import sys
+        sys.path[:0] = [{str(learner)!r}, {str(trusted)!r}]
+        import linkedmod, ownmod
+        from attn_course.grading.kernel_checks import _shadowed_modules
+        print(_shadowed_modules(({str(trusted)!r},)))
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=tmp_path)
+    assert done.stdout.split() == ["['ownmod']"], done.stderr

@@ -1,13 +1,18 @@
 """`attn-course export nbgrader` with real nbgrader: generate, autograde, same scores as `attn-course grade`.
 
-Notebook 05 (one of the quickest): nbgrader autogrades a solution submission and the untouched
-student version once per module, and `attn-course grade` grades the same two notebooks. The written
+Notebook 05 (one of the quickest), once per module, through nbgrader's whole workflow: generate and
+release the assignment; a hostile class (a correct notebook, a wrong exercise, the course's reference
+imported, a check replaced by the learner), each learner in a home of their own, fetches, solves and
+submits through a local exchange; collect, autograde, generate_feedback, export. `attn-course
+grade` grades the same notebooks: the scores are equal. The written
 answers are manually graded cells: autograding leaves them to the instructor (0 points for an answer
 cell left as released), so the autograded points stay the course's.
 """
 
 from __future__ import annotations
 
+import csv
+import html
 import os
 import subprocess
 import sys
@@ -28,39 +33,87 @@ ROOT = Path(__file__).resolve().parents[1]
 STEM = "05_rope"
 
 
-def _nbgrader(course: Path, *args: str) -> None:
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+def _nbgrader(course: Path, *args: str, env: dict[str, str] | None = None) -> None:
+    """nbgrader's CLI in `course` (or a learner's home), with `env` added to this environment."""
+    env = dict(
+        os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", **(env or {})
+    )
     done = subprocess.run(
         [sys.executable, "-m", "nbgrader", *args], cwd=course, env=env, capture_output=True, text=True
     )
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+Notebook = nbformat.NotebookNode
+WRONG = ("return base ** (-two_i / d)", "return base ** (-two_i / (d - 1))")
+"""rope_frequencies with the exponent over d - 1."""
+TAMPER = """
+import attn_course.checks
+
+attn_course.checks.check_rope_frequencies = lambda candidate: "all good"
+
+
+def check_rope_frequencies(candidate):
+    return "all good"
+"""
+
+
+def _learner(
+    student: nbformat.NotebookNode, source: nbformat.NotebookNode, case: str
+) -> nbformat.NotebookNode:
+    """The student notebook solved (from the source's solution cells), then one of the hostile cases."""
+    notebook = nbformat.from_dict(student)
+    for cell, solved in zip(notebook.cells, source.cells, strict=True):
+        if cell.metadata.get("nbgrader", {}).get("solution"):
+            cell.source = solved.source
+    exercise = next(c for c in notebook.cells if c.source.startswith("def rope_frequencies"))
+    if case in ("wrong", "tamper"):
+        assert WRONG[0] in exercise.source
+        exercise.source = exercise.source.replace(*WRONG) + ("\n" + TAMPER if case == "tamper" else "")
+    elif case == "reference":
+        exercise.source = "from attn_course.reference import rope_frequencies"
+    return notebook
+
+
+CASES = ("full", "wrong", "reference", "tamper")
+
+
 @pytest.fixture(scope="module")
 def autograded(tmp_path_factory):
+    """The hostile class, through nbgrader's whole workflow: release, each learner (a home of their
+    own) fetching, solving and submitting through a local exchange, collect, autograde, feedback, export."""
     root = tmp_path_factory.mktemp("nbgrader")
     course = root / "course"
     assert main(["export", "nbgrader", str(course), "--solutions", str(ROOT / "solutions"),
                  "--notebooks", STEM]) == 0  # fmt: skip
+    exchange = f"--Exchange.root={root / 'exchange'}"
     _nbgrader(course, "generate_assignment", STEM)
-    student = nbformat.read(course / "release" / STEM / f"{STEM}.ipynb", as_version=4)
+    _nbgrader(course, "release_assignment", STEM, exchange)
     source = nbformat.read(course / "source" / STEM / f"{STEM}.ipynb", as_version=4)
-    full = nbformat.from_dict(student)
-    for cell, solved in zip(full.cells, source.cells, strict=True):
-        if cell.metadata.get("nbgrader", {}).get("solution"):
-            cell.source = solved.source
     subs = root / "submissions"
-    for learner, notebook in (("full", full), ("untouched", student)):
-        for folder in (course / "submitted" / learner / STEM, subs / learner):
-            folder.mkdir(parents=True)
-            nbformat.write(notebook, folder / f"{STEM}.ipynb")
+    for learner in CASES:
+        home = root / "homes" / learner
+        home.mkdir(parents=True)
+        env = {"HOME": str(home)}
+        _nbgrader(home, "fetch_assignment", STEM, "--course", "attn-course", exchange, env=env)
+        fetched = home / STEM / f"{STEM}.ipynb"
+        student = nbformat.read(fetched, as_version=4)
+        notebook = _learner(student, source, learner)
+        (subs / learner).mkdir(parents=True)
+        for path in (fetched, subs / learner / f"{STEM}.ipynb"):
+            nbformat.write(notebook, path)
+        # all learners are this test's user: each submits under their own id
+        _nbgrader(home, "submit", STEM, "--course", "attn-course", f"--student={learner}", exchange, env=env)
+    _nbgrader(course, "collect", STEM, exchange, "--CollectApp.check_owner=False")
+    assert sorted(p.name for p in (course / "submitted").iterdir()) == sorted(CASES)
     _nbgrader(course, "autograde", STEM, "--create")
+    _nbgrader(course, "generate_feedback", STEM)
+    _nbgrader(course, "export")
     from nbgrader.api import Gradebook
 
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
         grades = {
-            learner: gradebook.find_submission_notebook(STEM, STEM, learner).grades
-            for learner in ("full", "untouched")
+            learner: gradebook.find_submission_notebook(STEM, STEM, learner).grades for learner in CASES
         }
         scores = {
             learner: {g.name.removesuffix("-check"): g.score for g in found if g.name.endswith("-check")}
@@ -73,8 +126,17 @@ def autograded(tmp_path_factory):
     as_released = {
         f"answer-{n.replace('.', '-')}": (0.0, float(ANSWER_POINTS)) for n in _answer_labels(source)
     }
-    assert answers["full"] == answers["untouched"] == as_released  # graded by hand, not by autograde
+    assert all(found == as_released for found in answers.values())  # graded by hand, not by autograde
     return course, source, student, scores, grade(subs, root / "grades", jobs=2)
+
+
+def test_exported_grades_and_feedback_say_what_attn_course_grade_says(autograded):
+    course, _, _, _, report = autograded
+    with (course / "grades.csv").open(encoding="utf-8") as file:
+        exported = {row["student_id"]: float(row["raw_score"]) for row in csv.DictReader(file)}
+    assert exported == {learner.learner: float(learner.total) for learner in report.learners}
+    feedback = html.unescape((course / "feedback" / "reference" / STEM / f"{STEM}.html").read_text("utf-8"))
+    assert "the course's reference implementation (attn_course.reference.rope_frequencies)" in feedback
 
 
 def _answer_labels(notebook: nbformat.NotebookNode) -> list[str]:
@@ -106,21 +168,45 @@ def test_nbgrader_writes_the_courses_own_student_notebook(autograded):
     assert "solutions/" not in student.cells[0].source  # the Colab badge opens the student notebook
 
 
-def test_autograde_gives_full_marks_and_zero_as_attn_course_grade_does(autograded):
-    _, _, _, scores, report = autograded
-    assert scores["full"] == {name: float(POINTS[name]) for name in EXERCISES[STEM]}
-    assert scores["untouched"] == {name: 0.0 for name in EXERCISES[STEM]}
-    assert sum(scores["full"].values()) == notebook_points(STEM)
+def test_autograde_scores_the_hostile_class_as_attn_course_grade_does(autograded):
+    course, _, _, scores, report = autograded
     ours = {learner.learner: {name: float(learner.score(name)) for name in EXERCISES[STEM]}
             for learner in report.learners}  # fmt: skip
-    assert ours == scores
+    assert scores == ours
+    assert scores["full"] == {name: float(POINTS[name]) for name in EXERCISES[STEM]}
+    assert sum(scores["full"].values()) == notebook_points(STEM)
+    for case in ("wrong", "reference", "tamper"):  # no point for the reference or a replaced check
+        assert scores[case]["rope_frequencies"] == 0.0, case
+    assert scores["reference"]["apply_rope"] == float(POINTS["apply_rope"])
+
+
+def test_the_autograded_check_cell_is_the_courses_with_the_checks_message(autograded):
+    course, source, _, _, _ = autograded
+    for case, says in (("reference", "course's reference implementation"), ("full", "rope_frequencies: ")):
+        done = nbformat.read(course / "autograded" / case / STEM / f"{STEM}.ipynb", as_version=4)
+        cell = next(
+            c
+            for c in done.cells
+            if c.metadata.get("nbgrader", {}).get("grade_id") == "rope_frequencies-check"
+        )
+        assert cell.source == "check_rope_frequencies(rope_frequencies)"
+        assert says in "".join(o.get("text", "") for o in cell.outputs), cell.outputs
+        assert any(o.output_type == "error" for o in cell.outputs) == (case != "full")
 
 
 def test_export_refuses_unknown_notebooks_and_missing_solutions(tmp_path, capsys):
     assert main(["export", "nbgrader", str(tmp_path / "c"), "--notebooks", "09_moe"]) == 2
     assert "'09_moe' is not a course notebook" in capsys.readouterr().err
     assert main(["export", "nbgrader", str(tmp_path / "c"), "--solutions", str(tmp_path / "none")]) == 2
-    assert "solution notebook(s) not found" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"no solution notebooks in {tmp_path / 'none'}" in err and "--solutions CLONE/solutions" in err
+    assert err.count("\n") == 1
+    (tmp_path / "some").mkdir()
+    (tmp_path / "some" / "02_scaling.ipynb").write_bytes(
+        (ROOT / "solutions" / "02_scaling.ipynb").read_bytes()
+    )
+    assert main(["export", "nbgrader", str(tmp_path / "c"), "--solutions", str(tmp_path / "some")]) == 2
+    assert "solution notebook(s) not found in" in capsys.readouterr().err
     assert not (tmp_path / "c").exists()
     (tmp_path / "file").write_text("x")
     with pytest.raises(Exception, match="not a folder"):

@@ -1,13 +1,18 @@
-"""Grade notebooks on a Dask cluster: each notebook a task, sent and returned as bytes.
+"""Grade notebooks on a Dask cluster: each notebook a task that carries all it needs, as bytes.
 
-`attn-course grade SUBMISSIONS --out DIR --scheduler ADDRESS` calls `grade_on_cluster`. Each
-learner's folder travels to the workers as one tar archive (scattered once per learner), each
-notebook as its bytes as read at discovery, and each result comes back as JSON bytes, so workers
-need no shared file system. On the worker the notebook is graded exactly as locally (`execute`):
-in a temporary copy of the folder, in a fresh kernel with the time and memory limits and the
-file-system sandbox, which hides the unpacked folder and the worker's own directory. Each worker
-process keeps one kernel factory (`kernel_factory`) for all its tasks. Workers need the same version of
-attn-course as the client; a worker with another version grades nothing and says so.
+`attn-course grade SUBMISSIONS --out DIR --scheduler ADDRESS` calls `grade_on_cluster`. Each task
+carries its learner's folder as a tar archive and the notebook's bytes as read at discovery, and
+its result comes back as JSON bytes: no data is scattered or held on one worker, so workers need no
+shared file system, and a task whose worker dies is run again on another worker (the scheduler
+does this by itself; `retries` covers a task that raised). Each (learner, notebook) is one task
+with its own key, so each is graded, and written to the gradebook, exactly once. On the worker the
+notebook is graded exactly as locally (`tasks.grade_one`): in a temporary copy of the folder, in a
+fresh kernel with the time and memory limits and the file-system sandbox, which hides the
+unpacked folder and the worker's own directory. Each worker process keeps one kernel factory
+(`kernel_factory`) for all its tasks; kernels die with the worker that started them (`_launch`).
+Workers need the same version of attn-course as the client; a worker with another version grades
+nothing and says so. An address that is malformed or where no scheduler answers is reported in
+one line (`SchedulerError`) within seconds.
 
 Needs Dask's `distributed` (`pip install "attn-course[grading]"`).
 """
@@ -18,6 +23,8 @@ import atexit
 import io
 import json
 import os
+import socket
+import sys
 import tarfile
 import tempfile
 import threading
@@ -31,15 +38,19 @@ from attn_course.grading.discover import Learner, Submission, SubmissionsError
 from attn_course.grading.execute import Limits
 from attn_course.grading.report import ProgressBar
 from attn_course.grading.results import ExerciseResult, NotebookResult
-from attn_course.reference import EXERCISES
+from attn_course.grading.tasks import Results, failed, grade_one, start_zygote
 
 if TYPE_CHECKING:
     from distributed import Client, Future
 
-    from attn_course.grading.grader import Zygote
+    from attn_course.grading.kernel_factory import Zygote
 
 _ZYGOTES: dict[str, Zygote] = {}
 _ZYGOTE_LOCK = threading.Lock()
+RETRIES = 2
+"""Times a task that raised is run again (a task whose worker died is rerun by the scheduler itself)."""
+CONNECT_SECONDS = 5.0
+"""Seconds to wait for the scheduler's port to answer, then again for the Dask client to connect."""
 
 
 class SentLimits(TypedDict):
@@ -94,19 +105,12 @@ def result_from_bytes(data: bytes) -> NotebookResult:
     return NotebookResult(**raw, exercises=exercises)
 
 
-def _failed(stem: str, status: str, problem: str) -> NotebookResult:
-    zeros = tuple(ExerciseResult.failed(n, f"not graded: {problem}") for n in EXERCISES[stem])
-    return NotebookResult(stem, status, problem, zeros)
-
-
 def _worker_zygote(limits: Limits) -> str | None:
     """The socket of this worker process's kernel factory for `limits.threads`, started on first use."""
-    from attn_course.grading.grader import _start_zygote
-
     key = str(limits.threads)
     with _ZYGOTE_LOCK:
         if key not in _ZYGOTES:
-            zygote = _start_zygote(limits)
+            zygote = start_zygote(limits)
             if zygote is None:
                 return None
             _ZYGOTES[key] = zygote
@@ -127,12 +131,10 @@ def grade_packed(
     from distributed import get_worker
     from jupyter_core.paths import jupyter_runtime_dir
 
-    from attn_course.grading.grader import _grade_one
-
     stem = notebook["stem"]
     if version != __version__:
         problem = f"the Dask worker has attn-course {__version__}, the grader {version}: install {version}"
-        return result_to_bytes(_failed(stem, "grader_error", problem))
+        return result_to_bytes(failed(stem, "grader_error", problem))
     worker = get_worker()
     sharing = threads_by_host.get(worker.address.split("://")[-1].rsplit(":", 1)[0], worker.state.nthreads)
     with tempfile.TemporaryDirectory(prefix="attn-grade-worker-") as temporary:
@@ -147,7 +149,7 @@ def grade_packed(
         )
         local = replace(local, zygote=_worker_zygote(local))
         submission = Submission(stem, where / notebook["file"], data, notebook["problem"])
-        result = _grade_one(Learner(learner, where, (submission,), ()), submission, local)
+        result = grade_one(Learner(learner, where, (submission,), ()), submission, local)
     return result_to_bytes(result)
 
 
@@ -159,6 +161,30 @@ def _threads_by_host(workers: dict[str, dict]) -> dict[str, int]:
     return dict(found)
 
 
+def _check_address(address: str) -> None:
+    """SchedulerError unless `address` is a scheduler address whose port answers within CONNECT_SECONDS."""
+    from distributed.comm.addressing import get_address_host_port, parse_address
+
+    try:
+        scheme, _ = parse_address(address)
+        host, port = get_address_host_port(address)
+    except (ValueError, TypeError) as error:
+        raise SchedulerError(
+            f"{address!r} is not a Dask scheduler address ({error}): give one as tcp://HOST:PORT, "
+            "for example tcp://127.0.0.1:8786"
+        ) from None
+    if scheme not in ("tcp", "tls"):
+        return  # another transport: the client says whether it can connect
+    try:
+        with socket.create_connection((host, port), timeout=CONNECT_SECONDS):
+            pass
+    except OSError as error:
+        why = "no answer" if isinstance(error, TimeoutError) else (error.strerror or str(error))
+        raise SchedulerError(
+            f"cannot reach the Dask scheduler at {address} ({why}): is `dask scheduler` running there?"
+        ) from None
+
+
 def connect(address: str) -> Client:
     """A Dask client of the scheduler at `address`; SchedulerError naming it when it cannot be reached."""
     try:
@@ -166,17 +192,25 @@ def connect(address: str) -> Client:
     except ImportError as error:
         raise SchedulerError(
             f"--scheduler needs Dask's distributed package ({error}): pip install 'attn-course[grading]'"
-        ) from error
+        ) from None
+    _check_address(address)
+    hook = sys.unraisablehook
+    sys.unraisablehook = lambda unraisable: None  # a client that failed to connect complains as it goes
     try:
-        return Client(address, set_as_default=False)
+        return Client(address, set_as_default=False, timeout=CONNECT_SECONDS)
     except (OSError, TimeoutError, ValueError) as error:
-        raise SchedulerError(f"cannot reach the Dask scheduler at {address}: {error}") from error
+        raise SchedulerError(f"cannot reach the Dask scheduler at {address}: {error}") from None
+    finally:
+        import gc
+
+        gc.collect()
+        sys.unraisablehook = hook
 
 
 def grade_on_cluster(
     address: str, tasks: list[tuple[Learner, Submission]], limits: Limits, *, progress: bool = False
-) -> dict[tuple[str, str], NotebookResult]:
-    """Grade each (learner, notebook) as a task on the Dask cluster at `address`; results as `grade_tasks`."""
+) -> Results:
+    """Grade each (learner, notebook) as a task on the Dask cluster at `address`; results as locally."""
     from distributed import as_completed
 
     client = connect(address)
@@ -186,26 +220,27 @@ def grade_on_cluster(
             raise SchedulerError(f"the Dask scheduler at {address} has no workers")
         threads = _threads_by_host(workers)
         sent: SentLimits = {"timeout": limits.timeout, "memory": limits.memory, "hidden": list(limits.hidden)}
-        folders = {}
+        folders: dict[str, bytes] = {}
         futures: dict[Future, tuple[str, str]] = {}
         for learner, submission in tasks:
-            if learner.name not in folders:
-                folders[learner.name] = client.scatter(pack_folder(learner.folder), hash=False)
+            if learner.name not in folders:  # sent with each of the learner's tasks, never held by one worker
+                folders[learner.name] = pack_folder(learner.folder)
             notebook = {"stem": submission.stem, "file": submission.path.name, "problem": submission.problem}
             future = client.submit(
                 grade_packed, folders[learner.name], learner.name, notebook, submission.data, sent,
-                threads, __version__, pure=False, key=f"attn-grade-{len(futures)}-{submission.stem}",
+                threads, __version__, pure=False, retries=RETRIES,
+                key=f"attn-grade-{len(futures)}-{submission.stem}",
             )  # fmt: skip
             futures[future] = (learner.name, submission.stem)
         bar = ProgressBar(len(tasks)) if progress else None
-        results: dict[tuple[str, str], NotebookResult] = {}
+        results: Results = {}
         for future in as_completed(list(futures), loop=client.loop):
             learner_name, stem = futures[future]
             try:
                 results[(learner_name, stem)] = result_from_bytes(future.result())
-            except Exception as error:  # a worker died or the task was lost: the grader's failure
-                problem = f"the Dask worker failed on this notebook ({type(error).__name__}: {error})"
-                results[(learner_name, stem)] = _failed(stem, "grader_error", problem)
+            except Exception as error:  # its workers kept dying, or it kept failing: the grader's failure
+                problem = f"the Dask cluster could not grade this notebook ({type(error).__name__}: {error})"
+                results[(learner_name, stem)] = failed(stem, "grader_error", " ".join(problem.split())[:300])
             if bar:
                 bar.advance()
         return results

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import replace
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from jupyter_core.paths import jupyter_runtime_dir
 
 from attn_course.grading import sandbox
 from attn_course.grading.class_report import write_class_report
+from attn_course.grading.dask_runner import grade_on_cluster
 from attn_course.grading.discover import (
     Learner,
     Submission,
@@ -24,17 +24,16 @@ from attn_course.grading.discover import (
     discover,
     misplaced_problem,
 )
-from attn_course.grading.execute import Limits, kernel_env, run_notebook
-from attn_course.grading.kernel_factory import Zygote
+from attn_course.grading.execute import Limits
 from attn_course.grading.points import POINTS
 from attn_course.grading.report import (
     FEEDBACK,
     GRADEBOOK,
-    ProgressBar,
     write_feedback,
     write_gradebook,
 )
 from attn_course.grading.results import ExerciseResult, GradeReport, LearnerResult, NotebookResult
+from attn_course.grading.tasks import grade_locally
 from attn_course.reference import EXERCISES
 
 DEFAULT_TIMEOUT = 180.0
@@ -42,18 +41,6 @@ DEFAULT_TIMEOUT = 180.0
 the wall-clock backstop is `execute.WALL_FACTOR` times this."""
 DEFAULT_MEMORY_GIB = 4.0
 """Memory (address space) each notebook's kernel may use, in GiB."""
-
-
-def _grade_one(learner: Learner, submission: Submission, limits: Limits) -> NotebookResult:
-    try:
-        result = run_notebook(learner, submission, limits)
-        if result.status == "grader_error" and limits.zygote:  # the factory is gone: start from scratch
-            result = run_notebook(learner, submission, replace(limits, zygote=None))
-        return result
-    except Exception as error:  # the grader's own failure: recorded, and the run exits non-zero
-        problem = f"the grader failed on this notebook ({type(error).__name__}: {error})"
-        zeros = tuple(ExerciseResult.failed(n, f"not graded: {problem}") for n in EXERCISES[submission.stem])
-        return NotebookResult(submission.stem, "grader_error", problem, zeros)
 
 
 def _missing(stem: str, learner: Learner | None = None) -> NotebookResult:
@@ -99,30 +86,16 @@ def grade_tasks(
     jobs: int = 2,
     fork: bool = True,
     progress: bool = False,
+    scheduler: str | None = None,
 ) -> dict[tuple[str, str], NotebookResult]:
-    """Grade each (learner, notebook) on this machine, `jobs` at a time; results by (learner, stem).
+    """Grade each (learner, notebook); results by (learner, stem).
 
-    With `fork` and more than one notebook, kernels are forked from a process that has imported
-    torch once (see `kernel_factory`).
+    On this machine, `jobs` at a time (`tasks.grade_locally`; with `fork`, kernels forked from one
+    kernel factory), or with `scheduler` on that Dask cluster (`dask_runner.grade_on_cluster`).
     """
-    zygote = _start_zygote(limits) if len(tasks) > 1 and fork else None
-    if zygote is not None:
-        limits = replace(limits, zygote=zygote.socket)
-    bar = ProgressBar(len(tasks)) if progress else None
-    results: dict[tuple[str, str], NotebookResult] = {}
-    try:
-        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-            futures = {
-                pool.submit(_grade_one, learner, s, limits): (learner.name, s.stem) for learner, s in tasks
-            }
-            for future in as_completed(futures):
-                results[futures[future]] = future.result()
-                if bar:
-                    bar.advance()
-    finally:
-        if zygote is not None:
-            zygote.close()
-    return results
+    if scheduler is not None:
+        return grade_on_cluster(scheduler, tasks, limits, progress=progress)
+    return grade_locally(tasks, limits, jobs=jobs, fork=fork, progress=progress)
 
 
 def learner_result(
@@ -161,12 +134,7 @@ def grade(
     tasks = [(learner, submission) for learner in learners for submission in learner.submissions]
     hidden = (str(submissions.resolve()), str(out.resolve()))
     limits = make_limits(hidden, jobs=jobs, timeout=timeout, memory_gib=memory_gib)
-    if scheduler is not None:
-        from attn_course.grading.dask_runner import grade_on_cluster
-
-        results = grade_on_cluster(scheduler, tasks, limits, progress=progress)
-    else:
-        results = grade_tasks(tasks, limits, jobs=jobs, fork=fork, progress=progress)
+    results = grade_tasks(tasks, limits, jobs=jobs, fork=fork, progress=progress, scheduler=scheduler)
     misplaced = {m[0] for learner in learners for m in learner.misplaced}
     stems = [stem for stem in EXERCISES if stem in misplaced or any(stem == s for _, s in results)]
     exercises = tuple(name for stem in stems for name in EXERCISES[stem])
@@ -207,13 +175,3 @@ def checker_failures(learners: tuple[LearnerResult, ...]) -> tuple[str, ...]:
 
 def _with_seconds(report: GradeReport, seconds: float) -> GradeReport:
     return replace(report, seconds=seconds)
-
-
-def _start_zygote(limits: Limits) -> Zygote | None:
-    """A kernel factory, or None (then each kernel starts from scratch) where forking is unavailable."""
-    if not hasattr(os, "fork"):
-        return None
-    try:
-        return Zygote(kernel_env(limits))
-    except (OSError, RuntimeError):
-        return None

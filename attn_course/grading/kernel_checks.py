@@ -56,7 +56,10 @@ def _shadowed_modules(trusted: tuple[str, ...]) -> list[str]:
         file = getattr(module, "__file__", None)
         if not file or os.path.realpath(file).startswith(trusted) or "." in name:
             continue
-        if PathFinder.find_spec(name, installed) is not None:
+        spec = PathFinder.find_spec(name, installed)
+        # the installed module itself, reached through a link out of its folder (Debian and Ubuntu's
+        # sitecustomize, /usr/lib/python3.X -> /etc/python3.X), replaces nothing
+        if spec is not None and os.path.realpath(spec.origin or "") != os.path.realpath(file):
             shadowed.append(name)
     return sorted(shadowed)
 

@@ -5,7 +5,10 @@ solution notebook and `COURSE_DIR/nbgrader_config.py`. In each notebook, the cel
 exercise becomes an nbgrader solution cell (its `### BEGIN SOLUTION` region is the one
 `attn-course release` stubs, and the config makes nbgrader write the same stub), and the exercise's
 check cell (`check_NAME(NAME)`) becomes a locked autograder test worth the course's points
-(`points.POINTS`). nbgrader then generates the student version, collects and autogrades as usual.
+(`points.POINTS`). nbgrader then generates the student version, collects and autogrades as usual,
+except that the config makes autograde grade each check cell with the course's own grader
+(`nbgrader_autograde`): the checks imported afresh, the reference and tampering refused, exactly as
+`attn-course grade` does, so the scores are the same.
 
 The written questions (`attn_course.questions`) are graded by hand: each question cell becomes a
 read-only cell and the learner's answer cell after it a manually graded answer worth
@@ -32,6 +35,7 @@ from attn_course.grading.points import POINTS
 from attn_course.questions import answer_cells, question_label
 from attn_course.reference import EXERCISES
 from attn_course.tooling.release import BEGIN, CODE_STUB, MARKDOWN_STUB, clean, with_header
+from attn_course.tooling.repository import REPOSITORY
 
 SCHEMA_VERSION = 3
 """nbgrader's cell metadata schema."""
@@ -72,6 +76,19 @@ class KeepAnswerPrompts(ClearSolutions):  # ClearSolutions, except for the cours
 c.GenerateAssignment.preprocessors = [
     KeepAnswerPrompts if step is ClearSolutions else step
     for step in GenerateAssignment.preprocessors.default()
+]
+
+# Autograde as `attn-course grade` does: each check cell runs the course's own checks, imported
+# afresh, and the reference and tampering score zero (attn_course.grading.nbgrader_autograde).
+from nbgrader.converters import Autograde  # noqa: E402
+from nbgrader.preprocessors import Execute  # noqa: E402
+
+from attn_course.grading.nbgrader_autograde import CourseChecks, CourseVerdicts  # noqa: E402
+
+c.Autograde.autograde_preprocessors = [
+    found
+    for step in Autograde.autograde_preprocessors.default()
+    for found in ((CourseChecks, Execute, CourseVerdicts) if step is Execute else (step,))
 ]
 """
 
@@ -162,9 +179,16 @@ def export_nbgrader(
     """Write an nbgrader course to `course` from the solution notebooks in `solutions`."""
     stems = course_notebooks(notebooks)
     sources = {stem: solutions / f"{stem}.ipynb" for stem in stems}
-    missing = [str(path) for path in sources.values() if not path.is_file()]
+    missing = [path.name for path in sources.values() if not path.is_file()]
+    if len(missing) == len(sources):  # no folder of solutions here: an installed package has none
+        raise ExportError(
+            f"no solution notebooks in {solutions} (looked for {missing[0]}"
+            f"{f' and {len(missing) - 1} more' if len(missing) > 1 else ''}): they are in the course's "
+            f"repository, not in the installed package: git clone {REPOSITORY}, "
+            "then --solutions CLONE/solutions"
+        )
     if missing:
-        raise ExportError(f"solution notebook(s) not found: {', '.join(missing)} (use --solutions DIR)")
+        raise ExportError(f"solution notebook(s) not found in {solutions}: {', '.join(missing)}")
     converted = {}
     for stem, path in sources.items():
         try:

@@ -1,0 +1,84 @@
+"""One notebook as a task: what grading one (learner, notebook) runs, here or on a Dask worker.
+
+`grade_one` is the task, the same wherever it runs; `grade_locally` runs tasks on this machine,
+`jobs` at a time, with kernels forked from one kernel factory. `dask_runner.grade_on_cluster` runs
+the same task on a Dask cluster, and `grader.grade_tasks` picks between the two. Nothing here
+imports `grader` or `dask_runner`, so that the runners depend on this module and never on each other.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import replace
+
+from attn_course.grading.discover import Learner, Submission
+from attn_course.grading.execute import Limits, kernel_env, run_notebook
+from attn_course.grading.kernel_factory import Zygote
+from attn_course.grading.report import ProgressBar
+from attn_course.grading.results import ExerciseResult, NotebookResult
+from attn_course.reference import EXERCISES
+
+Results = dict[tuple[str, str], NotebookResult]
+"""Notebook results by (learner, stem)."""
+
+
+def failed(stem: str, status: str, problem: str) -> NotebookResult:
+    """A notebook that could not be graded: every exercise at zero, saying why."""
+    zeros = tuple(ExerciseResult.failed(n, f"not graded: {problem}") for n in EXERCISES[stem])
+    return NotebookResult(stem, status, problem, zeros)
+
+
+def grade_one(learner: Learner, submission: Submission, limits: Limits) -> NotebookResult:
+    """Grade one notebook of one learner; the grader's own failure is a result, never an exception."""
+    try:
+        result = run_notebook(learner, submission, limits)
+        if result.status == "grader_error" and limits.zygote:  # the factory is gone: start from scratch
+            result = run_notebook(learner, submission, replace(limits, zygote=None))
+        return result
+    except Exception as error:  # the grader's own failure: recorded, and the run exits non-zero
+        problem = f"the grader failed on this notebook ({type(error).__name__}: {error})"
+        return failed(submission.stem, "grader_error", problem)
+
+
+def start_zygote(limits: Limits) -> Zygote | None:
+    """A kernel factory, or None (then each kernel starts from scratch) where forking is unavailable."""
+    if not hasattr(os, "fork"):
+        return None
+    try:
+        return Zygote(kernel_env(limits))
+    except (OSError, RuntimeError):
+        return None
+
+
+def grade_locally(
+    tasks: list[tuple[Learner, Submission]],
+    limits: Limits,
+    *,
+    jobs: int = 2,
+    fork: bool = True,
+    progress: bool = False,
+) -> Results:
+    """Grade each (learner, notebook) on this machine, `jobs` at a time; results by (learner, stem).
+
+    With `fork` and more than one notebook, kernels are forked from a process that has imported
+    torch once (see `kernel_factory`).
+    """
+    zygote = start_zygote(limits) if len(tasks) > 1 and fork else None
+    if zygote is not None:
+        limits = replace(limits, zygote=zygote.socket)
+    bar = ProgressBar(len(tasks)) if progress else None
+    results: Results = {}
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+            futures = {
+                pool.submit(grade_one, learner, s, limits): (learner.name, s.stem) for learner, s in tasks
+            }
+            for future in as_completed(futures):
+                results[futures[future]] = future.result()
+                if bar:
+                    bar.advance()
+    finally:
+        if zygote is not None:
+            zygote.close()
+    return results
