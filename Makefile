@@ -46,10 +46,10 @@ lab: setup-lab
 	$(BIN)/attn-course workspace --into $(WORK)
 	$(BIN)/jupyter lab --port=$(PORT) $(LAB_FLAGS) --ServerApp.root_dir=$(LAB_ROOT) $(LAB_EXTRA)
 
-# Tests on every core (pytest-xdist; tests/conftest.py groups what must share a worker); JOBS=1 runs
-# them in this process, one after another.
+# Tests on every core (pytest-xdist; the root conftest.py says which tests share a worker); JOBS=1
+# runs them in this process, one after another.
 JOBS ?= auto
-PYTEST_JOBS = $(if $(filter 1,$(JOBS)),-p no:xdist,-n $(JOBS) --dist loadgroup)
+PYTEST_JOBS = $(if $(filter 1,$(JOBS)),-p no:xdist,-n $(JOBS))
 
 test: setup
 	$(BIN)/ruff check .

@@ -9,8 +9,10 @@ their full budgets.
 The GPU tier (`make test-gpu`, `tools.gpu_tier`) sets ATTN_COURSE_GPU_TIER=1: then Triton
 compiles its kernels for the GPU (tests/conftest.py runs only the tests marked `gpu`).
 
-Under pytest-xdist each worker, and each kernel it starts, uses one torch thread, so that the
-workers do not oversubscribe the cores.
+`make test` runs the tests on every core with pytest-xdist (`-n auto`). Each worker, and each kernel
+it starts, uses one torch thread, so that the workers do not oversubscribe the cores. `work_unit`
+says which tests must share a worker (xdist's own `xdist_group` marks do not reach its scheduler under
+pytest 9.2, which no longer lets a plugin rename a test's node id).
 
 nbval runs each solution notebook with the swap test's learner versions inserted, and what each
 cell printed is recorded for that test (tests/solution_runs.py): one run serves both.
@@ -40,6 +42,45 @@ if str(TESTS) not in sys.path:  # solution_runs and the learner code it swaps in
     sys.path.insert(0, str(TESTS))
 
 from solution_runs import SwappedSolutionFile, record_cell  # noqa: E402
+
+SHARED_FIXTURE_FILES = {"test_browser.py", "test_triton_compile.py", "test_gpu_checks.py"}
+"""Test files whose tests share one expensive module fixture (a JupyterLab server, compiled kernels),
+besides the grading tests (a graded class): each file's tests run on one worker."""
+
+
+def work_unit(nodeid: str) -> str:
+    """The tests that run on one xdist worker, in collection order, share this name.
+
+    >>> work_unit("solutions/02_scaling.ipynb::Cell 3")
+    'solution-02_scaling'
+    >>> work_unit("tests/test_learner_code_used.py::test_cells[02_scaling-scaled_dot_product_attention]")
+    'solution-02_scaling'
+    >>> work_unit("tests/test_grading_dask.py::test_kill")
+    'tests/test_grading_dask.py'
+    >>> work_unit("tests/test_masking.py::test_causal")
+    'tests/test_masking.py::test_causal'
+    """
+    path, _, test = nodeid.partition("::")
+    name = path.rsplit("/", 1)[-1]
+    if path.startswith("solutions/") and name.endswith(".ipynb"):  # nbval's cells share one kernel
+        return f"solution-{name.removesuffix('.ipynb')}"
+    if name == "test_learner_code_used.py" and "[" in test:  # reads nbval's run of its notebook
+        return f"solution-{test.split('[', 1)[1].split('-', 1)[0]}"
+    if name in SHARED_FIXTURE_FILES or name.startswith("test_grading"):
+        return path
+    return nodeid
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """xdist's scope scheduler, with `work_unit` as the scope (largest units first)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class CourseScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    return CourseScheduling(config, log)  # type: ignore[arg-type]
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

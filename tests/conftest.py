@@ -4,10 +4,8 @@ The environment every test and notebook runs in (quick budgets, Triton's interpr
 thread per xdist worker) and the collection of the solution notebooks for nbval are set in the
 repository's root `conftest.py`.
 
-`make test` runs the tests on every core with pytest-xdist (`-n auto --dist loadgroup`). Tests that
-share an expensive module fixture (a JupyterLab server, a graded class) stay on one worker
-(`SHARED_FIXTURE_FILES`), and nbval's run of each solution notebook and the swap test that reads it
-run on one worker, in that order (`solution_runs.py`).
+Under pytest-xdist (`make test`), nbval's run of each solution notebook and the swap tests that read
+it are one work unit (the root `conftest.py` says which tests share a worker); they run in that order.
 """
 
 import os
@@ -37,10 +35,6 @@ SLOW_FILES = {
 (ipywidgets driven control by control), nbval and the tests marked `slow` one by one."""
 
 
-SHARED_FIXTURE_FILES = {"test_browser.py", "test_triton_compile.py", "test_gpu_checks.py"}
-"""Test files whose tests share one expensive module fixture, besides the grading tests: one worker each."""
-
-
 def is_slow(path: str) -> bool:
     """Whether the tests in the file at `path` are left out of `make test-fast`."""
     name = path.replace("\\", "/").rsplit("/", 1)[-1]
@@ -48,13 +42,8 @@ def is_slow(path: str) -> bool:
     return name in SLOW_FILES or slow_kinds
 
 
-def _shares_fixtures(path: str) -> bool:
-    name = path.replace("\\", "/").rsplit("/", 1)[-1]
-    return name in SHARED_FIXTURE_FILES or name.startswith("test_grading")
-
-
 def _order_and_group(items: list[pytest.Item]) -> None:
-    """Keep nbval's cells of a solution notebook, then the swap tests reading them, on one worker."""
+    """Put the swap tests of a solution notebook right after nbval's cells of it (one work unit)."""
     swap_tests: dict[str, list[pytest.Item]] = defaultdict(list)
     for item in items:
         stem = getattr(item, "callspec", None) and item.callspec.params.get("stem")
@@ -74,19 +63,11 @@ def _order_and_group(items: list[pytest.Item]) -> None:
         if isinstance(item.parent, SwappedSolutionFile) and last_cell.get(stem) == index:
             ordered.extend(swap_tests.get(stem, []))
     items[:] = ordered
-    for item in items:
-        if isinstance(item.parent, SwappedSolutionFile):
-            item.add_marker(pytest.mark.xdist_group(f"solution-{item.path.stem}"))
-        elif item.path.name == "test_learner_code_used.py":
-            stem = item.callspec.params.get("stem")  # type: ignore[attr-defined]
-            item.add_marker(pytest.mark.xdist_group(f"solution-{stem}"))
-        elif _shares_fixtures(str(item.path)):
-            item.add_marker(pytest.mark.xdist_group(item.path.name))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark the slow tests; skip `gpu` tests outside the GPU tier, and every other test inside it;
-    group the tests for xdist's workers (`_order_and_group`)."""
+    order the swap tests after the nbval run they read (`_order_and_group`)."""
     from attn_course.triton_flash.runtime import gpu_problem
 
     _order_and_group(items)
