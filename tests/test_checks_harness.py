@@ -1,5 +1,7 @@
 """What every check does whatever the exercise: input validation, quiet failures, determinism."""
 
+# ruff: noqa: E501  (a table of learner cases, one case a few lines)
+
 from __future__ import annotations
 
 import warnings
@@ -7,6 +9,8 @@ import warnings
 import nbformat
 import pytest
 import torch
+from check_assertions import assert_rejected
+from learner_code import FLASH_QUERY_BLOCK, MERGE, MHA, SCORES, SPLIT, learner
 from nbclient import NotebookClient
 
 import attn_course.checks
@@ -151,3 +155,62 @@ def test_pass_detail_finds_the_named_checks_last_pass_line_with_or_without_colou
     assert pass_detail(output, "dot_product_attention") == "last"
     assert pass_detail(output, "scaled_dot_product_attention") == "other check"
     assert pass_detail(output, "softmax") is None
+
+
+# Family 2 of issue 27: a size error of the learner's line is explained (which tensors, their shapes,
+# the usual cause), generically, whatever the check. Each case is a right learner solution, one edit.
+SHAPE_ERRORS = [
+    pytest.param(
+        "split_heads", SPLIT, ("d = d_model // n_heads", "d = d_model // n_heads + 1"),
+        "`x` (2, 5, 12) has 120 entries, but the shape [2, 5, 3, 5] needs 150 entries", id="view-wrong-length",
+    ),
+    pytest.param(
+        "dot_product_scores", SCORES, ("q @ k.transpose(-2, -1)", "q @ k"),
+        "here 6 meets 5. On that line: `q` (3, 6), `k` (5, 6). Usual causes: k not transposed", id="k-not-transposed",
+    ),
+    pytest.param(
+        "flash_attention_query_block", FLASH_QUERY_BLOCK, ("l = l * alpha + p.sum(dim=-1, keepdim=True)",
+                                                          "l = l * alpha + p.sum(dim=-1)"),
+        "`p.sum(dim=-1)` drops the axis it reduces ((2, 3, 16, 16) becomes (2, 3, 16))", id="sum-without-keepdim",
+    ),
+    pytest.param(
+        "MultiHeadAttention", MHA, ("return self.out(out)", "return self.out(out.transpose(1, 2))"),
+        "Linear layer with in_features=", id="linear-given-the-wrong-tensor",
+    ),
+    pytest.param(
+        "split_heads", SPLIT, ("return x.view(b, t, n_heads, d).transpose(1, 2)",
+                               "return rearrange(x, 'b t (h d) -> b h t d', h=n_heads + 2)"),
+        "splits an axis of length 12 into groups of 5, which does not divide it", id="einops-wrong-size",
+    ),
+    pytest.param(
+        "merge_heads", MERGE, ("return x.transpose(1, 2).reshape(b, t, h * d)", "return x.transpose(1, 2).view(b, t, h * d)"),
+        "view needs a contiguous tensor, and a transposed or permuted one is not", id="view-after-transpose",
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("exercise", "source", "edit", "phrase"), SHAPE_ERRORS)
+def test_a_size_error_of_the_learners_line_is_explained(exercise, source, edit, phrase, capsys):
+    assert_rejected(
+        getattr(attn_course.checks, f"check_{exercise}"), learner(source, exercise, edit), phrase, capsys
+    )
+
+
+def test_an_error_of_the_learners_code_in_a_call_the_check_makes_for_them_is_theirs():
+    @check
+    def check_made_up_callback(candidate):
+        return candidate()(torch.ones(3))  # the learner's returned function, called outside call()
+
+    def made_up_callback():
+        def inner(x):
+            return x @ torch.ones(4, 2)
+
+        return inner
+
+    try:
+        with pytest.raises(CheckFailed) as failure:
+            check_made_up_callback(made_up_callback)
+    finally:
+        del CHECKS["made_up_callback"]
+    message = str(failure.value)
+    assert message.startswith("Your code raised RuntimeError") and "`return x @ torch.ones(4, 2)`" in message

@@ -26,6 +26,8 @@ from attn_course.checks._harness import (
     difference,
     expect_tensor,
     is_close,
+    is_learners,
+    learner_raised,
     randn,
 )
 from attn_course.checks.flash import _FUSED, _OpRecorder
@@ -802,15 +804,16 @@ def _compare_function(
             "implemented yet: replace `raise NotImplementedError` with your code, run that cell, then run "
             "this check again."
         ) from None
-    except RuntimeError as error:
-        first = str(error).splitlines()[0]
-        hint = ""
+    except Exception as error:  # autograd's complaint about what backward returned, or the learner's raise
+        first = str(error).splitlines()[0] if str(error) else ""
         if "incorrect number of gradients" in first:
-            hint = (
-                " backward must return one gradient per argument of forward (after ctx): "
-                "dq, dk, dv, None, None."
-            )
-        raise CheckFailed(f"The backward of {called} raised RuntimeError: {first}.{hint}") from None
+            raise CheckFailed(
+                f"The backward of {called} raised RuntimeError: {first}. backward must return one gradient "
+                "per argument of forward (after ctx): dq, dk, dv, None, None."
+            ) from None
+        if not is_learners(error) and not isinstance(error, RuntimeError):
+            raise
+        raise learner_raised(f"The backward of {called}", error) from None
     dq, dk, dv = (torch.zeros_like(x) if g is None else g for g, x in zip(grads, (q, k, v), strict=True))
     grads = (dq, dk, dv)
     expected = _autograd_grads(q, k, v, grad_out, is_causal)
@@ -922,6 +925,9 @@ def _gradcheck(candidate: Any) -> None:
     try:
         torch.autograd.gradcheck(function, (q, k, v), eps=1e-6, atol=1e-5, rtol=1e-4)
     except Exception as error:  # GradcheckError, or what the learner's code raised
+        if is_learners(error):
+            called = "FlashAttentionFunction.apply(q (1, 2, 5, 4), k (1, 2, 7, 4), v (1, 2, 7, 3), True, 3)"
+            raise learner_raised(f"Your code, under torch.autograd.gradcheck of {called},", error) from None
         first = str(error).strip().splitlines()[0][:300]
         raise CheckFailed(
             "torch.autograd.gradcheck (float64, q (1, 2, 5, 4), k (1, 2, 7, 4), v (1, 2, 7, 3), causal, "
