@@ -1,5 +1,6 @@
 """The checks of notebook 10 reject mistakes written as learners write them, and accept right answers."""
 
+# ruff: noqa: E501  (tables of learner cases)
 from __future__ import annotations
 
 import math
@@ -488,8 +489,32 @@ WRONG = [
     pytest.param(
         check_GroupedQueryAttention,
         gqa_class(("v = repeat_kv_einops(v, n_rep)", "v = v.repeat(1, n_rep, 1, 1)")),
-        "It is right with n_kv_heads == n_heads",
+        "shares the value heads interleaved (query head j reads value head j % n_kv_heads)",
         id="gqa-only-values-interleaved",
+    ),
+    # No table entry matches these: the probe reads the layer's merged heads (issue 27, family 1).
+    pytest.param(
+        check_GroupedQueryAttention,
+        gqa_class(("attention(q, k, v, mask=mask", "attention(q, k, k, mask=mask")),
+        "mixes the keys k instead of the values v",
+        id="gqa-probe-keys-as-values",
+    ),
+    pytest.param(
+        check_GroupedQueryAttention,
+        gqa_class(("return self.out(rearrange(out,", "return self.out(1.5 * rearrange(out,")),
+        "gives 1.5 times a weighted average of the values",
+        id="gqa-probe-factor",
+    ),
+    pytest.param(
+        check_GroupedQueryAttention,
+        gqa_class(
+            (
+                "attention(q, k, v, mask=mask, is_causal=is_causal)",
+                "attention(q, k, v, mask=mask, is_causal=is_causal)\n        out = out.flip(-2) if is_causal else out",
+            )
+        ),
+        "is_causal=True query i attends keys 0 … i only",
+        id="gqa-probe-causal-rows-reversed",
     ),
     pytest.param(
         check_GroupedQueryAttention,

@@ -39,7 +39,9 @@ class Heads:
     causal: torch.Tensor | None = None
     """(t_q, t_k) the causal part alone, when is_causal."""
     others: tuple[tuple[str, torch.Tensor], ...] = ()
-    """Other tensors the outputs might mix by mistake, by the words that name them: ("the keys k", k)."""
+    """Other tensors the outputs might mix by mistake, each with the sentence that names the mistake."""
+    other_scores: tuple[tuple[str, torch.Tensor, torch.Tensor], ...] = ()
+    """Other (queries, keys) the scores might come from by mistake, each with its sentence."""
 
     def scores(self) -> torch.Tensor:
         return self.q @ self.k.transpose(-2, -1) / math.sqrt(self.q.shape[-1])  # (b, h, t_q, t_k)
@@ -115,9 +117,7 @@ def diagnose_heads(merged: torch.Tensor | None, ref: Heads, out_name: str = "sel
             "output is weights @ v, with v the head's own slice of the value projection." + heads
         )
     if found_in is not None:
-        return (
-            f"mixes {found_in} instead of the values v: out = weights @ v, v from its own projection." + heads
-        )
+        return found_in + heads
     found = _read_weights(weights, ref)
     return found + heads if found else None
 
@@ -191,6 +191,10 @@ def _read_weights(weights: torch.Tensor, ref: Heads) -> str | None:
                 f"{math.sqrt(d):.4g}: d_k is the width of one head's queries and keys, q.shape[-1] after "
                 "the split."
             )
+    for sentence, q, k in ref.other_scores:
+        other = centred(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]))
+        if _close(w, other, 1e-4):
+            return sentence
     return (
         "uses weights that sum to 1 over the keys but are not the softmax of q·kᵀ/√d_k: check which "
         "part of the projection q and k are, how they are split into heads, and their scores."

@@ -659,11 +659,13 @@ def _reference_heads(
     causal = torch.ones(t_q, t_k, dtype=torch.bool).tril(diagonal=t_k - t_q) if is_causal else None
     if causal is not None:
         allowed = allowed & causal
-    others = [("the keys k", k)]
+    others = [("mixes the keys k instead of the values v: out = weights @ v, with v its own projection.", k)]
     if context is not None:
         x_values = project(x)[2]
         if x_values.shape == v.shape:
-            others.append(("values from x, not from the context", x_values))
+            others.append(
+                ("takes the values from x: with a context, keys and values both come from it.", x_values)
+            )
     return Heads(q, k, v, allowed, causal, tuple(others))
 
 

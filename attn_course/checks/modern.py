@@ -24,6 +24,7 @@ from attn_course.checks._harness import (
     is_close,
     randn,
 )
+from attn_course.checks._probe import Heads, diagnose_heads, merged_input
 from attn_course.checks.flash import _FUSED, _OpRecorder
 from attn_course.checks.masking import _expect_bool_mask
 from attn_course.heads import merge_heads, split_heads
@@ -210,6 +211,56 @@ def _gqa_layer(candidate: Callable[..., Any], d_model: int, n_heads: int, n_kv_h
     return layer
 
 
+def _probe_gqa(
+    candidate: Callable[..., Any], n_heads: int, n_kv_heads: int, mask: torch.Tensor | None, is_causal: bool
+) -> str | None:
+    """Which part of the learner's layer is wrong, on a layer with d_head = 8 ≥ the number of keys."""
+    d_model = 8 * n_heads
+    layer = _gqa_layer(candidate, d_model, n_heads, n_kv_heads).double().eval()
+    params = {}
+    with torch.no_grad():
+        for name, parameter in layer.named_parameters():
+            parameter.copy_(randn(*parameter.shape) * (1.5 / math.sqrt(parameter.shape[-1])))
+            params[name] = parameter.detach().clone()
+
+    def linear(name: str, x: torch.Tensor) -> torch.Tensor:
+        return nn.functional.linear(x, params[f"{name}.weight"], params.get(f"{name}.bias"))
+
+    x = randn(2, 5, d_model)
+    n_rep = n_heads // n_kv_heads
+    q = split_heads(linear("q", x), n_heads)  # (b, h, t, d)
+    k, v = split_heads(linear("k", x), n_kv_heads), split_heads(linear("v", x), n_kv_heads)  # (b, h_kv, t, d)
+    allowed = torch.ones(2, n_heads, 5, 5, dtype=torch.bool)
+    if mask is not None:
+        allowed = allowed & mask.unsqueeze(-3)
+    causal = torch.ones(5, 5, dtype=torch.bool).tril() if is_causal else None
+    if causal is not None:
+        allowed = allowed & causal
+    others = (
+        (
+            "mixes the keys k instead of the values v: out = weights @ v, with v its own projection.",
+            k.repeat_interleave(n_rep, dim=1),
+        ),
+        (
+            "shares the value heads interleaved (query head j reads value head j % n_kv_heads): it reads "
+            "head j // (n_heads // n_kv_heads), as its key head does (repeat_kv, repeat_interleave).",
+            v.repeat(1, n_rep, 1, 1),
+        ),
+    )
+    heads = Heads(
+        q, k.repeat_interleave(n_rep, dim=1), v.repeat_interleave(n_rep, dim=1), allowed, causal, others
+    )
+    given: dict[str, Any] = {"mask": mask} if mask is not None else {}
+    if is_causal:
+        given["is_causal"] = True
+    found = diagnose_heads(merged_input(layer, lambda: layer(x, **given)), heads)
+    return (
+        None
+        if found is None
+        else f"{found} (Seen on GroupedQueryAttention({d_model}, {n_heads}, {n_kv_heads}).)"
+    )
+
+
 @check
 def check_GroupedQueryAttention(candidate: Any) -> str:  # noqa: N802 (exercise name)
     """Seeded weights copied into the learner's layer; MHA, GQA and MQA against the reference."""
@@ -257,6 +308,9 @@ def check_GroupedQueryAttention(candidate: Any) -> str:  # noqa: N802 (exercise 
                 wrong = _gqa_forward(params, n_heads, n_kv_heads, x, mask, is_causal, **knobs)
                 if not is_close(wrong, expected) and is_close(out, wrong):
                     raise CheckFailed(f"{what} {message}")
+            probed = _probe_gqa(candidate, n_heads, n_kv_heads, mask, is_causal)
+            if probed:
+                raise CheckFailed(f"{what} {probed}")
             where = (
                 " It is right with n_kv_heads == n_heads (plain multi-head attention), so the sharing goes "
                 "wrong: query head j reads key/value head j // (n_heads // n_kv_heads); repeat k and v with "

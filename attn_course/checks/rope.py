@@ -23,6 +23,7 @@ from attn_course.checks._harness import (
     expect_tensor,
     randn,
 )
+from attn_course.checks._probe import Heads, diagnose_heads, merged_input
 from attn_course.heads import merge_heads, split_heads
 from attn_course.rope import RotaryMultiHeadAttention, apply_rope_rotate_half
 
@@ -580,8 +581,15 @@ def check_RotaryMultiHeadAttention(candidate: Callable[..., Any]) -> str:  # noq
         expected = ref(x, **forward_kwargs)  # (b, t, d_model)
         out = expect_tensor(got, expected.shape, f"The output of your {shown}")
         mistakes = [Mistake(message, _mha_knob(ref, knobs)) for message, knobs in _MHA_MISTAKES]
+        probe = functools.partial(_probe_rotary, candidate, n_heads, init_kwargs, given, tuple(x.shape[:2]))
         expect_close(
-            out, expected, f"The output of your {shown}", mistakes=mistakes, args=(x,), kwargs=forward_kwargs
+            out,
+            expected,
+            f"The output of your {shown}",
+            mistakes=mistakes,
+            args=(x,),
+            kwargs=forward_kwargs,
+            diagnose=lambda actual, expected, probe=probe: probe(),  # type: ignore[misc]
         )
     module = call(name, candidate, 16, 4, hint=signature)
     ref = reference.RotaryMultiHeadAttention(16, 4)
@@ -592,6 +600,48 @@ def check_RotaryMultiHeadAttention(candidate: Callable[..., Any]) -> str:  # noq
     )
     _expect_rotary_runs_on_cuda(candidate, signature)
     return "6 cases (heads, causal, positions with gaps, mask, base, bias=False) and gradients"
+
+
+def _probe_rotary(
+    candidate: Callable[..., Any],
+    n_heads: int,
+    init_kwargs: dict[str, Any],
+    given: dict[str, Any],
+    batch_and_tokens: tuple[int, int],
+) -> str | None:
+    """Which part of the learner's layer is wrong, on a layer with d_k = 8 ≥ the number of keys."""
+    d_model = 8 * n_heads
+    ref = reference.RotaryMultiHeadAttention(d_model, n_heads, **init_kwargs).double()
+    module = call("RotaryMultiHeadAttention", candidate, d_model, n_heads, **init_kwargs)
+    _copy_parameters(module, ref, f"Your RotaryMultiHeadAttention({d_model}, {n_heads})")
+    module = module.double()
+    x = randn(*batch_and_tokens, d_model)  # (b, t, d_model)
+    positions, mask = given.get("positions"), given.get("mask")
+    with torch.no_grad():
+        q, k, v = (split_heads(t, n_heads) for t in ref.qkv(x).chunk(3, dim=-1))  # each (b, h, t, d_k)
+        plain_k = k
+        q, k = (reference.apply_rope(t, positions, ref.base) for t in (q, k))  # each (b, h, t, d_k)
+    b, h, t, _ = q.shape
+    allowed = torch.ones(b, h, t, t, dtype=torch.bool)
+    if mask is not None:
+        allowed = allowed & mask.unsqueeze(-3)
+    causal = torch.ones(t, t, dtype=torch.bool).tril() if given.get("is_causal") else None
+    if causal is not None:
+        allowed = allowed & causal
+    keys = "mixes the keys k instead of the values v: out = weights @ v, with v its own projection."
+    others = ((keys, plain_k), (keys, k))
+    plain_q = split_heads(ref.qkv(x).chunk(3, dim=-1)[0], n_heads).detach()  # (b, h, t, d_k)
+    default_q, default_k = (reference.apply_rope(t, None, ref.base) for t in (plain_q, plain_k))
+    stated = "rotates {} by the positions 0 … t-1 instead of the `positions` given: pass positions to both."
+    other_scores = (
+        ("rotates neither q nor k: apply_rope to both, after the split into heads.", plain_q, plain_k),
+        (stated.format("k"), q, default_k),
+        (stated.format("q"), default_q, k),
+        (stated.format("q and k"), default_q, default_k),
+    )
+    merged = merged_input(module, lambda: module(x, **given))
+    found = diagnose_heads(merged, Heads(q, k, v, allowed, causal, others, other_scores))
+    return None if found is None else f"{found} (Seen on RotaryMultiHeadAttention({d_model}, {n_heads}).)"
 
 
 def _expect_rotary_runs_on_cuda(candidate: Callable[..., Any], signature: str) -> None:
