@@ -75,6 +75,8 @@ WRONG = [
     pytest.param("sample_next", SAMPLE, [(DRAW, DRAW + ".float()")], "token ids are integers", id="sample-float"),
     pytest.param("sample_next", SAMPLE, [("logits = logits / temperature", "logits = logits / temperature ** 2")],
                  "what a code that divides by the temperature twice (logits / T / T) gives", id="sample-temperature-squared"),
+    pytest.param("sample_next", SAMPLE, [(DRAW, "torch.manual_seed(0)\n    " + DRAW.replace(", generator=generator", ""))],
+                 "drew the same tokens from generators seeded 1234 and 4321", id="sample-seeds-itself"),
     # How the distribution differs, when no known mistake matches (issue 27, family 3).
     pytest.param("next_token_probs", PROBS, [(SOFTMAX, "return torch.softmax(logits / temperature, dim=-1)")],
                  "its probabilities are sharper than softmax(logits / 0.5): they fit a temperature of 0.25",

@@ -803,15 +803,13 @@ def _wrong_slices(a: torch.Tensor, wrong: torch.Tensor) -> list[str]:
         if 0 < len(bad_indices) < size:
             name = _axis_name(axis, a.dim())
             note = f"only {name} {_ranges(bad_indices)} of {size} are wrong (the others are right)"
-            if bad_indices == list(range(1, size)):
+            if bad_indices == list(range(1, size)) and axis < a.dim() - 2:  # a batch or head axis
                 note += (
                     ": all but the first, so something is taken from index 0 only, or a size-1 axis "
                     "broadcast where each index needs its own"
                 )
             elif bad_indices == list(range(bad_indices[0], size)) and axis >= a.dim() - 2:
-                note += (
-                    ": the end of that axis, as a last, partial block or a range that stops early leaves it"
-                )
+                note += ": the last ones (a last, partial block, or a range that stops early?)"
             notes.append(note)
     return notes
 
@@ -896,6 +894,46 @@ def unpack_out_and_weights(
     ):
         raise CheckFailed(f"`{name}` returned (weights, out): return them in the order (out, weights).")
     return out, weights
+
+
+def as_view(x: torch.Tensor) -> torch.Tensor:
+    """x with the same values as a non-contiguous view whose last axis stays contiguous, as a tensor
+    is after split_heads (axes -3 and -2 swapped in memory) or a slice of a wider one (2 axes)."""
+    if x.dim() >= 3:
+        return x.transpose(-2, -3).contiguous().transpose(-2, -3)
+    if x.dim() == 2:
+        wider = torch.zeros(x.shape[0], 2 * x.shape[1], dtype=x.dtype, device=x.device)
+        return wider[:, : x.shape[1]].copy_(x)
+    return x
+
+
+def diagnose_views(
+    candidate: Callable[..., Any],
+    args: Sequence[Any],
+    kwargs: dict[str, Any] | None = None,
+    pick: Callable[[Any], Any] = lambda result: result,
+) -> Callable[[torch.Tensor, torch.Tensor], str | None]:
+    """A `diagnose`: when some tensor argument is a non-contiguous view and the candidate is right on
+    contiguous copies of the same values, say that it reads memory instead of the tensor."""
+
+    def diagnose(actual: torch.Tensor, expected: torch.Tensor) -> str | None:
+        if not any(isinstance(a, torch.Tensor) and not a.is_contiguous() for a in args):
+            return None
+        copies = [a.contiguous() if isinstance(a, torch.Tensor) else a for a in args]
+        try:
+            with torch.no_grad():
+                again = pick(candidate(*copies, **(kwargs or {})))
+        except Exception:
+            return None
+        if isinstance(again, torch.Tensor) and is_close(again, expected):
+            return (
+                "is right for contiguous tensors but wrong for non-contiguous views of the same values "
+                "(a .transpose, as split_heads makes): something reads the memory, not the tensor (a "
+                "stride or layout assumed, as_strided, .storage, .data_ptr). Index by shape and axis only."
+            )
+        return None
+
+    return diagnose
 
 
 def randn(*shape: int, dtype: torch.dtype = torch.float64, scale: float = 1.0) -> torch.Tensor:

@@ -531,7 +531,19 @@ def _diagnose_blocks(
         return None
     wrong = _wrong_rows(actual, expected)  # (T_q,)
     first, rest = wrong[:block_size], wrong[block_size:]
-    if not first.any() and rest.any():
+    last = (t_q - 1) // block_size * block_size
+    suffix = int(wrong.int().argmax()) if wrong.any() else t_q  # the first wrong row
+    if 0 < suffix and bool(wrong[suffix:].all()) and bool((actual[..., suffix:, :] == 0).all()):
+        return (
+            f"never writes {_rows(suffix, t_q - 1)} (they are 0): the query loop stops before T_q = "
+            f"{t_q}; loop over range(0, T_q, block_size) and write out[..., qs:qe, :] with "
+            "qe = min(qs + block_size, T_q)."
+        )
+    if (
+        not first.any()
+        and rest.any()
+        and not (wrong[last:].all() and not wrong[:last].any() and t_q % block_size)
+    ):
         where = "the causal mask" if is_causal else "anything that depends on the row"
         return (
             f"is right for the first query block (rows 0–{block_size - 1}) but wrong in later blocks "
@@ -539,7 +551,6 @@ def _diagnose_blocks(
             "block's absolute rows qs … qe - 1 (torch.arange(qs, qe), plus T_k - T_q for the causal "
             "position), not its rows counted from 0 within the block."
         )
-    last = (t_q - 1) // block_size * block_size
     if wrong[last:].all() and not wrong[:last].any() and t_q % block_size:
         return (
             f"is wrong only in the last, shorter query block (rows {last}–{t_q - 1}): when T_q is not "
@@ -547,6 +558,10 @@ def _diagnose_blocks(
             "and write out[..., qs:qe, :] with qe = min(qs + block_size, T_q)."
         )
     return None
+
+
+def _rows(first: int, last: int) -> str:
+    return f"row {first}" if first == last else f"rows {first}–{last}"
 
 
 def _wrong_rows(actual: torch.Tensor, expected: torch.Tensor) -> torch.Tensor:

@@ -365,6 +365,13 @@ def check_sample_next(candidate: Callable[..., Any]) -> str:
             diagnose=_diagnose_draws(frequencies, want, draws, logits, temperature),
             called_as="",
         )
+        other = _sampled(candidate, logits, temperature, top_k, seed=4321)
+        if torch.equal(draws, other):
+            raise CheckFailed(
+                "sample_next drew the same tokens from generators seeded 1234 and 4321: it does not draw "
+                "from `generator` (a seed set inside, or a fixed draw). Pass it on, torch.multinomial(probs, "
+                "1, generator=generator), and set no seed yourself."
+            )
     return f"{_DRAWS:,} draws per row at 3 temperatures and top-k fit the probabilities; seeds reproduce"
 
 

@@ -15,9 +15,11 @@ from attn_course import reference
 from attn_course.checks._harness import (
     CheckFailed,
     Mistake,
+    as_view,
     call,
     check,
     cuda_device,
+    diagnose_views,
     expect_close,
     expect_gradients,
     expect_tensor,
@@ -286,6 +288,7 @@ def _rope_cases() -> list[tuple[torch.Tensor, torch.Tensor | None, float | None]
         (randn(2, 9, 32, dtype=torch.float32), torch.arange(9) + 60, None),
         (randn(3, 6, 16, dtype=torch.bfloat16), torch.arange(6) * 3 + 1000, None),
         (randn(2, 5, 8, dtype=torch.float16), torch.arange(5) + 1500, None),
+        (as_view(randn(2, 3, 7, 16)), torch.arange(7) + 4, None),  # a transposed view, as after split_heads
     ]
 
 
@@ -342,13 +345,24 @@ def check_apply_rope(candidate: Callable[..., Any]) -> str:
             mistakes=mistakes,
             args=(x.cpu(),),
             kwargs=_on_cpu(kwargs),
-            diagnose=functools.partial(_diagnose_rope, x=x),
+            diagnose=_diagnose_rope_case(candidate, x, kwargs),
         )
     x, positions = randn(2, 5, 8, dtype=torch.float32), torch.tensor([4, 1, 7, 2, 30])
     expect_gradients(
         "apply_rope", candidate, reference.apply_rope, [x], ("x",), kwargs={"positions": positions}
     )
-    return "8 cases (batch axes, odd T, offset and scattered positions, base, 4 dtypes) and gradients"
+    return (
+        "9 cases (batch axes, odd T, offset and scattered positions, base, 4 dtypes, a transposed view) and "
+        "gradients"
+    )
+
+
+def _diagnose_rope_case(
+    candidate: Callable[..., Any], x: torch.Tensor, kwargs: dict[str, Any]
+) -> Callable[[torch.Tensor, torch.Tensor], str | None]:
+    """Right only for contiguous x, else which way the rotation fails."""
+    views = diagnose_views(candidate, (x,), kwargs)
+    return lambda actual, expected: views(actual, expected) or _diagnose_rope(actual, expected, x)
 
 
 def _diagnose_rope(actual: torch.Tensor, expected: torch.Tensor, x: torch.Tensor) -> str | None:
@@ -633,12 +647,21 @@ def _probe_rotary(
     plain_q = split_heads(ref.qkv(x).chunk(3, dim=-1)[0], n_heads).detach()  # (b, h, t, d_k)
     default_q, default_k = (reference.apply_rope(t, None, ref.base) for t in (plain_q, plain_k))
     stated = "rotates {} by the positions 0 … t-1 instead of the `positions` given: pass positions to both."
-    other_scores = (
+    other_scores: tuple[tuple[str, torch.Tensor, torch.Tensor], ...] = (
         ("rotates neither q nor k: apply_rope to both, after the split into heads.", plain_q, plain_k),
         (stated.format("k"), q, default_k),
         (stated.format("q"), default_q, k),
         (stated.format("q and k"), default_q, default_k),
     )
+    if ref.base != 10000.0:
+        based = (
+            "rotates {} with the default base=10000 instead of self.base: pass base to apply_rope for both."
+        )
+        other_scores = (
+            *other_scores,
+            (based.format("k"), q, reference.apply_rope(plain_k, positions)),
+            (based.format("q"), reference.apply_rope(plain_q, positions), k),
+        )
     merged = merged_input(module, lambda: module(x, **given))
     found = diagnose_heads(merged, Heads(q, k, v, allowed, causal, others, other_scores))
     return None if found is None else f"{found} (Seen on RotaryMultiHeadAttention({d_model}, {n_heads}).)"
