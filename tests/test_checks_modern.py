@@ -3,6 +3,7 @@
 # ruff: noqa: E501  (tables of learner cases)
 from __future__ import annotations
 
+import linecache
 import math
 
 import pytest
@@ -111,7 +112,9 @@ def gqa_class(*edits: tuple[str, str]) -> type:
         "F": F,
         "math": math,
     }
-    exec(source, namespace)
+    filename = f"<learner's GroupedQueryAttention {len(linecache.cache)}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)  # as IPython
+    exec(compile(source, filename, "exec"), namespace)
     return namespace["GroupedQueryAttention"]
 
 

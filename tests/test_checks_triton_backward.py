@@ -92,6 +92,11 @@ REJECTED = {
         [("grid_q = (triton.cdiv(T_q, BLOCK_M), B * H)", "grid_q = (max(1, T_q // BLOCK_M), B * H)")],
         "That is dq",
     ),
+    "dv scaled like dk (blind set A, #88)": (
+        [("tl.store(dv_ptrs, dv.to(dv_ptr.dtype.element_ty), mask=kv_mask)",
+          "tl.store(dv_ptrs, (dv * sm_scale).to(dv_ptr.dtype.element_ty), mask=kv_mask)")],
+        "dv is 1/√d = ",
+    ),
     "wrong dv, located": (
         [("dv += tl.dot(p_t.to(do.dtype), do)", "dv += 0.5 * tl.dot(p_t.to(do.dtype), do)")],
         "gives the wrong dv (dq and dk are right)",

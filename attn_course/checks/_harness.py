@@ -368,22 +368,43 @@ def _reduction_without_keepdim(tb: Any, tensors: list[tuple[str, torch.Tensor]])
 def _explain_broadcast(
     sizes: tuple[int, int, int], tensors: list[tuple[str, torch.Tensor]], tb: Any = None
 ) -> str:
+    """Why two tensors of the learner's line do not broadcast, from their shapes and the frame's."""
     a, b, axis = sizes
     if reduced := _reduction_without_keepdim(tb, tensors):
         return reduced
+    scope = {} if tb is None else tb.tb_frame.f_locals
+    arguments = {} if tb is None else _arguments(tb)
+    for name, m in tensors:
+        wide = [t for _, t in tensors if t.dim() == 4 and t.dtype != torch.bool]
+        if (
+            m.dtype == torch.bool
+            and m.dim() == 3
+            and wide
+            and m.shape[0] == wide[0].shape[0] != wide[0].shape[1]
+        ):
+            shape = _shape((m.shape[0], 1, *m.shape[1:]))
+            return (
+                f"`{name}` {_shape(m)} has no head axis: against the (b, h, t_q, t_k) scores its batch "
+                f"axis meets the heads. Give it one, {name}.unsqueeze(-3) → {shape}."
+            )
+    if earlier := _earlier_reduction(tb, tensors):
+        return earlier
     for (name_x, x), (name_y, y) in itertools.permutations(tensors, 2):
         big, small = tuple(x.shape), tuple(y.shape)
         if _broadcasts(big, small) or len(small) > len(big):
             continue
-        if len(small) == len(big) - 1:
-            for i in range(len(big)):
-                if big[:i] + big[i + 1 :] == small:
-                    index = ", ".join("None" if p == i else ":" for p in range(len(big)))
-                    return (
-                        f"`{name_y}` {_shape(small)} is `{name_x}` {_shape(big)} with axis {i} reduced away "
-                        f"(a max, sum or logsumexp without keepdim=True): keep that axis, keepdim=True or "
-                        f"`{name_y}[{index}]`, so that it broadcasts along it."
-                    )
+        sources = _sizes_in_frame(arguments, a, b, lengths_only=len(small) != len(big))
+        if sources:
+            return (
+                f"`{name_y}` {_shape(small)} and `{name_x}` {_shape(big)} do not line up from the right "
+                f"({a} meets {b}): {sources}."
+            )
+        if len(small) == len(big) == 4 and [i for i in range(4) if big[i] != small[i]] == [1]:
+            return (
+                f"`{name_y}` {_shape(small)} has {small[1]} heads where `{name_x}` {_shape(big)} has "
+                f"{big[1]}: every head of one needs its partner in the other (repeat the shared heads, or "
+                "split both with the same number of heads)."
+            )
         if len(small) < len(big):
             for places in itertools.combinations(range(len(big)), len(small)):
                 if all(big[p] == s for p, s in zip(places, small, strict=True)):
@@ -401,13 +422,88 @@ def _explain_broadcast(
         return (
             f"`{name_x}` {_shape(big)} and `{name_y}` {_shape(small)} cannot broadcast: shapes line up "
             f"from the right and each pair of sizes must be equal or 1 ({a} meets {b})."
+            + _named_sizes(scope, a, b)
         )
     return (
         f"Two tensors combined entry by entry (+, *, /, masked_fill, torch.where) have {a} and {b} entries "
         f"along axis {axis} of the result: shapes line up from the right. Usual causes: a mask or bias "
         "without its head axis (unsqueeze it), a max or sum without keepdim=True, a length taken from "
-        "the other tensor (T_k for T_q)."
+        "the other tensor (T_k for T_q)." + _named_sizes(scope, a, b)
     )
+
+
+def _heads_differ(tensors: list[tuple[str, torch.Tensor]]) -> str:
+    """Two (b, h, t, d) tensors of the line split into different numbers of heads, explained, or ""."""
+    wide = [(n, t) for n, t in tensors if t.dim() == 4 and t.dtype != torch.bool]
+    for (name_x, x), (name_y, y) in itertools.combinations(wide, 2):
+        if x.shape[1] != y.shape[1] and x.shape[0] == y.shape[0]:
+            return (
+                f"`{name_y}` {_shape(y)} is split into {y.shape[1]} heads of {y.shape[-1]}, `{name_x}` "
+                f"{_shape(x)} into {x.shape[1]} heads of {x.shape[-1]}: each query head needs a key and a "
+                "value head of its width (split each with the number of heads it projects to, then repeat "
+                "the shared ones)."
+            )
+    return ""
+
+
+def _arguments(tb: Any) -> dict[str, Any]:
+    """The arguments of the learner's function at that frame (the tensors it was given), by name."""
+    code = tb.tb_frame.f_code
+    names = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
+    return {n: tb.tb_frame.f_locals[n] for n in names if n in tb.tb_frame.f_locals}
+
+
+def _sizes_in_frame(scope: dict[str, Any], a: int, b: int, lengths_only: bool = False) -> str:
+    """Where sizes a and b come from among the function's input tensors: two lengths, or two axes of one."""
+    found: dict[int, list[tuple[str, int]]] = {a: [], b: []}
+    for name, value in scope.items():
+        if isinstance(value, torch.Tensor) and value.dim() >= 2 and value.dtype != torch.bool:
+            for axis in (-2, -1):
+                if value.shape[axis] in found:
+                    found[value.shape[axis]].append((name, axis))
+    for name_a, axis_a in found[a]:
+        for name_b, axis_b in found[b]:
+            if name_a != name_b and axis_a == axis_b == -2:
+                return (
+                    f"{a} is the length of `{name_a}` and {b} that of `{name_b}`, so one of the two was "
+                    "built with the other's length (T_q for T_k, or the reverse): take each from its own "
+                    "tensor"
+                )
+            if name_a == name_b and axis_a != axis_b and not lengths_only:
+                shape = tuple(scope[name_a].shape)
+                return (
+                    f"{a} and {b} are two axes of `{name_a}` {_shape(shape)}, so a size was read from the "
+                    f"wrong axis: count from the end, {name_a}.shape[-2] for the length, {name_a}.shape[-1] "
+                    "for the width"
+                )
+    return ""
+
+
+def _named_sizes(scope: dict[str, Any], a: int, b: int) -> str:
+    """' (8 is `block_size`)' for sizes that equal an integer of the frame."""
+    named = [f"{n} is `{k}`" for n in (a, b) for k, v in scope.items()
+             if type(v) is int and v == n and not k.startswith("_") and n > 1][:2]  # fmt: skip
+    return f" ({', '.join(named)})" if named else ""
+
+
+def _earlier_reduction(tb: Any, tensors: list[tuple[str, torch.Tensor]]) -> str:
+    """A reduction without keepdim=True on an earlier line of the function that made a tensor of this line."""
+    if tb is None:
+        return ""
+    code = tb.tb_frame.f_code
+    names = {name for name, _ in tensors}
+    for lineno in range(tb.tb_lineno - 1, code.co_firstlineno, -1):
+        line = linecache.getline(code.co_filename, lineno)
+        target = re.match(r"\s*([A-Za-z_]\w*)\s*=[^=]", line)
+        if target is None or target[1] not in names:
+            continue
+        for m in _REDUCTION.finditer(line):
+            if "keepdim" not in m[3]:
+                return (
+                    f"`{m[0]}` at line {lineno} drops the axis it reduces, so `{target[1]}` lines up against "
+                    "the wrong axes here: add keepdim=True there."
+                )
+    return ""
 
 
 _BROADCAST = re.compile(
@@ -465,12 +561,28 @@ def explain_error(error: BaseException) -> str:
                 f"has {left}: is it given the right tensor (heads merged back to d_model, the right width)?"
                 + (f" On that line: {shapes}." if shapes else "")
             )
+        tb = _learner_traceback(error)
+        code = "" if tb is None else linecache.getline(tb.tb_frame.f_code.co_filename, tb.tb_lineno)
+        turned = [
+            f"`{m[0]}` is {_shape((*t.shape[:-2], t.shape[-1], t.shape[-2]))}"
+            for n, t in tensors
+            if t.dim() >= 2
+            for m in [re.search(rf"(?<![\w.]){re.escape(n)}\.(?:transpose\([^()]*\)|mT|T\b|t\(\))", code)]
+            if m
+        ]
+        sources = "" if tb is None else _sizes_in_frame(_arguments(tb), left, right, lengths_only=True)
+        if turned:
+            cause = f" ({'; '.join(turned)}): is that transpose needed, and on that operand?"
+        elif sources:
+            cause = f": {sources}."
+        else:
+            cause = (
+                ". Usual causes: k not transposed (k.transpose(-2, -1)), or an operand with its axes in "
+                "another order."
+            )
         return (
             f"A matrix product A @ B needs A's last axis to equal B's second-to-last; here {left} meets "
-            f"{right}."
-            + (f" On that line: {shapes}." if shapes else "")
-            + " Usual causes: k not transposed (k.transpose(-2, -1)), or an operand with its axes in "
-            "another order."
+            f"{right}." + (f" On that line: {shapes}" if shapes else "") + cause
         )
     if m := re.search(r"einsum\(\): subscript (\w) has size (\d+) for operand (\d+) which does not broadcast "
                       r"with previously seen size (\d+)", text):  # fmt: skip
@@ -512,6 +624,8 @@ def explain_error(error: BaseException) -> str:
             f"Index {m[1]} is past the end of an axis of {m[3]}: a position counted in the other length (T_k "
             "for T_q) or a range that ends one too late." + (f" On that line: {shapes}." if shapes else "")
         )
+    if heads := _heads_differ(tensors):
+        return heads
     if shapes and re.search(r"size|shape|dimension|dims", text, re.IGNORECASE):
         return f"On that line: {shapes}."
     return ""

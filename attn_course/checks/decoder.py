@@ -392,8 +392,21 @@ def _parameter_difference(ablated: torch.nn.Module, right: torch.nn.Module) -> s
     """Where the learner's ablated copy's parameters differ from the right copy's, in rows and columns."""
     theirs = dict(ablated.state_dict())
     ours = right.state_dict()
-    if any(not torch.equal(theirs.get(n, w), w) for n, w in ours.items() if ".attn.out." not in n):
-        return None  # switched off some other way (the head's value rows, say): nothing to compare
+    others = [n for n, w in ours.items() if ".attn.out." not in n and not torch.equal(theirs.get(n, w), w)]
+    if others:  # switched off some other way: say where, in the words of the layer's qkv
+        name = others[0]
+        got, want = theirs[name], ours[name]
+        if name.endswith("attn.qkv.weight") and got.dim() == 2:
+            rows = ((got != want) & (got == 0)).any(1).nonzero().flatten().tolist()
+            d_model = want.shape[1]
+            part = {0: "queries", 1: "keys", 2: "values"}.get(rows[0] // d_model, "") if rows else ""
+            if part in ("queries", "keys"):
+                return (
+                    f"come from a copy whose {name} has rows {_ranges(rows)} zeroed: the {part} of the head. "
+                    "That head's scores become 0, so it attends uniformly instead of falling silent; zero "
+                    "its columns of attn.out.weight, what the head adds to the output."
+                )
+        return None
     for name, want in ours.items():
         got = theirs.get(name)
         if got is None or got.shape != want.shape or torch.equal(got, want):

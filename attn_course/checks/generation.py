@@ -188,6 +188,15 @@ def _diagnose_probs(logits: torch.Tensor, temperature: float, top_k: int | None)
                 "take the softmax along the vocabulary axis, dim=-1, last."
             )
         kept, want = a > 0, expected > 0
+        if not torch.equal(kept, want.cpu()) and top_k is not None:
+            scaled = logits.detach().cpu().to(torch.float64)
+            for row in range(scaled.shape[0]):
+                kth = scaled[row].topk(top_k).values[-1]
+                if torch.equal(kept.cpu(), scaled >= kth) and not torch.equal(want.cpu(), scaled >= kth):
+                    return (
+                        f"keeps, in every row, the logits at or above row {row}'s k-th largest: take the "
+                        "threshold per row, torch.topk(logits, top_k, dim=-1).values[:, -1:] (b, 1)."
+                    )
         if not torch.equal(kept, want.cpu()):
             return (
                 f"keeps other tokens than the {top_k or 'all'} largest logits of each row "

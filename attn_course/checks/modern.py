@@ -338,6 +338,12 @@ def check_GroupedQueryAttention(candidate: Any) -> str:  # noqa: N802 (exercise 
 # sliding_window_mask
 
 
+def _forward_window(t_q: int, t_k: int, window: int) -> torch.Tensor:
+    """Allowed iff 0 <= j - p < window: a window that looks ahead of the query."""
+    distance = torch.arange(t_k)[None, :] - (torch.arange(t_q)[:, None] + t_k - t_q)  # (t_q, t_k)
+    return (distance >= 0) & (distance < window)
+
+
 def _window(
     t_q: int,
     t_k: int,
@@ -358,6 +364,11 @@ def _window(
 
 
 _WINDOW_MISTAKES = [
+    Mistake(
+        "points the window forward: it keeps the keys j - p = 0 … window - 1 after the query (key minus "
+        "query), which are the future. The distance is how far BACK the key is, p - j (query minus key).",
+        _forward_window,
+    ),
     Mistake(
         "lets each query see window + 1 keys (off by one): query at position p sees keys p - window + 1 … "
         "p, itself included, `window` keys in all: keep key j when 0 <= p - j < window (<, not <=).",
@@ -534,9 +545,61 @@ def check_sliding_window_flash_attention(candidate: Callable[..., Any]) -> str:
             kwargs=kwargs,
             nonfinite_hint="Every query here sees at least itself: NaN usually comes from "
             "exp(-inf - (-inf)) in a row that has seen only masked keys so far.",
+            diagnose=functools.partial(_diagnose_window_support, candidate, q, k, window, block_size),
         )
     _expect_window_work(candidate)
     return "6 shapes (ragged, T_q < T_k, window 1 and > T, block_size 1), only the window's blocks visited"
+
+
+def _diagnose_window_support(
+    candidate: Callable[..., Any],
+    q: torch.Tensor,
+    k: torch.Tensor,
+    window: int,
+    block_size: int,
+    actual: torch.Tensor,
+    expected: torch.Tensor,
+) -> str | None:
+    """Which keys each query really attended: with v the identity (d_v = T_k) the output is the weights."""
+    t_q, t_k = q.shape[-2], k.shape[-2]
+    eye = torch.eye(t_k, dtype=q.dtype).expand(*q.shape[:-2], t_k, t_k)  # (..., T_k, T_k)
+    try:
+        with torch.no_grad():
+            weights = candidate(q, k, eye, window, block_size=block_size)
+    except Exception:
+        return None
+    if not isinstance(weights, torch.Tensor) or weights.shape != (*q.shape[:-2], t_q, t_k):
+        return None
+    seen = (weights.detach().nan_to_num(0.0).abs() > 1e-12).reshape(-1, t_q, t_k).any(0)  # (T_q, T_k)
+    allowed = reference.sliding_window_mask(t_q, t_k, window)  # (T_q, T_k)
+    positions = torch.arange(t_q)[:, None] + (t_k - t_q)
+    keys = torch.arange(t_k)[None, :]
+    extra, missing = seen & ~allowed, allowed & ~seen
+    rows = sorted({int(i) for i in (extra | missing).nonzero()[:, 0]})
+    where = f"rows {rows[0]}–{rows[-1]}" if len(rows) > 1 else f"row {rows[0]}" if rows else ""
+    if extra.any() and not missing.any():
+        if bool((keys > positions)[extra].all()):
+            return (
+                "lets queries attend keys after themselves: a tile's mask needs both sides of the window, "
+                "key j allowed when 0 <= p - j < window (the causal side too), for every tile it visits."
+            )
+        return (
+            f"lets queries attend keys older than their window ({where}): mask p - j >= window in the tiles."
+        )
+    if missing.any() and not extra.any():
+        late = bool((keys[0][None, :].expand_as(missing) >= positions - window + 1)[missing].all())
+        if bool((keys == positions)[missing].any()):
+            return (
+                f"never attends some keys of the window next to the query ({where}): the key loop stops a "
+                "block too early; it runs up to the block holding the query's own position, "
+                "p = i + T_k − T_q."
+            )
+        if late:
+            return (
+                f"never attends the earliest keys of some windows ({where}): the first key block to visit "
+                "comes from the query block's FIRST row: the block holding max(0, qs + T_k − T_q − window + 1)."
+            )
+    return None
 
 
 def _expect_window_work(candidate: Callable[..., Any]) -> None:
@@ -690,6 +753,8 @@ def _document_wrong(kind: str) -> Callable[[torch.Tensor], torch.Tensor]:
             "no-causal": same,
             "strict": same & (positions[:, None] > positions[None, :]),
             "inverted": ~(same & causal),
+            "reversed": same & causal.T,
+            "either": same | causal,
         }[kind]
 
     return wrong
@@ -707,6 +772,16 @@ _DOCUMENT_MISTAKES = [
     ),
     Mistake("leaves out the diagonal: a token attends itself, q_idx >= kv_idx.", _document_wrong("strict")),
     Mistake("is inverted: True marks the pairs a query MAY attend.", _document_wrong("inverted")),
+    Mistake(
+        "turns the causal part around (kv_idx >= q_idx): a query sees the later tokens of its document, "
+        "not the earlier ones. Keep q_idx >= kv_idx.",
+        _document_wrong("reversed"),
+    ),
+    Mistake(
+        "joins the two conditions with | (or): a pair passes when either holds. Both must hold: same "
+        "document & (q_idx >= kv_idx).",
+        _document_wrong("either"),
+    ),
 ]
 
 

@@ -58,6 +58,11 @@ def _frequencies(d: int, base: float = 10000.0, *, exponent: str = "-2i/d") -> t
 def _frequency_mistakes() -> list[Mistake]:
     return [
         Mistake(
+            "computes base ** -i / d, which Python reads as (base ** -i) / d: put the exponent in "
+            "parentheses, base ** (-i / d) with i = 0, 2, …, d - 2.",
+            lambda d, base=10000.0: base ** -torch.arange(0, d, 2, dtype=torch.float64) / d,
+        ),
+        Mistake(
             "uses the exponent -i/d: the pairs are i = 0 … d/2 - 1 and θ_i = base^(-2i/d), so the "
             "exponent steps by 2/d (torch.arange(0, d, 2) / d).",
             lambda d, base=10000.0: _frequencies(d, base, exponent="-i/d"),
@@ -114,6 +119,10 @@ def check_rope_frequencies(candidate: Callable[..., Any]) -> str:
             "(torch.arange(0, d, 2) gives the 2i directly).",
             (len(range(0, d // 2, 2)),): "That is only the pairs up to d/4: the values 2i run 0, 2, …, d - 2 "
             "(torch.arange(0, d, 2), or 2 * torch.arange(d // 2)), not up to d/2.",
+            (
+                d // 2 + 1,
+            ): "One frequency too many: the values 2i stop at d - 2, torch.arange(0, d, 2) (its end "
+            "d is left out), which gives d/2 of them.",
         }
         freqs = expect_tensor(got, expected.shape, f"Your {shown}", hints=hints)
         if freqs.dtype in _HALF:
