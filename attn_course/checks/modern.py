@@ -22,6 +22,7 @@ from attn_course.checks._harness import (
     expect_gradients,
     expect_tensor,
     is_close,
+    learner_raised,
     randn,
 )
 from attn_course.checks._probe import Heads, diagnose_heads, merged_input
@@ -597,7 +598,8 @@ def _diagnose_window_support(
         if late:
             return (
                 f"never attends the earliest keys of some windows ({where}): the first key block to visit "
-                "comes from the query block's FIRST row: the block holding max(0, qs + T_k − T_q − window + 1)."
+                "comes from the query block's FIRST row: the block holding "
+                "max(0, qs + T_k − T_q − window + 1)."
             )
     return None
 
@@ -659,11 +661,12 @@ def _evaluate(name: str, evaluate: Callable[[], torch.Tensor], signature: str) -
     try:
         return evaluate()
     except Exception as error:
-        raise CheckFailed(
-            f"The mod your {name} returns raised {type(error).__name__} when flex_attention's way of calling "
-            f"it ran it: {str(error)[:300]}\nIt is called as {signature} with 0-d integer tensors (under "
-            "torch.vmap, once per index): use tensor operations (+, *, ==, &, indexing a tensor with "
-            "them), not Python `if`, `and`, .item() or int()."
+        raise learner_raised(
+            f"The mod your {name} returns, run as flex_attention runs it,",
+            error,
+            f"It is called as {signature} with 0-d integer tensors (under torch.vmap, once per index): "
+            "use tensor operations (+, *, ==, &, indexing a tensor with them), not Python `if`, `and`, "
+            ".item() or int().",
         ) from None
 
 
