@@ -9,7 +9,11 @@ edit of a template cannot silently turn a wrong case into a right one. (Triton k
 
 from __future__ import annotations
 
+import itertools
+import linecache
 from typing import Any
+
+_COUNT = itertools.count()
 
 PRELUDE = """
 import math
@@ -383,5 +387,8 @@ def learner(source: str, name: str, *edits: tuple[str, str]) -> Any:
         assert source.count(old) == 1, f"{old!r} should occur once in the solution"
         source = source.replace(old, new)
     scope: dict[str, Any] = {}
-    exec(compile(PRELUDE + source, f"<learner's {name}>", "exec"), scope)
+    filename = f"<learner's {name} {next(_COUNT)}>"
+    text = PRELUDE + source
+    linecache.cache[filename] = (len(text), None, text.splitlines(keepends=True), filename)  # as IPython does
+    exec(compile(text, filename, "exec"), scope)
     return scope[name]

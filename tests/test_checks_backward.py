@@ -6,6 +6,7 @@ learner's tiled backward (`backward_variants.FLASH_BACKWARD`), never the checker
 
 from __future__ import annotations
 
+import linecache
 import math
 
 import pytest
@@ -415,7 +416,9 @@ def _function(forward_body: str, backward_body: str) -> type:
         + "    @staticmethod\n    def backward(ctx, grad_out):\n"
         + "".join(f"        {line}\n" for line in backward_body.strip().splitlines())
     )
-    exec(source, namespace)  # test fixture: builds learner-like classes from short bodies
+    filename = f"<learner's Function {len(linecache.cache)}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)  # as IPython
+    exec(compile(source, filename, "exec"), namespace)  # test fixture: learner-like classes from short bodies
     return namespace["Learners"]
 
 
@@ -494,6 +497,19 @@ def test_flash_attention_function_accepts_right_answers(candidate, capsys):
                 ),
             ),
             "gives the wrong dq",
+        ),
+        # The learner's own backward raising inside autograd is their mistake, named at their line.
+        (
+            _function(FORWARD, BACKWARD.replace("q, k, v, out, lse = ", "q, k, v, out = ")),
+            "raised ValueError: too many values to unpack (expected 4) at line 10 of your code",
+        ),
+        (
+            _function(FORWARD, BACKWARD.replace("return dq, dk, dv, None", "return dq + lse, dk, dv, None")),
+            "`lse` (2, 2, 12) lacks axes that `dq` (2, 2, 12, 4) has",
+        ),
+        (
+            _function(FORWARD, BACKWARD.replace("return dq, dk, dv, None", "return dq, dk.sum(0), dv, None")),
+            "backward's gradient number 2 has shape (2, 12, 4), but a gradient has the shape of its input",
         ),
     ],
 )

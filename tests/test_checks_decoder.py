@@ -82,6 +82,19 @@ WRONG = [
                  "raised RuntimeError", id="ablate-without-no-grad"),
     pytest.param("ablate_heads", ABLATE, [("    return new_model", "    pass")],
                  "returned None", id="ablate-returns-nothing"),
+    # No table entry matches these: the probes read the block's branches and the copy's weights (issue 27).
+    pytest.param("block_forward", BLOCK, [("x = x + block.mlp(h)", "x = x + block.mlp(h) * 0.5")],
+                 "returns 1·x + 1·attn + 0.5·mlp", id="block-probe-mlp-halved"),
+    pytest.param("block_forward", BLOCK_SHORT, [("return attended + block.mlp(", "return x + block.mlp(")],
+                 "returns x + block.mlp(...): the MLP's residual adds h", id="block-probe-mlp-residual-from-x"),
+    pytest.param("block_forward", BLOCK, [("block.attn(h, is_causal=True)", "block.attn(block.ln1(h), is_causal=True)")],
+                 "gives block.attn block.ln1(block.ln1(x)) (ln1 twice) instead of block.ln1(x)", id="block-probe-ln1-twice"),
+    pytest.param("block_forward", BLOCK, [("block.attn(h, is_causal=True)", "block.attn(2 * h, is_causal=True)")],
+                 "gives block.attn a tensor other than block.ln1(x)", id="block-probe-attn-input"),
+    pytest.param("ablate_heads", ABLATE, [(ONE, "weight[:, (head - 1) * d_head:head * d_head] = 0")],
+                 "it zeroed columns 6–11 and left nonzero columns 12–17", id="ablate-probe-head-minus-one"),
+    pytest.param("ablate_heads", ABLATE, [(ONE, "weight[:, head * d_head:(head + 1) * d_head + 1] = 0")],
+                 "it zeroed columns 18 (of shape (24, 24))", id="ablate-probe-one-column-too-many"),
 ]  # fmt: skip
 """(exercise, learner source, text edits, the phrase the check's message must contain)."""
 

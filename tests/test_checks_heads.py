@@ -1,5 +1,6 @@
 """The checks of notebook 04 reject known mistakes with the right message, accept right answers."""
 
+# ruff: noqa: E501  (tables of learner cases, one case a line)
 from __future__ import annotations
 
 import math
@@ -589,6 +590,19 @@ LEARNER_WRONG = [
     ("ignores-causal", [(CAUSAL_LINES, "")], "ignores is_causal"),
     ("ignores-mask", [(MASK_LINES, "")], "ignores `mask`"),
     ("inverted-mask", [("~mask.unsqueeze(-3)", "mask.unsqueeze(-3)")], "uses the mask the wrong way round"),
+    # No table entry matches these: the probe reads the layer's merged heads (issue 27, family 1).
+    ("probe-scale-d-k", [("/ math.sqrt(d_k)", "/ d_k")], "divides the scores by d_k itself"),
+    ("probe-weights-times-k", [("out = (weights @ v)", "out = (weights @ k)")], "mixes the keys k instead of the values v"),
+    ("probe-causal-one-ahead", [(".tril()", ".tril(1)")], "puts weight on keys after their query"),
+    ("probe-mask-fill-finite", [('~mask.unsqueeze(-3), float("-inf")', "~mask.unsqueeze(-3), -1.0")],
+     "puts weight on keys the mask hides"),
+    ("probe-weights-not-normalised", [("torch.softmax(scores, dim=-1)", "torch.softmax(scores, dim=-1) * 1.1")],
+     "1.1 times a weighted average of the values"),
+    ("probe-residual-inside", [("return self.out(out)", "return self.out(out) + x")], "is right up to self.out"),
+    ("probe-one-head-flipped", [("weights = torch.softmax(scores, dim=-1)",
+                                 "weights = torch.softmax(scores, dim=-1)\n"
+                                 "        weights = torch.cat([weights[:, :1], weights[:, 1:].flip(-1)], dim=1)")],
+     "Only head(s) 1–2 of 3 are wrong"),
 ]  # fmt: skip
 """(id, text edits of the right learner MultiHeadAttention, phrase the message must contain)."""
 

@@ -1,7 +1,9 @@
 """The checks of notebook 10 reject mistakes written as learners write them, and accept right answers."""
 
+# ruff: noqa: E501  (tables of learner cases)
 from __future__ import annotations
 
+import linecache
 import math
 
 import pytest
@@ -110,7 +112,9 @@ def gqa_class(*edits: tuple[str, str]) -> type:
         "F": F,
         "math": math,
     }
-    exec(source, namespace)
+    filename = f"<learner's GroupedQueryAttention {len(linecache.cache)}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)  # as IPython
+    exec(compile(source, filename, "exec"), namespace)
     return namespace["GroupedQueryAttention"]
 
 
@@ -334,6 +338,16 @@ def alibi_eight_heads(n_heads):
     return score_mod
 
 
+def alibi_int_distance(n_heads):  # the learner's own error inside flex_attention's call: theirs, at their line
+    slopes = torch.tensor([2 ** (-8 * (h + 1) / n_heads) for h in range(n_heads)])
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        distance = int(q_idx - kv_idx)
+        return score - slopes[h] * distance
+
+    return score_mod
+
+
 def alibi_bias_only(n_heads):
     slopes = 2.0 ** (-8.0 * torch.arange(1, n_heads + 1) / n_heads)
 
@@ -512,8 +526,32 @@ WRONG = [
     pytest.param(
         check_GroupedQueryAttention,
         gqa_class(("v = repeat_kv_einops(v, n_rep)", "v = v.repeat(1, n_rep, 1, 1)")),
-        "It is right with n_kv_heads == n_heads",
+        "shares the value heads interleaved (query head j reads value head j % n_kv_heads)",
         id="gqa-only-values-interleaved",
+    ),
+    # No table entry matches these: the probe reads the layer's merged heads (issue 27, family 1).
+    pytest.param(
+        check_GroupedQueryAttention,
+        gqa_class(("attention(q, k, v, mask=mask", "attention(q, k, k, mask=mask")),
+        "mixes the keys k instead of the values v",
+        id="gqa-probe-keys-as-values",
+    ),
+    pytest.param(
+        check_GroupedQueryAttention,
+        gqa_class(("return self.out(rearrange(out,", "return self.out(1.5 * rearrange(out,")),
+        "gives 1.5 times a weighted average of the values",
+        id="gqa-probe-factor",
+    ),
+    pytest.param(
+        check_GroupedQueryAttention,
+        gqa_class(
+            (
+                "attention(q, k, v, mask=mask, is_causal=is_causal)",
+                "attention(q, k, v, mask=mask, is_causal=is_causal)\n        out = out.flip(-2) if is_causal else out",
+            )
+        ),
+        "is_causal=True query i attends keys 0 … i only",
+        id="gqa-probe-causal-rows-reversed",
     ),
     pytest.param(
         check_GroupedQueryAttention,
@@ -598,6 +636,7 @@ WRONG = [
     pytest.param(check_alibi_score_mod, alibi_from_zero, "one head early", id="alibi-from-zero"),
     pytest.param(check_alibi_score_mod, alibi_eight_heads, "2^-(h+1) of 8 heads", id="alibi-eight-heads"),
     pytest.param(check_alibi_score_mod, alibi_bias_only, "returns only the bias", id="alibi-bias-only"),
+    pytest.param(check_alibi_score_mod, alibi_int_distance, "`distance = int(q_idx - kv_idx)`", id="alibi-mod-raises"),
     pytest.param(check_alibi_score_mod, alibi_python_if, "not Python `if`", id="alibi-python-if"),
     pytest.param(check_alibi_score_mod, alibi_applied, "should return a function", id="alibi-not-a-function"),
     pytest.param(check_alibi_score_mod, alibi_squared_distance, "per head, ALiBi adds", id="alibi-unknown"),

@@ -573,6 +573,14 @@ LEARNER_WRONG = [
     ("RotaryMultiHeadAttention", ROTARY,
      [(ROPE_Q, "q = apply_rope(q, positions)"), (ROPE_K, "k = apply_rope(k, positions)")], "ignores `base`"),
     ("RotaryMultiHeadAttention", ROTARY, [(PAIRS, HALVES), (STACK, CAT)], "rotate-half pairing"),
+    # No table entry matches these: the probe reads the layer's merged heads (issue 27, family 1).
+    ("RotaryMultiHeadAttention", ROTARY, [(ROPE_K, "k = apply_rope(k, None, self.base)")],
+     "rotates k by the positions 0 … t-1 instead of the `positions` given"),
+    ("RotaryMultiHeadAttention", ROTARY, [("/ math.sqrt(q.shape[-1])", "/ q.shape[-1]")], "divides the scores by d_k itself"),
+    ("RotaryMultiHeadAttention", ROTARY, [("allowed = allowed.tril()", "allowed = allowed.tril(1)")],
+     "puts weight on keys after their query"),
+    ("RotaryMultiHeadAttention", ROTARY, [("torch.softmax(scores, dim=-1) @ v", "torch.softmax(scores, dim=-1) @ k")],
+     "mixes the keys k instead of the values v"),
 ]  # fmt: skip
 """(exercise, right learner solution, text edits, phrase the message must contain)."""
 

@@ -48,6 +48,10 @@ ADD_ACCEPTED = {
 }
 
 ADD_REJECTED = {
+    "no .contiguous() (blind set A, #72)": (
+        [("    x, y = x.contiguous(), y.contiguous()\n", "")],
+        "adds x and y in memory order, but x is a transposed view",
+    ),
     "no mask": (
         [("mask = offsets < n", "mask = None")],
         "read from memory outside its tensors",

@@ -41,7 +41,29 @@ def folder(tmp_path_factory):
 ACCEPTED = {
     "template, blocks of 32": [],
     "blocks of 16 by 64": [("BLOCK_M, BLOCK_N = 32, 32", "BLOCK_M, BLOCK_N = 16, 64")],
-}
+    # dQ added atomically into a zeroed buffer is right (issue 27, family 7): by the dq kernel itself,
+    "dq kernel adds atomically into zeros": [
+        ("tl.store(dq_ptrs, (dq * sm_scale)", "tl.atomic_add(dq_ptrs, (dq * sm_scale)"),
+        ("dq = torch.empty(q.shape", "dq = torch.zeros(q.shape"),
+    ],
+    # or by the dK/dV kernel, one tile of dQ per (key block, query block), with no dq kernel at all.
+    "dq added atomically by the dkdv kernel": [
+        ("lse_ptr, delta_ptr, dk_ptr, dv_ptr,\n",
+         "lse_ptr, delta_ptr, dk_ptr, dv_ptr, dq_ptr, stride_dqb, stride_dqh, stride_dqm,\n"),
+        ("        dk += tl.dot(ds_t.to(q.dtype), q)\n",
+         "        dk += tl.dot(ds_t.to(q.dtype), q)\n"
+         "        dq_part = tl.dot(tl.trans(ds_t).to(k.dtype), k) * sm_scale\n"
+         "        dq_ptrs = dq_ptr + b * stride_dqb + h * stride_dqh + rows[:, None] * stride_dqm\n"
+         "        dq_ptrs = dq_ptrs + offs_d[None, :]\n"
+         "        tl.atomic_add(dq_ptrs, dq_part, mask=q_mask)\n"),
+        ("dq = torch.empty(q.shape", "dq = torch.zeros(q.shape"),
+        ("q, k, v, grad_out, lse, delta, dk, dv, *strides,",
+         "q, k, v, grad_out, lse, delta, dk, dv, dq, dq.stride(0), dq.stride(1), dq.stride(2), *strides,"),
+        ("    flash_attention_backward_dq_kernel[grid_q](\n"
+         "        q, k, v, grad_out, lse, delta, dq, *strides, dq.stride(0), dq.stride(1), dq.stride(2),\n"
+         "        H, T_q, T_k, 1 / math.sqrt(d), **blocks)\n", ""),
+    ],
+}  # fmt: skip
 
 
 @pytest.mark.parametrize("name", ACCEPTED)
@@ -82,6 +104,11 @@ REJECTED = {
     "grid rounds down": (
         [("grid_q = (triton.cdiv(T_q, BLOCK_M), B * H)", "grid_q = (max(1, T_q // BLOCK_M), B * H)")],
         "That is dq",
+    ),
+    "dv scaled like dk (blind set A, #88)": (
+        [("tl.store(dv_ptrs, dv.to(dv_ptr.dtype.element_ty), mask=kv_mask)",
+          "tl.store(dv_ptrs, (dv * sm_scale).to(dv_ptr.dtype.element_ty), mask=kv_mask)")],
+        "dv is 1/√d = ",
     ),
     "wrong dv, located": (
         [("dv += tl.dot(p_t.to(do.dtype), do)", "dv += 0.5 * tl.dot(p_t.to(do.dtype), do)")],

@@ -31,6 +31,7 @@ def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
 
 
 def triton_add(x, y):
+    x, y = x.contiguous(), y.contiguous()
     out = torch.empty_like(x)
     n = x.numel()
     grid = (triton.cdiv(n, BLOCK),)

@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import inspect
+import itertools
 import linecache
+import math
+import os
 import re
 import sysconfig
 import traceback
@@ -131,11 +135,15 @@ def check(body: Callable[[Callable[..., Any]], str]) -> Callable[[Any], None]:
                 detail = body(candidate)
         except CheckFailed as error:
             failure = CheckFailed(str(error))
-        except Exception as error:  # a bug in the checker, never the learner's fault
-            failure = CheckerError(
-                f"the checker for `{name}` itself failed ({type(error).__name__}: {error}). This is not "
-                f"your mistake and says nothing about your code: {REPORT_TO}, with this message."
-            )
+        except Exception as raised:
+            inner = _unwrap_interpreter_error(raised)
+            if is_learners(inner, body.__code__):  # the learner's code raised in a call made for them
+                failure = _learner_failure(inner)
+            else:  # a bug in the checker, never the learner's fault
+                failure = CheckerError(
+                    f"the checker for `{name}` itself failed ({type(inner).__name__}: {inner}). This is not "
+                    f"your mistake and says nothing about your code: {REPORT_TO}, with this message."
+                )
         if failure is not None:
             if isinstance(failure, CheckFailed):
                 record_failure(name)  # the cells after it go back to the course's version
@@ -146,6 +154,27 @@ def check(body: Callable[[Callable[..., Any]], str]) -> Callable[[Any], None]:
     run_check.__doc__ = f"Check a learner's `{name}`; raise CheckFailed naming the mistake."
     CHECKS[name] = run_check
     return run_check
+
+
+def _learner_failure(error: BaseException) -> CheckFailed:
+    """The CheckFailed for an exception the learner's code raised inside a call the check made for them."""
+    if _is_stub(error):
+        return CheckFailed(
+            "part of your code is not implemented yet (it raised NotImplementedError"
+            f"{_learner_location(error)}): replace `raise NotImplementedError` with your code, run that "
+            "cell, then run this check again."
+        )
+    files = [tb.tb_frame.f_code.co_filename for tb in _walk(error.__traceback__)]
+    by_autograd = any(f"torch{os.sep}autograd" in f for f in files)
+    return learner_raised("Your backward (autograd called it)" if by_autograd else "Your code", error)
+
+
+def _walk(tb: Any) -> list[Any]:
+    entries = []
+    while tb is not None:
+        entries.append(tb)
+        tb = tb.tb_next
+    return entries
 
 
 def _describe(value: Any) -> str:
@@ -210,10 +239,8 @@ def call(name: str, candidate: Callable[..., Any], *args: Any, hint: str = "", *
         if isinstance(missing, str) and missing in CHECKS:  # an earlier exercise whose cell never ran
             first = f"Run the cell that defines `{missing}` first: your `{name}` calls it."
             hint = f"{first}\n{hint}" if hint else first
-        raise CheckFailed(
-            f"`{name}` raised {type(error).__name__}: {error}{_learner_location(error)}\n"
-            f"It was called as {name}({describe_args(args, kwargs)})." + (f"\n{hint}" if hint else "")
-        ) from None
+        called = f"It was called as {name}({describe_args(args, kwargs)})."
+        raise learner_raised(f"`{name}`", error, called + (f"\n{hint}" if hint else "")) from None
     for tensor, copy in before:
         if tensor.device.type != "meta" and not torch.equal(tensor.detach(), copy):
             raise CheckFailed(
@@ -255,6 +282,370 @@ def describe_args(args: Sequence[Any], kwargs: dict[str, Any]) -> str:
 
     parts = [show(a) for a in args] + [f"{key}={show(value)}" for key, value in kwargs.items()]
     return ", ".join(parts)
+
+
+# ---------------------------------------------------------------------------------------------
+# The learner's own exceptions, explained
+
+
+def _learner_traceback(error: BaseException, checker: Any = None) -> Any:
+    """The innermost traceback entry in the learner's own code (not a library's nor `checker`), or None."""
+    found = None
+    tb = error.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if code is not checker and not str(Path(code.co_filename).resolve()).startswith(_LIBRARY_DIRS):
+            found = tb
+        tb = tb.tb_next
+    return found
+
+
+def is_learners(error: BaseException, checker: Any = None) -> bool:
+    """Whether `error` was raised in (or under) a line of the learner's own code; `checker` is the
+    code object of a check's body, which is the checker's even where it is not in this package."""
+    return _learner_traceback(_unwrap_interpreter_error(error), checker) is not None  # type: ignore[arg-type]
+
+
+def _line_tensors(tb: Any, kind: type = torch.Tensor) -> list[tuple[str, Any]]:
+    """The tensors (or objects of `kind`) the learner's failing line names (`x`, `self.mask`), by name."""
+    if tb is None:
+        return []
+    code = linecache.getline(tb.tb_frame.f_code.co_filename, tb.tb_lineno)
+    scope = tb.tb_frame.f_locals
+    found: list[tuple[str, Any]] = []
+    for dotted in dict.fromkeys(re.findall(r"(?<![\w.])[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*", code)):
+        parts = dotted.split(".")
+        value, name, tensor = scope.get(parts[0]), "", None
+        for depth, attribute in enumerate(parts[1:] + [""]):
+            if isinstance(value, kind):
+                name, tensor = ".".join(parts[: depth + 1]), value
+            if not attribute or isinstance(value, kind):  # k.transpose(...) names k
+                break
+            try:
+                if isinstance(value, torch.nn.Module):  # its tensors live in _parameters and _buffers
+                    value = getattr(value, attribute, None)
+                else:  # no property of the learner's objects is run
+                    value = inspect.getattr_static(value, attribute, None)
+            except Exception:
+                break
+        if tensor is not None and all(v is not tensor for _, v in found):
+            found.append((name, tensor))
+    return found[:4]
+
+
+def _shape(x: torch.Tensor | Sequence[int]) -> str:
+    dims = tuple(x.shape) if isinstance(x, torch.Tensor) else tuple(x)
+    return str(dims) if len(dims) != 1 else f"({dims[0]},)"
+
+
+def _broadcasts(a: Sequence[int], b: Sequence[int]) -> bool:
+    try:
+        torch.broadcast_shapes(tuple(a), tuple(b))
+    except RuntimeError:
+        return False
+    return True
+
+
+_REDUCTION = re.compile(r"([A-Za-z_][\w.]*)\.(sum|amax|max|amin|min|mean|logsumexp|norm|std|var)\(([^()]*)\)")
+
+
+def _reduction_without_keepdim(tb: Any, tensors: list[tuple[str, torch.Tensor]]) -> str:
+    """A reduction on the failing line taken without keepdim=True (`p.sum(dim=-1)`), explained, or ""."""
+    if tb is None:
+        return ""
+    code = linecache.getline(tb.tb_frame.f_code.co_filename, tb.tb_lineno)
+    named = dict(tensors)
+    for m in _REDUCTION.finditer(code):
+        if "keepdim" in m[3] or m[1] not in named:
+            continue
+        x = named[m[1]]
+        dim = re.fullmatch(r"\s*(?:dim\s*=\s*)?(-?\d+)\s*", m[3])
+        change = ""
+        if dim and -x.dim() <= int(dim[1]) < x.dim():
+            kept = [n for i, n in enumerate(x.shape) if i != int(dim[1]) % x.dim()]
+            change = f" ({_shape(x)} becomes {_shape(kept)})"
+        return (
+            f"`{m[0]}` drops the axis it reduces{change}, so the result lines up against the wrong axes: "
+            "add keepdim=True."
+        )
+    return ""
+
+
+def _explain_broadcast(
+    sizes: tuple[int, int, int], tensors: list[tuple[str, torch.Tensor]], tb: Any = None
+) -> str:
+    """Why two tensors of the learner's line do not broadcast, from their shapes and the frame's."""
+    a, b, axis = sizes
+    if reduced := _reduction_without_keepdim(tb, tensors):
+        return reduced
+    scope = {} if tb is None else tb.tb_frame.f_locals
+    arguments = {} if tb is None else _arguments(tb)
+    for name, m in tensors:
+        wide = [t for _, t in tensors if t.dim() == 4 and t.dtype != torch.bool]
+        if (
+            m.dtype == torch.bool
+            and m.dim() == 3
+            and wide
+            and m.shape[0] == wide[0].shape[0] != wide[0].shape[1]
+        ):
+            shape = _shape((m.shape[0], 1, *m.shape[1:]))
+            return (
+                f"`{name}` {_shape(m)} has no head axis: against the (b, h, t_q, t_k) scores its batch "
+                f"axis meets the heads. Give it one, {name}.unsqueeze(-3) → {shape}."
+            )
+    if earlier := _earlier_reduction(tb, tensors):
+        return earlier
+    for (name_x, x), (name_y, y) in itertools.permutations(tensors, 2):
+        big, small = tuple(x.shape), tuple(y.shape)
+        if _broadcasts(big, small) or len(small) > len(big):
+            continue
+        sources = _sizes_in_frame(arguments, a, b, lengths_only=len(small) != len(big))
+        if sources:
+            return (
+                f"`{name_y}` {_shape(small)} and `{name_x}` {_shape(big)} do not line up from the right "
+                f"({a} meets {b}): {sources}."
+            )
+        if len(small) == len(big) == 4 and [i for i in range(4) if big[i] != small[i]] == [1]:
+            return (
+                f"`{name_y}` {_shape(small)} has {small[1]} heads where `{name_x}` {_shape(big)} has "
+                f"{big[1]}: every head of one needs its partner in the other (repeat the shared heads, or "
+                "split both with the same number of heads)."
+            )
+        if len(small) < len(big):
+            for places in itertools.combinations(range(len(big)), len(small)):
+                if all(big[p] == s for p, s in zip(places, small, strict=True)):
+                    index = ", ".join(":" if p in places else "None" for p in range(len(big)))
+                    return (
+                        f"`{name_y}` {_shape(small)} lacks axes that `{name_x}` {_shape(big)} has: shapes "
+                        f"line up from the right, so give it size-1 axes where they are missing, "
+                        f"`{name_y}[{index}]` (unsqueeze, or rearrange with 1 for the new axes)."
+                    )
+        if len(small) == len(big) and sorted(small) == sorted(big):
+            return (
+                f"`{name_y}` {_shape(small)} holds the axes of `{name_x}` {_shape(big)} in another order: "
+                "one of them is transposed (or its axes were split or merged in the wrong order)."
+            )
+        return (
+            f"`{name_x}` {_shape(big)} and `{name_y}` {_shape(small)} cannot broadcast: shapes line up "
+            f"from the right and each pair of sizes must be equal or 1 ({a} meets {b})."
+            + _named_sizes(scope, a, b)
+        )
+    return (
+        f"Two tensors combined entry by entry (+, *, /, masked_fill, torch.where) have {a} and {b} entries "
+        f"along axis {axis} of the result: shapes line up from the right. Usual causes: a mask or bias "
+        "without its head axis (unsqueeze it), a max or sum without keepdim=True, a length taken from "
+        "the other tensor (T_k for T_q)." + _named_sizes(scope, a, b)
+    )
+
+
+def _heads_differ(tensors: list[tuple[str, torch.Tensor]]) -> str:
+    """Two (b, h, t, d) tensors of the line split into different numbers of heads, explained, or ""."""
+    wide = [(n, t) for n, t in tensors if t.dim() == 4 and t.dtype != torch.bool]
+    for (name_x, x), (name_y, y) in itertools.combinations(wide, 2):
+        if x.shape[1] != y.shape[1] and x.shape[0] == y.shape[0]:
+            return (
+                f"`{name_y}` {_shape(y)} is split into {y.shape[1]} heads of {y.shape[-1]}, `{name_x}` "
+                f"{_shape(x)} into {x.shape[1]} heads of {x.shape[-1]}: each query head needs a key and a "
+                "value head of its width (split each with the number of heads it projects to, then repeat "
+                "the shared ones)."
+            )
+    return ""
+
+
+def _arguments(tb: Any) -> dict[str, Any]:
+    """The arguments of the learner's function at that frame (the tensors it was given), by name."""
+    code = tb.tb_frame.f_code
+    names = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
+    return {n: tb.tb_frame.f_locals[n] for n in names if n in tb.tb_frame.f_locals}
+
+
+def _sizes_in_frame(scope: dict[str, Any], a: int, b: int, lengths_only: bool = False) -> str:
+    """Where sizes a and b come from among the function's input tensors: two lengths, or two axes of one."""
+    found: dict[int, list[tuple[str, int]]] = {a: [], b: []}
+    for name, value in scope.items():
+        if isinstance(value, torch.Tensor) and value.dim() >= 2 and value.dtype != torch.bool:
+            for axis in (-2, -1):
+                if value.shape[axis] in found:
+                    found[value.shape[axis]].append((name, axis))
+    for name_a, axis_a in found[a]:
+        for name_b, axis_b in found[b]:
+            if name_a != name_b and axis_a == axis_b == -2:
+                return (
+                    f"{a} is the length of `{name_a}` and {b} that of `{name_b}`, so one of the two was "
+                    "built with the other's length (T_q for T_k, or the reverse): take each from its own "
+                    "tensor"
+                )
+            if name_a == name_b and axis_a != axis_b and not lengths_only:
+                shape = tuple(scope[name_a].shape)
+                return (
+                    f"{a} and {b} are two axes of `{name_a}` {_shape(shape)}, so a size was read from the "
+                    f"wrong axis: count from the end, {name_a}.shape[-2] for the length, {name_a}.shape[-1] "
+                    "for the width"
+                )
+    return ""
+
+
+def _named_sizes(scope: dict[str, Any], a: int, b: int) -> str:
+    """' (8 is `block_size`)' for sizes that equal an integer of the frame."""
+    named = [f"{n} is `{k}`" for n in (a, b) for k, v in scope.items()
+             if type(v) is int and v == n and not k.startswith("_") and n > 1][:2]  # fmt: skip
+    return f" ({', '.join(named)})" if named else ""
+
+
+def _earlier_reduction(tb: Any, tensors: list[tuple[str, torch.Tensor]]) -> str:
+    """A reduction without keepdim=True on an earlier line of the function that made a tensor of this line."""
+    if tb is None:
+        return ""
+    code = tb.tb_frame.f_code
+    names = {name for name, _ in tensors}
+    for lineno in range(tb.tb_lineno - 1, code.co_firstlineno, -1):
+        line = linecache.getline(code.co_filename, lineno)
+        target = re.match(r"\s*([A-Za-z_]\w*)\s*=[^=]", line)
+        if target is None or target[1] not in names:
+            continue
+        for m in _REDUCTION.finditer(line):
+            if "keepdim" not in m[3]:
+                return (
+                    f"`{m[0]}` at line {lineno} drops the axis it reduces, so `{target[1]}` lines up against "
+                    "the wrong axes here: add keepdim=True there."
+                )
+    return ""
+
+
+_BROADCAST = re.compile(
+    r"size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\) at non-singleton dimension (\d+)"
+)
+_AXIS_RANGE = re.compile(
+    r"Dimension out of range \(expected to be in range of \[(-?\d+), (\d+)\], but got (-?\d+)\)"
+)
+
+
+def explain_error(error: BaseException) -> str:
+    """What a torch or einops size, shape, dtype or device error means, in the learner's terms ("" if none).
+
+    Names the tensors of the learner's line with their shapes where it can, and the usual cause.
+    """
+    text = str(error)
+    tensors = _line_tensors(_learner_traceback(error))
+    shapes = ", ".join(f"`{n}` {_shape(t)}" for n, t in tensors)
+    if m := _BROADCAST.search(text):
+        return _explain_broadcast((int(m[1]), int(m[2]), int(m[3])), tensors, _learner_traceback(error))
+    if m := re.search(r"shape '\[([-\d, ]*)\]' is invalid for input of size (\d+)", text):
+        wanted = [int(s) for s in m[1].split(",") if s.strip()]
+        size = int(m[2])
+        source = next((f"`{n}` {_shape(t)}" for n, t in tensors if t.numel() == size), f"a tensor of {size}")
+        asked = f"{math.prod(wanted)} entries" if -1 not in wanted else f"a multiple of {-math.prod(wanted)}"
+        return (
+            f"{source} has {size} entries, but the shape {wanted} needs {asked}: one size is taken from "
+            "the wrong axis or tensor (T_k for T_q, d_model for the head size, n_heads left out). Name the "
+            "axes with einops.rearrange, or leave one size to -1."
+        )
+    if m := re.search(r"returned an invalid gradient at index (\d+) - got \[([\d, ]*)\] but expected shape "
+                      r"compatible with \[([\d, ]*)\]", text):  # fmt: skip
+        return (
+            f"backward's gradient number {int(m[1]) + 1} has shape ({m[2]}), but a gradient has the shape of "
+            f"its input, forward's argument number {int(m[1]) + 1} after ctx: ({m[3]})."
+        )
+    if "view size is not compatible with input tensor's size and stride" in text:
+        return (
+            "view needs a contiguous tensor, and a transposed or permuted one is not: use .reshape(...) "
+            "(or .contiguous().view(...)), or einops.rearrange."
+        )
+    m = re.search(r"mat1 and mat2 shapes cannot be multiplied \((\d+)x(\d+) and (\d+)x(\d+)\)", text)
+    n = re.search(
+        r"Expected size for first two dimensions of batch2 tensor to be: \[(\d+), (\d+)\] but got: "
+        r"\[(\d+), (\d+)\]",
+        text,
+    )
+    if m or n:
+        left, right = (int(m[2]), int(m[3])) if m else (int(n[2]), int(n[4]))  # type: ignore[index]
+        layers = _line_tensors(_learner_traceback(error), torch.nn.Linear)
+        if m and layers:
+            name, layer = layers[0]
+            return (
+                f"`{name}` is a Linear layer with in_features={layer.in_features}, and its input's last axis "
+                f"has {left}: is it given the right tensor (heads merged back to d_model, the right width)?"
+                + (f" On that line: {shapes}." if shapes else "")
+            )
+        tb = _learner_traceback(error)
+        code = "" if tb is None else linecache.getline(tb.tb_frame.f_code.co_filename, tb.tb_lineno)
+        turned = [
+            f"`{m[0]}` is {_shape((*t.shape[:-2], t.shape[-1], t.shape[-2]))}"
+            for n, t in tensors
+            if t.dim() >= 2
+            for m in [re.search(rf"(?<![\w.]){re.escape(n)}\.(?:transpose\([^()]*\)|mT|T\b|t\(\))", code)]
+            if m
+        ]
+        sources = "" if tb is None else _sizes_in_frame(_arguments(tb), left, right, lengths_only=True)
+        if turned:
+            cause = f" ({'; '.join(turned)}): is that transpose needed, and on that operand?"
+        elif sources:
+            cause = f": {sources}."
+        else:
+            cause = (
+                ". Usual causes: k not transposed (k.transpose(-2, -1)), or an operand with its axes in "
+                "another order."
+            )
+        return (
+            f"A matrix product A @ B needs A's last axis to equal B's second-to-last; here {left} meets "
+            f"{right}." + (f" On that line: {shapes}" if shapes else "") + cause
+        )
+    if m := re.search(r"einsum\(\): subscript (\w) has size (\d+) for operand (\d+) which does not broadcast "
+                      r"with previously seen size (\d+)", text):  # fmt: skip
+        return (
+            f"In your einsum the letter {m[1]} names an axis of size {m[4]} in one operand and {m[2]} in "
+            f"operand {m[3]}: a letter must name axes of one size. Check each operand's letters against its "
+            "shape, in order." + (f" On that line: {shapes}." if shapes else "")
+        )
+    if m := re.search(r"can't divide axis of length (\d+) in chunks of (\d+)", text):
+        return (
+            f"The pattern splits an axis of length {m[1]} into groups of {m[2]}, which does not divide it: "
+            "is the named size (h=...) the one that axis holds, and is the axis the one you mean?"
+        )
+    if m := re.search(r"Wrong shape: expected (\d+) dims\. Received (\d+)-dim tensor", text):
+        return (
+            f"The pattern names {m[1]} axes, but the tensor has {m[2]}: write the pattern for the tensor's "
+            "real shape (are its batch or head axes there, or already merged?)."
+        )
+    if m := _AXIS_RANGE.search(text):
+        return (
+            f"That tensor has {int(m[2]) + 1} axes and your code asks for axis {m[3]}: count axes from the "
+            "end (dim=-1, transpose(-2, -1)), so the code works with and without batch and head axes."
+            + (f" On that line: {shapes}." if shapes else "")
+        )
+    if m := re.search(r"Sizes of tensors must match except in dimension (-?\d+)", text):
+        return f"torch.cat joins tensors along dim={m[1]}; every other axis must agree." + (
+            f" On that line: {shapes}." if shapes else ""
+        )
+    if re.search(r"expected m1 and m2 to have the same dtype|expected scalar type|Found dtype|"
+                 r"expected both vectors to have same dtype|must have the same dtype", text):  # fmt: skip
+        return (
+            "Tensors of two dtypes meet: create new tensors with the inputs' dtype (dtype=q.dtype, "
+            "torch.zeros_like, q.new_zeros), never the float32 default."
+        )
+    if "Expected all tensors to be on the same device" in text:
+        return "Tensors on two devices meet: create new tensors on the inputs' device (device=q.device)."
+    if m := re.search(r"index (-?\d+) is out of bounds for dimension (\d+) with size (\d+)", text):
+        return (
+            f"Index {m[1]} is past the end of an axis of {m[3]}: a position counted in the other length (T_k "
+            "for T_q) or a range that ends one too late." + (f" On that line: {shapes}." if shapes else "")
+        )
+    if heads := _heads_differ(tensors):
+        return heads
+    if shapes and re.search(r"size|shape|dimension|dims", text, re.IGNORECASE):
+        return f"On that line: {shapes}."
+    return ""
+
+
+def learner_raised(what: str, error: BaseException, hint: str = "") -> CheckFailed:
+    """The CheckFailed for an exception of the learner's code: what raised it, their line, what it means."""
+    explanation = explain_error(error)
+    first = " ".join(str(error).split())[:400]
+    return CheckFailed(
+        f"{what} raised {type(error).__name__}: {first}{_learner_location(error)}"
+        + (f"\n{explanation}" if explanation else "")
+        + (f"\n{hint}" if hint else "")
+    )
 
 
 def expect_tensor(
@@ -414,38 +805,133 @@ def _ranges(indices: list[int]) -> str:
 
 
 def describe_error(actual: torch.Tensor, expected: torch.Tensor) -> str:
-    """What the error looks like when no known mistake matches: a scale, which slices, then the worst entry.
+    """What the error looks like when no known mistake matches: a property, which slices, the worst entry.
 
-    A constant factor, an error confined to some indices of one axis (some batch entries or heads,
-    the rows from some row on, some columns), or to a transposition, says more than one number.
+    First a property of the whole error (`_error_property`: a constant factor, a transposition, a
+    shift by one position, a softmax along another axis, entries left at 0, a factor or offset per
+    row, an error confined to one side of the causal diagonal); then an error confined to some
+    indices of one axis (some batch entries or heads, the last rows); then the largest difference.
     """
     a = actual.detach().to("cpu", torch.float64)
     e = expected.detach().to("cpu", torch.float64)
     notes = []
     if a.shape == e.shape and a.numel() > 1 and torch.isfinite(a).all() and torch.isfinite(e).all():
         wrong = _wrong_entries(a, e)
-        scale = float((a * e).sum() / (e * e).sum()) if float((e * e).sum()) > 0 else 0.0
-        if scale != 0.0 and abs(scale - 1) > 1e-3 and torch.allclose(a, scale * e, rtol=1e-4, atol=1e-6):
-            notes.append(f"every entry is {scale:.4g} times the right one (a missing or extra factor)")
-        elif a.dim() >= 2 and a.shape[-1] == a.shape[-2] and torch.allclose(a, e.transpose(-1, -2)):
-            notes.append("it is the right answer transposed (its last two axes swapped)")
-        elif bool((a.sign() != e.sign()).any()) and torch.allclose(a, -e):
-            notes.append("it is the right answer with the opposite sign")
-        else:
-            for axis in range(a.dim()):
-                size = a.shape[axis]
-                if size < 2:
-                    continue
-                other = [d for d in range(a.dim()) if d != axis]
-                bad = wrong.amax(dim=other) if other else wrong  # (size,)
-                bad_indices = bad.nonzero().flatten().tolist()
-                if 0 < len(bad_indices) < size:
-                    name = _axis_name(axis, a.dim())
-                    notes.append(
-                        f"only {name} {_ranges(bad_indices)} of {size} are wrong (the others are right)"
-                    )
+        found = _error_property(a, e, wrong)
+        if found:
+            notes.append(found)
+        if not found or not found.startswith(_WHOLE):
+            notes.extend(_wrong_slices(a, wrong))
     notes.append(difference(a, e))
     return "; ".join(notes)
+
+
+_WHOLE = ("every entry", "it is the right answer")
+"""Properties that describe the whole tensor, after which the wrong slices say nothing more."""
+
+
+def _close(x: torch.Tensor, y: torch.Tensor) -> bool:
+    return x.shape == y.shape and bool(torch.allclose(x, y, rtol=1e-4, atol=1e-6))
+
+
+def _error_property(a: torch.Tensor, e: torch.Tensor, wrong: torch.Tensor) -> str:
+    """The first property that describes how `a` differs from `e` as a whole, or ""."""
+    scale = float((a * e).sum() / (e * e).sum()) if float((e * e).sum()) > 0 else 0.0
+    if scale != 0.0 and abs(scale - 1) > 1e-3 and _close(a, scale * e):
+        return f"every entry is {scale:.4g} times the right one (a missing or extra factor)"
+    if a.dim() >= 2 and a.shape[-1] == a.shape[-2] and _close(a, e.transpose(-1, -2)):
+        return "it is the right answer transposed (its last two axes swapped)"
+    if bool((a.sign() != e.sign()).any()) and _close(a, -e):
+        return "it is the right answer with the opposite sign"
+    offset = (a - e).mean()
+    if float(offset.abs()) > 1e-6 and _close(a, e + offset):
+        return f"every entry is off by the same {float(offset):.4g} (a constant added or left out)"
+    for axis in range(a.dim()):
+        n = a.shape[axis]
+        if n < 3 or _close(e.narrow(axis, 1, n - 1), e.narrow(axis, 0, n - 1)):
+            continue
+        name = _axis_name(axis, a.dim())
+        if _close(a.narrow(axis, 1, n - 1), e.narrow(axis, 0, n - 1)):
+            return (
+                f"it is the right answer shifted by one position along {name}: entry i holds what belongs "
+                "at i - 1 (an index, offset or range off by one)"
+            )
+        if _close(a.narrow(axis, 0, n - 1), e.narrow(axis, 1, n - 1)):
+            return (
+                f"it is the right answer shifted by one position along {name}: entry i holds what belongs "
+                "at i + 1 (an index, offset or range off by one)"
+            )
+        if _close(a, e.flip(axis)):
+            return f"it is the right answer reversed along {name} (an order or index flipped)"
+    if (e >= 0).all() and (a >= 0).all() and a.dim() >= 2 and e.shape[-1] > 1 and _all_near(e.sum(-1), 1.0):
+        if not _all_near(a.sum(-1), 1.0):
+            for other in range(a.dim() - 1):
+                if a.shape[other] > 1 and _all_near(a.sum(other), 1.0):
+                    return (
+                        f"each slice sums to 1 along {_axis_name(other, a.dim())} instead of along the last "
+                        "axis: the softmax (or the normalising sum) is taken along the wrong axis"
+                    )
+    if bool(wrong.any()) and bool((a[wrong] == 0).all()) and bool((e[wrong] != 0).all()):
+        count = int(wrong.sum())
+        return (
+            f"{count} of {a.numel()} entries are exactly 0 where the right answer is not: they were never "
+            "computed or written (a loop that stops early, a block or a case skipped)"
+        )
+    if a.dim() >= 1 and a.shape[-1] > 1 and a.numel() > a.shape[-1]:
+        nonzero = e.abs() > 1e-12
+        if bool(nonzero.all()):
+            ratio = a / e
+            per_row = ratio.amax(-1) - ratio.amin(-1)
+            if bool((per_row <= 1e-4 * ratio.abs().amax(-1)).all()):
+                return (
+                    "each row (last axis) is the right row times a factor of its own "
+                    f"({float(ratio.min()):.4g} to {float(ratio.max()):.4g}): a normalisation or scale taken "
+                    "per row from the wrong numbers"
+                )
+        shift = a - e
+        if bool(((shift.amax(-1) - shift.amin(-1)) <= 1e-6 + 1e-4 * e.abs().amax(-1)).all()):
+            return (
+                "each row (last axis) is off by a constant of its own: a max or log-sum-exp subtracted, "
+                "added, or taken over the wrong entries"
+            )
+    if a.dim() >= 2 and bool(wrong.any()):
+        t_q, t_k = a.shape[-2:]
+        rows = torch.arange(t_q)[:, None] + (t_k - t_q)
+        cols = torch.arange(t_k)[None, :]
+        where = wrong.reshape(-1, t_q, t_k).any(0)  # (T_q, T_k)
+        if min(t_q, t_k) > 1 and bool((cols > rows).any()) and bool((cols <= rows).any()):
+            if not bool((where & (cols <= rows)).any()):
+                return (
+                    "only the entries above the causal diagonal (keys after their query, aligned "
+                    "bottom-right) are wrong: the causal mask is missing there, or masked keys are mishandled"
+                )
+            if not bool((where & (cols != rows)).any()):
+                return "only the entries on the causal diagonal (key = query) are wrong"
+    return ""
+
+
+def _wrong_slices(a: torch.Tensor, wrong: torch.Tensor) -> list[str]:
+    """For each axis where only some indices are wrong: which, and the usual cause of that pattern."""
+    notes = []
+    for axis in range(a.dim()):
+        size = a.shape[axis]
+        if size < 2:
+            continue
+        other = [d for d in range(a.dim()) if d != axis]
+        bad = wrong.amax(dim=other) if other else wrong  # (size,)
+        bad_indices = bad.nonzero().flatten().tolist()
+        if 0 < len(bad_indices) < size:
+            name = _axis_name(axis, a.dim())
+            note = f"only {name} {_ranges(bad_indices)} of {size} are wrong (the others are right)"
+            if bad_indices == list(range(1, size)) and axis < a.dim() - 2:  # a batch or head axis
+                note += (
+                    ": all but the first, so something is taken from index 0 only, or a size-1 axis "
+                    "broadcast where each index needs its own"
+                )
+            elif bad_indices == list(range(bad_indices[0], size)) and axis >= a.dim() - 2:
+                note += ": the last ones (a last, partial block, or a range that stops early?)"
+            notes.append(note)
+    return notes
 
 
 def _axis_name(axis: int, dims: int) -> str:
@@ -528,6 +1014,46 @@ def unpack_out_and_weights(
     ):
         raise CheckFailed(f"`{name}` returned (weights, out): return them in the order (out, weights).")
     return out, weights
+
+
+def as_view(x: torch.Tensor) -> torch.Tensor:
+    """x with the same values as a non-contiguous view whose last axis stays contiguous, as a tensor
+    is after split_heads (axes -3 and -2 swapped in memory) or a slice of a wider one (2 axes)."""
+    if x.dim() >= 3:
+        return x.transpose(-2, -3).contiguous().transpose(-2, -3)
+    if x.dim() == 2:
+        wider = torch.zeros(x.shape[0], 2 * x.shape[1], dtype=x.dtype, device=x.device)
+        return wider[:, : x.shape[1]].copy_(x)
+    return x
+
+
+def diagnose_views(
+    candidate: Callable[..., Any],
+    args: Sequence[Any],
+    kwargs: dict[str, Any] | None = None,
+    pick: Callable[[Any], Any] = lambda result: result,
+) -> Callable[[torch.Tensor, torch.Tensor], str | None]:
+    """A `diagnose`: when some tensor argument is a non-contiguous view and the candidate is right on
+    contiguous copies of the same values, say that it reads memory instead of the tensor."""
+
+    def diagnose(actual: torch.Tensor, expected: torch.Tensor) -> str | None:
+        if not any(isinstance(a, torch.Tensor) and not a.is_contiguous() for a in args):
+            return None
+        copies = [a.contiguous() if isinstance(a, torch.Tensor) else a for a in args]
+        try:
+            with torch.no_grad():
+                again = pick(candidate(*copies, **(kwargs or {})))
+        except Exception:
+            return None
+        if isinstance(again, torch.Tensor) and is_close(again, expected):
+            return (
+                "is right for contiguous tensors but wrong for non-contiguous views of the same values "
+                "(a .transpose, as split_heads makes): something reads the memory, not the tensor (a "
+                "stride or layout assumed, as_strided, .storage, .data_ptr). Index by shape and axis only."
+            )
+        return None
+
+    return diagnose
 
 
 def randn(*shape: int, dtype: torch.dtype = torch.float64, scale: float = 1.0) -> torch.Tensor:

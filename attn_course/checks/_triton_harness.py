@@ -197,6 +197,8 @@ def _overlapping_programs(
     """(element, program, other program) of an output element two programs of one launch stored to."""
     owner: dict[tuple[int, int], tuple[int, ...]] = {}
     for access in trace.accesses_to(out, store=True):
+        if access.atomic:  # programs that add atomically into one element are meant to overlap
+            continue
         program = access.program[: 3 if access.program[2] else 2 if access.program[1] else 1]
         for element in access.elements.tolist():
             other = owner.setdefault((access.launch, element), program)

@@ -64,6 +64,8 @@ class Access:
     """Element offsets from the argument's first element, of the unmasked lanes (flattened)."""
     block_shape: tuple[int, ...]
     """The shape of the pointer block (all lanes, masked or not)."""
+    atomic: bool = False
+    """An atomic read-modify-write (tl.atomic_add and the like): a store that adds to what is there."""
 
 
 @dataclass(frozen=True)
@@ -107,6 +109,7 @@ class KernelTrace:
         builder = interpreter.interpreter_builder
         executor = interpreter.GridExecutor
         load, store = builder.create_masked_load, builder.create_masked_store
+        rmw = getattr(builder, "create_atomic_rmw", None)
         init_args, set_grid_dim = executor._init_args_hst, builder.set_grid_dim
         self._saved = {"builder": builder, "executor": executor, "init_args": init_args}
 
@@ -130,19 +133,25 @@ class KernelTrace:
         def traced_store(ptrs: Any, value: Any, mask: Any, *rest: Any) -> Any:
             return store(ptrs, value, self._record(builder, ptrs, mask, store=True), *rest)
 
+        def traced_rmw(op: Any, ptrs: Any, value: Any, mask: Any, *rest: Any) -> Any:
+            assert rmw is not None  # installed only where the interpreter has it
+            return rmw(op, ptrs, value, self._record(builder, ptrs, mask, store=True, atomic=True), *rest)
+
         builder.create_masked_load = traced_load
         builder.create_masked_store = traced_store
+        if rmw is not None:
+            builder.create_atomic_rmw = traced_rmw
         builder.set_grid_dim = traced_set_grid_dim
         executor._init_args_hst = traced_init_args
         return self
 
     def __exit__(self, *exc: object) -> None:
         builder = self._saved["builder"]
-        for name in ("create_masked_load", "create_masked_store", "set_grid_dim"):
+        for name in ("create_masked_load", "create_masked_store", "create_atomic_rmw", "set_grid_dim"):
             builder.__dict__.pop(name, None)
         self._saved["executor"]._init_args_hst = self._saved["init_args"]
 
-    def _record(self, builder: Any, ptrs: Any, mask: Any, store: bool) -> Any:
+    def _record(self, builder: Any, ptrs: Any, mask: Any, store: bool, atomic: bool = False) -> Any:
         """Record one access; return the mask with lanes outside every tensor turned off."""
         if not self.launches:
             return mask
@@ -160,7 +169,9 @@ class KernelTrace:
                     np.int64
                 )
                 self.accesses.append(
-                    Access(launch, program, store, tensor.name, tensor.start, offsets, addresses.shape)
+                    Access(
+                        launch, program, store, tensor.name, tensor.start, offsets, addresses.shape, atomic
+                    )
                 )
                 placed |= inside
         if placed.all():

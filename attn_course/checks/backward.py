@@ -23,9 +23,12 @@ from attn_course.checks._harness import (
     call,
     check,
     cuda_device,
+    describe_error,
     difference,
     expect_tensor,
     is_close,
+    is_learners,
+    learner_raised,
     randn,
 )
 from attn_course.checks.flash import _FUSED, _OpRecorder
@@ -59,6 +62,8 @@ def _tiled_backward(
     transpose_ds: bool = False,
     transpose_p: bool = True,
     tail: bool = True,
+    recompute_scale: bool = True,
+    skip_offset: bool = True,
 ) -> Grads:
     """(dq, dk, dv) of a tiled backward (key blocks outside, query blocks inside) with the given slips.
 
@@ -94,10 +99,10 @@ def _tiled_backward(
         for qs in range(0, t_q, block_m):
             qe = min(qs + block_m, t_q)
             causal = is_causal and mask != "none"
-            if causal and ks > qe - 1 + offset:
+            if causal and ks > qe - 1 + (offset if skip_offset else 0):
                 continue  # every key of the block lies after every query of the block
             q_blk, do_blk = q[..., qs:qe, :], grad_out[..., qs:qe, :]  # (..., Bq, d), (..., Bq, d_v)
-            s = q_blk @ k_blk.transpose(-1, -2) * scale  # (..., Bq, Bk)
+            s = q_blk @ k_blk.transpose(-1, -2) * (scale if recompute_scale else 1.0)  # (..., Bq, Bk)
             if causal and mask != "blocks-only":
                 rows = torch.arange(qs, qe)[:, None] + offset  # (Bq, 1)
                 s = s.masked_fill(torch.arange(ks, ke)[None, :] > rows, -math.inf)  # (..., Bq, Bk)
@@ -120,6 +125,8 @@ def _tiled_backward(
                 row_delta = (dp * p).sum(dim=-1, keepdim=True)  # (..., Bq, 1)
             elif delta == "dp":
                 row_delta = dp.sum(dim=-1, keepdim=True)  # (..., Bq, 1)
+            elif delta == "over-queries":
+                row_delta = (dp * p).sum(dim=-2, keepdim=True)  # (..., 1, Bk): one per key, not per query
             else:
                 row_delta = torch.zeros_like(dp[..., :1])  # (..., Bq, 1)
             ds = p * (dp - row_delta)  # (..., Bq, Bk)
@@ -177,6 +184,16 @@ _COMMON_SLIPS: list[Slip] = [
         "probability.",
         dict(delta="dp"),
     ),
+    (
+        "sums dP ∘ P over the queries (dim=-2): D_i = Σ_j dP_ij P_ij is one number per query row, a sum "
+        "over the keys, dim=-1 (keepdim=True).",
+        dict(delta="over-queries"),
+    ),
+    (
+        "recomputes the scores without the 1/√d scale before P = exp(S − lse): the lse belongs to the "
+        "scaled scores, S = Q Kᵀ / √d.",
+        dict(recompute_scale=False),
+    ),
     *_SCALE_SLIPS,
     (
         "transposes dS the wrong way round: dQ = dS K (dS is (T_q, T_k)) and dK = dSᵀ Q.",
@@ -209,6 +226,12 @@ _COMMON_SLIPS: list[Slip] = [
 ]
 
 _TILED_SLIPS: list[Slip] = [
+    (
+        "skips the key blocks after the query block's last row without the offset T_k − T_q: with "
+        "T_q < T_k query i sees keys up to i + T_k − T_q, so a block is skipped only when "
+        "ks > qe − 1 + T_k − T_q.",
+        dict(skip_offset=False),
+    ),
     (
         "computes D from the tile's dP ∘ P: that sums over one key block only. D_i = Σ_j dP_ij P_ij over "
         "all keys, which equals rowsum(dO ∘ O): compute it once, before the loops, as "
@@ -365,7 +388,27 @@ def _locate(
         place = f"only in {side} blocks {touched} of {math.ceil(length / block)} ({rows}){nonfinite}"
     else:
         place = f"in {rows}{nonfinite}"
-    return f"{head}: {verb} wrong {place}. For {NAMES[first]}, {difference(a, e)}"
+    scale = _scale_factor(a, e, q.shape[-1])
+    if scale:
+        why = (
+            "dV = Pᵀ dO carries no scale; the 1/√d belongs to dQ and dK."
+            if first == 2
+            else "dQ and dK carry the 1/√d of S = QKᵀ/√d exactly once."
+        )
+        return f"{head}: {NAMES[first]} is {scale} times the right one. {why}"
+    return f"{head}: {verb} wrong {place}. For {NAMES[first]}, {describe_error(a, e)}"
+
+
+def _scale_factor(actual: torch.Tensor, expected: torch.Tensor, d: int) -> str:
+    """'1/√d' or '√d' when actual is expected times that factor (as a scale in the wrong place), else ''."""
+    a, e = actual.detach().double().cpu(), expected.detach().double().cpu()
+    if not bool(torch.isfinite(a).all()) or float((e * e).sum()) == 0:
+        return ""
+    factor = float((a * e).sum() / (e * e).sum())
+    for words, value in ((f"1/√d = {d**-0.5:.4g}", d**-0.5), (f"√d = {d**0.5:.4g}", d**0.5)):
+        if abs(factor / value - 1) < 1e-2 and bool(torch.allclose(a, value * e, rtol=1e-2, atol=1e-3)):
+            return words
+    return ""
 
 
 def _in_diagonal_tiles(
@@ -874,6 +917,12 @@ def _compare_function(
     expected_out = reference.attention(q.detach(), k.detach(), v.detach(), is_causal=is_causal)[0]
     out = expect_tensor(out, expected_out.shape, f"The output of {called}", finite=False)
     if not is_close(out, expected_out):
+        other = reference.attention(q.detach(), k.detach(), v.detach(), is_causal=not is_causal)[0]
+        if is_close(out, other):
+            raise CheckFailed(
+                f"The output of {called} is attention with is_causal={not is_causal}: forward must pass its "
+                "is_causal on to flash_attention_forward (and keep it on ctx for the backward)."
+            )
         raise CheckFailed(f"The output of {called} is not attention's: {difference(out, expected_out)}")
     if out.grad_fn is None:
         raise CheckFailed(
@@ -892,15 +941,16 @@ def _compare_function(
             "implemented yet: replace `raise NotImplementedError` with your code, run that cell, then run "
             "this check again."
         ) from None
-    except RuntimeError as error:
-        first = str(error).splitlines()[0]
-        hint = ""
+    except Exception as error:  # autograd's complaint about what backward returned, or the learner's raise
+        first = str(error).splitlines()[0] if str(error) else ""
         if "incorrect number of gradients" in first:
-            hint = (
-                " backward must return one gradient per argument of forward (after ctx): "
-                "dq, dk, dv, None, None."
-            )
-        raise CheckFailed(f"The backward of {called} raised RuntimeError: {first}.{hint}") from None
+            raise CheckFailed(
+                f"The backward of {called} raised RuntimeError: {first}. backward must return one gradient "
+                "per argument of forward (after ctx): dq, dk, dv, None, None."
+            ) from None
+        if not is_learners(error) and not isinstance(error, RuntimeError):
+            raise
+        raise learner_raised(f"The backward of {called}", error) from None
     dq, dk, dv = (torch.zeros_like(x) if g is None else g for g, x in zip(grads, (q, k, v), strict=True))
     grads = (dq, dk, dv)
     expected = _autograd_grads(q, k, v, grad_out, is_causal)
@@ -1012,6 +1062,9 @@ def _gradcheck(candidate: Any) -> None:
     try:
         torch.autograd.gradcheck(function, (q, k, v), eps=1e-6, atol=1e-5, rtol=1e-4)
     except Exception as error:  # GradcheckError, or what the learner's code raised
+        if is_learners(error):
+            called = "FlashAttentionFunction.apply(q (1, 2, 5, 4), k (1, 2, 7, 4), v (1, 2, 7, 3), True, 3)"
+            raise learner_raised(f"Your code, under torch.autograd.gradcheck of {called},", error) from None
         first = str(error).strip().splitlines()[0][:300]
         raise CheckFailed(
             "torch.autograd.gradcheck (float64, q (1, 2, 5, 4), k (1, 2, 7, 4), v (1, 2, 7, 3), causal, "

@@ -12,6 +12,7 @@ from attn_course import reference
 from attn_course.checks._harness import (
     CheckFailed,
     Mistake,
+    _ranges,
     call,
     check,
     expect_close,
@@ -145,6 +146,88 @@ def _diagnose_causal(
     return diagnose
 
 
+def _probe_block(candidate: Callable[..., Any], block: Block, x: torch.Tensor) -> str | None:
+    """Which branch of the learner's block is wrong: what each of ln1, attn, ln2, mlp got, and the sum.
+
+    Forward hooks record the input of each sub-module in the learner's call; each is compared with
+    the tensors of the right block (x, ln1(x), h = x + attn(ln1(x)), ln2(h), ...) to say what it got.
+    """
+    with torch.no_grad():
+        a1 = block.ln1(x)  # (b, t, d_model)
+        att = block.attn(a1, is_causal=True)
+        h = x + att
+        m_in = block.ln2(h)
+        mlp_out = block.mlp(m_in)
+        named = {
+            "x": x,
+            "block.ln1(x)": a1,
+            "block.ln2(x)": block.ln2(x),
+            "the attention's output alone, without the residual": att,
+            "h = x + block.attn(block.ln1(x))": h,
+            "block.ln2(h)": m_in,
+            "block.ln1(h)": block.ln1(h),
+            "block.mlp(block.ln2(h))": mlp_out,
+            "block.attn(x) (no ln1)": block.attn(x, is_causal=True),
+            "block.ln1(block.ln1(x)) (ln1 twice)": block.ln1(a1),
+            "block.ln2(block.ln2(h)) (ln2 twice)": block.ln2(m_in),
+        }
+    seen: dict[str, list[tuple[torch.Tensor, dict[str, Any]]]] = {}
+    handles = []
+    for name in ("ln1", "attn", "ln2", "mlp"):
+
+        def keep(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], name: str = name) -> None:
+            if args and isinstance(args[0], torch.Tensor):
+                seen.setdefault(name, []).append((args[0].detach(), dict(kwargs)))
+
+        handles.append(getattr(block, name).register_forward_pre_hook(keep, with_kwargs=True))
+    try:
+        with torch.no_grad():
+            out = candidate(block, x)
+    except Exception:  # the call was checked before; a probe that cannot run says nothing
+        return None
+    finally:
+        for handle in handles:
+            handle.remove()
+
+    def which(t: torch.Tensor) -> str:
+        return next((words for words, value in named.items() if is_close(t, value)), "a tensor other")
+
+    expected = {"attn": ("block.ln1(x)", a1), "mlp": ("block.ln2(h)", m_in)}
+    for name in ("attn", "mlp"):
+        if name not in seen:  # not called, or called through .forward, which hooks do not see
+            return None
+        got, kwargs = seen[name][-1]
+        words, right = expected[name]
+        if not is_close(got, right):
+            found = which(got)
+            return (
+                f"gives block.{name} a tensor other than {words} (none of x, ln1(x), h, ln2(h))."
+                if found == "a tensor other"
+                else f"gives block.{name} {found} instead of {words}."
+            )
+        if name == "attn" and kwargs.get("is_causal") is not True and "mask" not in kwargs:
+            return "calls block.attn without is_causal=True: every position then sees the later ones."
+    if isinstance(out, torch.Tensor) and out.shape == h.shape:
+        for words, wrong in (
+            (
+                "x + block.mlp(...): the MLP's residual adds h, the sum after the attention, not x",
+                x + mlp_out,
+            ),
+            ("block.mlp(...) + the attention's output, without x", att + mlp_out),
+        ):
+            if is_close(out, wrong):
+                return f"returns {words}: return h + block.mlp(block.ln2(h))."
+        parts = torch.stack([x, att, mlp_out], dim=-1).reshape(-1, 3)  # (b·t·d, 3)
+        factors = torch.linalg.lstsq(parts, out.reshape(-1, 1).to(parts.dtype)).solution.flatten()
+        if is_close((parts @ factors[:, None]).reshape(out.shape), out):
+            a, b, c = (round(float(f), 3) for f in factors)
+            return (
+                f"returns {a:g}·x + {b:g}·attn + {c:g}·mlp (attn = block.attn(block.ln1(x)), mlp = "
+                "block.mlp(block.ln2(h))): the block adds each once, h = x + attn, then h + mlp."
+            )
+    return None
+
+
 @check
 def check_block_forward(candidate: Callable[..., Any]) -> str:
     """A float64 block with random LayerNorms on (2, 7, 24), against the pre-norm causal block."""
@@ -158,9 +241,12 @@ def check_block_forward(candidate: Callable[..., Any]) -> str:
     mistakes = [
         Mistake(message, lambda knobs=knobs: _block(block, x, **knobs)) for message, knobs in _BLOCK_MISTAKES
     ]
-    expect_close(
-        out, want, what, mistakes=mistakes, diagnose=_diagnose_causal(candidate, block, x), called_as=""
-    )
+    causal = _diagnose_causal(candidate, block, x)
+
+    def diagnose(actual: torch.Tensor, expected: torch.Tensor) -> str | None:
+        return causal(actual, expected) or _probe_block(candidate, block, x)
+
+    expect_close(out, want, what, mistakes=mistakes, diagnose=diagnose, called_as="")
     expect_gradients(
         "block_forward",
         lambda x: candidate(block, x),
@@ -265,9 +351,9 @@ def check_ablate_heads(candidate: Callable[..., Any]) -> str:
             Mistake(message, lambda knobs=knobs, heads=heads: _ablated(model, heads, **knobs)(tokens))
             for message, knobs in _ABLATE_MISTAKES
         ]
-        expect_close(
-            out, want, what, mistakes=mistakes, diagnose=_diagnose_ablation(out, original), called_as=""
-        )
+        right = reference.ablate_heads(model, heads)
+        diagnose = _diagnose_ablation(out, original, ablated, right)
+        expect_close(out, want, what, mistakes=mistakes, diagnose=diagnose, called_as="")
     return f"{len(_HEAD_SETS)} lists of heads switched off in a copy (3 layers, 4 heads), the original kept"
 
 
@@ -285,7 +371,9 @@ def _expect_original_kept(
         raise CheckFailed(f"{shown} returned the model itself: return a copy, copy.deepcopy(model).")
 
 
-def _diagnose_ablation(out: torch.Tensor, original: torch.Tensor) -> Callable[..., str | None]:
+def _diagnose_ablation(
+    out: torch.Tensor, original: torch.Tensor, ablated: Any = None, right: Any = None
+) -> Callable[..., str | None]:
     def diagnose(actual: torch.Tensor, expected: torch.Tensor) -> str | None:
         if is_close(out, original):
             return (
@@ -293,6 +381,61 @@ def _diagnose_ablation(out: torch.Tensor, original: torch.Tensor) -> Callable[..
                 "h·d_k … (h+1)·d_k of model.blocks[layer].attn.out.weight for each (layer, head), "
                 "in the copy."
             )
+        if isinstance(ablated, torch.nn.Module) and isinstance(right, torch.nn.Module):
+            return _parameter_difference(ablated, right)
         return None
 
     return diagnose
+
+
+def _parameter_difference(ablated: torch.nn.Module, right: torch.nn.Module) -> str | None:
+    """Where the learner's ablated copy's parameters differ from the right copy's, in rows and columns."""
+    theirs = dict(ablated.state_dict())
+    ours = right.state_dict()
+    others = [n for n, w in ours.items() if ".attn.out." not in n and not torch.equal(theirs.get(n, w), w)]
+    if others:  # switched off some other way: say where, in the words of the layer's qkv
+        name = others[0]
+        got, want = theirs[name], ours[name]
+        if name.endswith("attn.qkv.weight") and got.dim() == 2:
+            rows = ((got != want) & (got == 0)).any(1).nonzero().flatten().tolist()
+            d_model = want.shape[1]
+            part = {0: "queries", 1: "keys", 2: "values"}.get(rows[0] // d_model, "") if rows else ""
+            if part in ("queries", "keys"):
+                return (
+                    f"come from a copy whose {name} has rows {_ranges(rows)} zeroed: the {part} of the head. "
+                    "That head's scores become 0, so it attends uniformly instead of falling silent; zero "
+                    "its columns of attn.out.weight, what the head adds to the output."
+                )
+        return None
+    for name, want in ours.items():
+        got = theirs.get(name)
+        if got is None or got.shape != want.shape or torch.equal(got, want):
+            continue
+        wrong = got != want  # (out, in) for a weight
+        zeroed = wrong & (got == 0)
+        kept = wrong & (want == 0)
+        parts = []
+        for label, where in (("zeroed", zeroed), ("left nonzero", kept)):
+            if not where.any():
+                continue
+            if where.dim() == 2:
+                cols = where.any(0).nonzero().flatten().tolist()
+                rows = where.any(1).nonzero().flatten().tolist()
+                place = (
+                    f"columns {_ranges(cols)}"
+                    if len(rows) == where.shape[0]
+                    else f"rows {_ranges(rows)}"
+                    if len(cols) == where.shape[1]
+                    else f"rows {_ranges(rows)} × columns {_ranges(cols)}"
+                )
+            else:
+                place = f"entries {_ranges(where.nonzero().flatten().tolist())}"
+            parts.append(f"{label} {place}")
+        what = " and ".join(parts) or "changed some entries"
+        d_k = _CONFIG.d_model // _CONFIG.n_heads
+        return (
+            f"come from a copy whose {name} is wrong: it {what} (of shape {tuple(want.shape)}). Head h of "
+            f"model.blocks[layer] is columns h·d_k … (h+1)·d_k - 1 of that layer's attn.out.weight "
+            f"(d_k = {d_k})."
+        )
+    return None

@@ -9,6 +9,7 @@ calls torch's fused attention, is rejected even when its numbers are right.
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -157,6 +158,18 @@ def _call_tiled(name: str, candidate: Callable[..., Any], *args: Any, **kwargs: 
     except CheckFailed as failed:
         text = str(failed)
         if "raised RuntimeError" in text and ("size" in text or "shape" in text):
+            block = kwargs.get("block_size", args[3] if len(args) > 3 else None)
+            lengths = {x.shape[-2] for x in args[:3] if isinstance(x, torch.Tensor)}
+            sizes = {int(n) for n in re.findall(r"\((\d+)\)", text.split("\n")[0])}
+            tails = {t % block for t in lengths if isinstance(block, int) and block > 0 and t % block}
+            if isinstance(block, int) and block in sizes and sizes & tails:
+                tail = min(sizes & tails)
+                raise CheckFailed(
+                    f"{text.split(chr(10))[0]}\nThe last block is shorter: {tail} rows, not block_size = "
+                    f"{block}, when the length is not a multiple of block_size. End every block at "
+                    "ke = min(ks + block_size, T_k) (qe likewise), and build its slices and its mask "
+                    "positions (torch.arange(ks, ke)) from that end."
+                ) from None
             raise CheckFailed(f"{text}\n{_SLICE_HINT}") from None
         raise
 
@@ -248,6 +261,11 @@ def _compare_query_block(
             "scales the scores by 1/√d_v, the width of the values: the scale is 1/√d with d = "
             "q_blk.shape[-1], the width of the queries and keys.",
             functools.partial(simulate, scale=v.shape[-1] ** -0.5),
+        ),
+        Mistake(
+            "applies the 1/√d scale twice (on q and on the scores, 1/d in all): scale once, "
+            "s = q_blk @ k_blkᵀ / √d.",
+            functools.partial(simulate, scale=1.0 / q.shape[-1]),
         ),
         Mistake(
             "multiplies every key block's p by the same first rows of v: p @ v takes the key block's own "
@@ -531,7 +549,19 @@ def _diagnose_blocks(
         return None
     wrong = _wrong_rows(actual, expected)  # (T_q,)
     first, rest = wrong[:block_size], wrong[block_size:]
-    if not first.any() and rest.any():
+    last = (t_q - 1) // block_size * block_size
+    suffix = int(wrong.int().argmax()) if wrong.any() else t_q  # the first wrong row
+    if 0 < suffix and bool(wrong[suffix:].all()) and bool((actual[..., suffix:, :] == 0).all()):
+        return (
+            f"never writes {_rows(suffix, t_q - 1)} (they are 0): the query loop stops before T_q = "
+            f"{t_q}; loop over range(0, T_q, block_size) and write out[..., qs:qe, :] with "
+            "qe = min(qs + block_size, T_q)."
+        )
+    if (
+        not first.any()
+        and rest.any()
+        and not (wrong[last:].all() and not wrong[:last].any() and t_q % block_size)
+    ):
         where = "the causal mask" if is_causal else "anything that depends on the row"
         return (
             f"is right for the first query block (rows 0–{block_size - 1}) but wrong in later blocks "
@@ -539,7 +569,6 @@ def _diagnose_blocks(
             "block's absolute rows qs … qe - 1 (torch.arange(qs, qe), plus T_k - T_q for the causal "
             "position), not its rows counted from 0 within the block."
         )
-    last = (t_q - 1) // block_size * block_size
     if wrong[last:].all() and not wrong[:last].any() and t_q % block_size:
         return (
             f"is wrong only in the last, shorter query block (rows {last}–{t_q - 1}): when T_q is not "
@@ -547,6 +576,10 @@ def _diagnose_blocks(
             "and write out[..., qs:qe, :] with qe = min(qs + block_size, T_q)."
         )
     return None
+
+
+def _rows(first: int, last: int) -> str:
+    return f"row {first}" if first == last else f"rows {first}–{last}"
 
 
 def _wrong_rows(actual: torch.Tensor, expected: torch.Tensor) -> torch.Tensor:

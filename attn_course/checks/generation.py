@@ -127,6 +127,55 @@ _PROBS_SIGNATURE = (
 )
 
 
+def _sharpness(
+    p: torch.Tensor, logits: torch.Tensor, temperature: float, counts: int | None = None
+) -> str | None:
+    """How probabilities (or frequencies of `counts` draws) p differ in sharpness from softmax(logits / T).
+
+    Fits log p = logits / T' + c per row on the tokens p keeps; names T' = T², 1/T, 1 or √T, else says
+    whether p is sharper (T' < T) or flatter (T' > T) than it should be.
+    """
+    p = p.detach().to("cpu", torch.float64)
+    logits = logits.detach().to("cpu", torch.float64)
+    slopes, weights = [], []
+    for row in range(p.shape[0]):
+        kept = p[row] > 0
+        if int(kept.sum()) < 2:
+            continue
+        x, y = logits[row][kept], torch.log(p[row][kept])
+        w = p[row][kept] if counts is not None else torch.ones_like(x)  # draws: rare tokens are noisy
+        xm, ym = (w * x).sum() / w.sum(), (w * y).sum() / w.sum()
+        var = (w * (x - xm) ** 2).sum()
+        if float(var) <= 0:
+            continue
+        slope = float((w * (x - xm) * (y - ym)).sum() / var)
+        residual = y - (ym + slope * (x - xm))
+        if float((w * residual**2).sum() / w.sum()) > (0.05 if counts is not None else 1e-8):
+            return None  # not a softmax of the logits at any temperature
+        slopes.append(slope)
+        weights.append(1.0)
+    if not slopes or min(slopes) <= 0:
+        return None
+    fitted = 1 / (sum(slopes) / len(slopes))  # T'
+    if abs(fitted / temperature - 1) < 0.05:
+        return None
+    named = {
+        temperature**2: "divides by the temperature twice (logits / T / T)",
+        1 / temperature: "multiplies the logits by the temperature instead of dividing (logits * T)",
+        1.0: "ignores the temperature",
+        math.sqrt(temperature): "divides by √T instead of T",
+    }
+    said = next(
+        (w for t, w in named.items() if abs(fitted / t - 1) < 0.05 and abs(t - temperature) > 1e-9), None
+    )
+    kind = "sharper" if fitted < temperature else "flatter"
+    how = f", what a code that {said} gives" if said else ""
+    return (
+        f"{kind} than softmax(logits / {temperature:g}): they fit a temperature of {fitted:.3g}{how}. "
+        "Divide the logits by the temperature once, softmax(logits / temperature)."
+    )
+
+
 def _diagnose_probs(logits: torch.Tensor, temperature: float, top_k: int | None) -> Callable[..., str | None]:
     def diagnose(actual: torch.Tensor, expected: torch.Tensor) -> str | None:
         a = actual.detach().to("cpu", torch.float64)
@@ -139,12 +188,24 @@ def _diagnose_probs(logits: torch.Tensor, temperature: float, top_k: int | None)
                 "take the softmax along the vocabulary axis, dim=-1, last."
             )
         kept, want = a > 0, expected > 0
+        if not torch.equal(kept, want.cpu()) and top_k is not None:
+            scaled = logits.detach().cpu().to(torch.float64)
+            for row in range(scaled.shape[0]):
+                kth = scaled[row].topk(top_k).values[-1]
+                if torch.equal(kept.cpu(), scaled >= kth) and not torch.equal(want.cpu(), scaled >= kth):
+                    return (
+                        f"keeps, in every row, the logits at or above row {row}'s k-th largest: take the "
+                        "threshold per row, torch.topk(logits, top_k, dim=-1).values[:, -1:] (b, 1)."
+                    )
         if not torch.equal(kept, want.cpu()):
             return (
                 f"keeps other tokens than the {top_k or 'all'} largest logits of each row "
                 f"({int(kept.sum(dim=-1).max())} nonzero in some row, "
                 f"{int(want.sum(dim=-1).max())} expected)."
             )
+        sharper = _sharpness(a, logits, temperature)
+        if sharper:
+            return f"keeps the right tokens, but its probabilities are {sharper}"
         return (
             "keeps the right tokens, but their probabilities are not in the proportions exp(logit / T): "
             f"softmax(logits / temperature) with temperature={temperature}."
@@ -310,18 +371,44 @@ def check_sample_next(candidate: Callable[..., Any]) -> str:
             what,
             mistakes=mistakes,
             close=_close_in_distribution,
-            diagnose=_diagnose_draws(frequencies, want),
+            diagnose=_diagnose_draws(frequencies, want, draws, logits, temperature),
             called_as="",
         )
+        other = _sampled(candidate, logits, temperature, top_k, seed=4321)
+        if torch.equal(draws, other):
+            raise CheckFailed(
+                "sample_next drew the same tokens from generators seeded 1234 and 4321: it does not draw "
+                "from `generator` (a seed set inside, or a fixed draw). Pass it on, torch.multinomial(probs, "
+                "1, generator=generator), and set no seed yourself."
+            )
     return f"{_DRAWS:,} draws per row at 3 temperatures and top-k fit the probabilities; seeds reproduce"
 
 
-def _diagnose_draws(frequencies: torch.Tensor, probs: torch.Tensor) -> Callable[..., str | None]:
+def _diagnose_draws(
+    frequencies: torch.Tensor,
+    probs: torch.Tensor,
+    draws: torch.Tensor | None = None,
+    logits: torch.Tensor | None = None,
+    temperature: float = 1.0,
+) -> Callable[..., str | None]:
     def diagnose(actual: torch.Tensor, expected: torch.Tensor) -> str | None:
+        if draws is not None and draws.shape[1] > 1 and bool((draws == draws[:, :1]).all()):
+            return (
+                "hold the same token in every row of the batch at each draw: one draw is shared by all rows. "
+                "Draw one token per row, torch.multinomial(probs, 1) on the (b, vocab) probabilities."
+            )
         outside = (frequencies > 0) & (probs.cpu() == 0)
         if outside.any():
             row, token = (int(i) for i in outside.nonzero()[0])
-            return f"draw token {token} in row {row}, which has probability 0 (outside the top k)."
+            share = float(frequencies[probs.cpu() == 0].sum() / frequencies.shape[0])
+            return (
+                f"draw token {token} in row {row}, which has probability 0 (outside the top k): "
+                f"{share:.1%} of the draws fall outside the top k. Mask those logits with -inf first."
+            )
+        if logits is not None:
+            sharper = _sharpness(frequencies, logits, temperature, counts=_DRAWS)
+            if sharper:
+                return f"are {sharper}"
         gap = (frequencies - probs.cpu()).abs()
         row, token = (int(i) for i in torch.unravel_index(gap.argmax(), gap.shape))
         sigma = math.sqrt(max(float(probs[row, token]) * (1 - float(probs[row, token])), 1 / _DRAWS) / _DRAWS)

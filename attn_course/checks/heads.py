@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Callable
@@ -24,6 +25,7 @@ from attn_course.checks._harness import (
     expect_tensor,
     randn,
 )
+from attn_course.checks._probe import Heads, diagnose_heads, merged_input
 
 # ---------------------------------------------------------------------------------------------
 # split_heads and merge_heads
@@ -407,6 +409,7 @@ def check_MultiHeadAttention(candidate: Callable[..., Any]) -> str:
                 is_causal,
                 f"({d_model}, {n_heads}, bias={bias})",
                 label,
+                probe=functools.partial(_probe_mha, candidate, n_heads, bias, mask, is_causal),
             )
     layer, ref, params = _build_pair(candidate, 12, 3, True, torch.float32)
     x = randn(2, 5, 12, dtype=torch.float32)
@@ -452,7 +455,16 @@ def _expect_cross_attention(candidate: Callable[..., Any]) -> None:
         }
         out = expect_tensor(result, (2, 4, 12), what, finite=False, hints=hints)
         ignored = Mistake(_CONTEXT_IGNORED, lambda x, context, mask=None: ref(x, mask=mask))
-        expect_close(out, ref(x, **kwargs), what, mistakes=[ignored], args=(x,), kwargs=kwargs)
+        probe = _diagnose_by_probe(functools.partial(_probe_mha, candidate, 3, True, mask, False, 7))
+        expect_close(
+            out,
+            ref(x, **kwargs),
+            what,
+            mistakes=[ignored],
+            args=(x,),
+            kwargs=kwargs,
+            diagnose=probe,
+        )
 
 
 def _expect_runs_on_cuda(candidate: Callable[..., Any]) -> None:
@@ -586,6 +598,7 @@ def _compare(
     is_causal: bool,
     config: str,
     label: str,
+    probe: Callable[[], str | None] | None = None,
 ) -> None:
     result = _call_forward(layer, x, mask, is_causal)
     if isinstance(result, tuple | list):
@@ -612,7 +625,75 @@ def _compare(
         args=(x,),
         kwargs=kwargs,
         nonfinite_hint="In these tests every query may attend at least one key, itself.",
+        diagnose=None if probe is None else _diagnose_by_probe(probe),
     )
+
+
+def _diagnose_by_probe(probe: Callable[[], str | None]) -> Callable[[torch.Tensor, torch.Tensor], str | None]:
+    """A `diagnose` for expect_close that ignores the outputs and runs the probe."""
+    return lambda actual, expected: probe()
+
+
+def _reference_heads(
+    params: dict[str, torch.Tensor],
+    n_heads: int,
+    x: torch.Tensor,
+    mask: torch.Tensor | None,
+    is_causal: bool,
+    context: torch.Tensor | None = None,
+) -> Heads:
+    """The reference layer's per-head q, k, v and allowed keys, for the probe."""
+    source = x if context is None else context
+
+    def project(t: torch.Tensor) -> list[torch.Tensor]:
+        qkv = F.linear(t, params["qkv.weight"], params.get("qkv.bias"))  # (b, t, 3·d_model)
+        return [rearrange(c, "b t (h d) -> b h t d", h=n_heads) for c in qkv.chunk(3, dim=-1)]
+
+    q = project(x)[0]  # (b, h, t_q, d)
+    _, k, v = project(source)  # each (b, h, t_k, d)
+    b, h, t_q, _ = q.shape
+    t_k = k.shape[-2]
+    allowed = torch.ones(b, h, t_q, t_k, dtype=torch.bool)
+    if mask is not None:
+        allowed = allowed & mask.unsqueeze(-3)
+    causal = torch.ones(t_q, t_k, dtype=torch.bool).tril(diagonal=t_k - t_q) if is_causal else None
+    if causal is not None:
+        allowed = allowed & causal
+    others = [("mixes the keys k instead of the values v: out = weights @ v, with v its own projection.", k)]
+    if context is not None:
+        x_values = project(x)[2]
+        if x_values.shape == v.shape:
+            others.append(
+                ("takes the values from x: with a context, keys and values both come from it.", x_values)
+            )
+    return Heads(q, k, v, allowed, causal, tuple(others))
+
+
+def _probe_mha(
+    candidate: Callable[..., Any],
+    n_heads: int,
+    bias: bool,
+    mask: torch.Tensor | None,
+    is_causal: bool,
+    context_tokens: int | None = None,
+) -> str | None:
+    """Which part of the learner's layer is wrong, on a layer with d_k = 8 ≥ the number of keys."""
+    d_model = 8 * n_heads
+    layer, ref, params = _build_pair(candidate, d_model, n_heads, bias, torch.float64)
+    b = 2  # as in the check's cases, whose masks are (b, 1, t), (b, t, t) or (t, t)
+    if context_tokens is None:
+        x, context = randn(b, 5 if mask is None else mask.shape[-1], d_model), None
+    else:
+        x, context = randn(b, 4, d_model), randn(b, context_tokens, d_model)
+    given: dict[str, Any] = {} if context is None else {"context": context}
+    if mask is not None:
+        given["mask"] = mask
+    if is_causal:
+        given["is_causal"] = True
+    merged = merged_input(layer, lambda: layer(x, **given))
+    heads = _reference_heads(params, n_heads, x, mask, is_causal, context)
+    found = diagnose_heads(merged, heads)
+    return None if found is None else found + f" (Seen on MultiHeadAttention({d_model}, {n_heads}).)"
 
 
 def _wrong(

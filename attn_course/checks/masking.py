@@ -13,9 +13,11 @@ from attn_course import reference
 from attn_course.checks._harness import (
     CheckFailed,
     Mistake,
+    as_view,
     call,
     check,
     cuda_device,
+    diagnose_views,
     expect_close,
     expect_gradients,
     expect_tensor,
@@ -368,6 +370,9 @@ def _attention_cases() -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, t
             reference.padding_mask(torch.tensor([6]), 7)[:, None, :],
             True,
         ),
+        # Non-contiguous views (as after split_heads), with T_q > T_k and with T_q < T_k causally.
+        (as_view(randn(2, 3, 6, 4)), as_view(randn(2, 3, 4, 4)), as_view(randn(2, 3, 4, 5)), None, False),
+        (as_view(randn(2, 3, 4)), as_view(randn(2, 6, 4)), as_view(randn(2, 6, 3)), None, True),
     ]
 
 
@@ -399,8 +404,11 @@ def check_attention(candidate: Callable[..., Any]) -> str:
             args=(q, k, v),
             kwargs=kwargs,
             nonfinite_hint=nonfinite,
-            diagnose=functools.partial(
-                _diagnose_masked_weights, allowed=_allowed(q.cpu(), k.cpu(), mask, is_causal)
+            diagnose=_first(
+                diagnose_views(candidate, (q, k, v), kwargs, pick=lambda result: result[1]),
+                functools.partial(
+                    _diagnose_masked_weights, allowed=_allowed(q.cpu(), k.cpu(), mask, is_causal)
+                ),
             ),
         )
         expect_close(
@@ -411,6 +419,7 @@ def check_attention(candidate: Callable[..., Any]) -> str:
             args=(q, k, v),
             kwargs=kwargs,
             nonfinite_hint=nonfinite,
+            diagnose=diagnose_views(candidate, (q, k, v), kwargs, pick=lambda result: result[0]),
         )
     mask = reference.padding_mask(torch.tensor([5, 4]), 5)[:, None, :]  # (B, 1, T_k)
     inputs = [randn(2, 3, 4), randn(2, 5, 4), randn(2, 5, 3)]
@@ -425,8 +434,8 @@ def check_attention(candidate: Callable[..., Any]) -> str:
     )
     _expect_zeros_where_no_key(candidate)
     return (
-        "9 cases (masks of 3 shapes, is_causal with T_q ≤ T_k, both), gradients, and 0 for the rows that "
-        "may attend no key (causal with T_q > T_k, a padding mask of no real token), as SDPA"
+        "11 cases (masks of 3 shapes, is_causal with T_q ≤ T_k, both, T_q > T_k, transposed views), gradients, "
+        "and 0 for the rows that may attend no key (causal with T_q > T_k, a padding mask of no real token), as SDPA"
     )
 
 
@@ -482,6 +491,11 @@ def _expect_zeros_where_no_key(candidate: Callable[..., Any]) -> None:
         kwargs=kwargs,
         first_output=True,
     )
+
+
+def _first(*diagnoses: Callable[[torch.Tensor, torch.Tensor], str | None]) -> Callable[..., str | None]:
+    """A diagnose that says what the first of `diagnoses` to find something says."""
+    return lambda actual, expected: next((f for d in diagnoses if (f := d(actual, expected))), None)
 
 
 def _allowed(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None, is_causal: bool) -> torch.Tensor:

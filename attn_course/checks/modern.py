@@ -22,8 +22,10 @@ from attn_course.checks._harness import (
     expect_gradients,
     expect_tensor,
     is_close,
+    learner_raised,
     randn,
 )
+from attn_course.checks._probe import Heads, diagnose_heads, merged_input
 from attn_course.checks.flash import _FUSED, _OpRecorder
 from attn_course.checks.masking import _expect_bool_mask
 from attn_course.heads import merge_heads, split_heads
@@ -210,6 +212,56 @@ def _gqa_layer(candidate: Callable[..., Any], d_model: int, n_heads: int, n_kv_h
     return layer
 
 
+def _probe_gqa(
+    candidate: Callable[..., Any], n_heads: int, n_kv_heads: int, mask: torch.Tensor | None, is_causal: bool
+) -> str | None:
+    """Which part of the learner's layer is wrong, on a layer with d_head = 8 ≥ the number of keys."""
+    d_model = 8 * n_heads
+    layer = _gqa_layer(candidate, d_model, n_heads, n_kv_heads).double().eval()
+    params = {}
+    with torch.no_grad():
+        for name, parameter in layer.named_parameters():
+            parameter.copy_(randn(*parameter.shape) * (1.5 / math.sqrt(parameter.shape[-1])))
+            params[name] = parameter.detach().clone()
+
+    def linear(name: str, x: torch.Tensor) -> torch.Tensor:
+        return nn.functional.linear(x, params[f"{name}.weight"], params.get(f"{name}.bias"))
+
+    x = randn(2, 5, d_model)
+    n_rep = n_heads // n_kv_heads
+    q = split_heads(linear("q", x), n_heads)  # (b, h, t, d)
+    k, v = split_heads(linear("k", x), n_kv_heads), split_heads(linear("v", x), n_kv_heads)  # (b, h_kv, t, d)
+    allowed = torch.ones(2, n_heads, 5, 5, dtype=torch.bool)
+    if mask is not None:
+        allowed = allowed & mask.unsqueeze(-3)
+    causal = torch.ones(5, 5, dtype=torch.bool).tril() if is_causal else None
+    if causal is not None:
+        allowed = allowed & causal
+    others = (
+        (
+            "mixes the keys k instead of the values v: out = weights @ v, with v its own projection.",
+            k.repeat_interleave(n_rep, dim=1),
+        ),
+        (
+            "shares the value heads interleaved (query head j reads value head j % n_kv_heads): it reads "
+            "head j // (n_heads // n_kv_heads), as its key head does (repeat_kv, repeat_interleave).",
+            v.repeat(1, n_rep, 1, 1),
+        ),
+    )
+    heads = Heads(
+        q, k.repeat_interleave(n_rep, dim=1), v.repeat_interleave(n_rep, dim=1), allowed, causal, others
+    )
+    given: dict[str, Any] = {"mask": mask} if mask is not None else {}
+    if is_causal:
+        given["is_causal"] = True
+    found = diagnose_heads(merged_input(layer, lambda: layer(x, **given)), heads)
+    return (
+        None
+        if found is None
+        else f"{found} (Seen on GroupedQueryAttention({d_model}, {n_heads}, {n_kv_heads}).)"
+    )
+
+
 @check
 def check_GroupedQueryAttention(candidate: Any) -> str:  # noqa: N802 (exercise name)
     """Seeded weights copied into the learner's layer; MHA, GQA and MQA against the reference."""
@@ -257,6 +309,9 @@ def check_GroupedQueryAttention(candidate: Any) -> str:  # noqa: N802 (exercise 
                 wrong = _gqa_forward(params, n_heads, n_kv_heads, x, mask, is_causal, **knobs)
                 if not is_close(wrong, expected) and is_close(out, wrong):
                     raise CheckFailed(f"{what} {message}")
+            probed = _probe_gqa(candidate, n_heads, n_kv_heads, mask, is_causal)
+            if probed:
+                raise CheckFailed(f"{what} {probed}")
             where = (
                 " It is right with n_kv_heads == n_heads (plain multi-head attention), so the sharing goes "
                 "wrong: query head j reads key/value head j // (n_heads // n_kv_heads); repeat k and v with "
@@ -284,6 +339,12 @@ def check_GroupedQueryAttention(candidate: Any) -> str:  # noqa: N802 (exercise 
 # sliding_window_mask
 
 
+def _forward_window(t_q: int, t_k: int, window: int) -> torch.Tensor:
+    """Allowed iff 0 <= j - p < window: a window that looks ahead of the query."""
+    distance = torch.arange(t_k)[None, :] - (torch.arange(t_q)[:, None] + t_k - t_q)  # (t_q, t_k)
+    return (distance >= 0) & (distance < window)
+
+
 def _window(
     t_q: int,
     t_k: int,
@@ -304,6 +365,11 @@ def _window(
 
 
 _WINDOW_MISTAKES = [
+    Mistake(
+        "points the window forward: it keeps the keys j - p = 0 … window - 1 after the query (key minus "
+        "query), which are the future. The distance is how far BACK the key is, p - j (query minus key).",
+        _forward_window,
+    ),
     Mistake(
         "lets each query see window + 1 keys (off by one): query at position p sees keys p - window + 1 … "
         "p, itself included, `window` keys in all: keep key j when 0 <= p - j < window (<, not <=).",
@@ -480,9 +546,62 @@ def check_sliding_window_flash_attention(candidate: Callable[..., Any]) -> str:
             kwargs=kwargs,
             nonfinite_hint="Every query here sees at least itself: NaN usually comes from "
             "exp(-inf - (-inf)) in a row that has seen only masked keys so far.",
+            diagnose=functools.partial(_diagnose_window_support, candidate, q, k, window, block_size),
         )
     _expect_window_work(candidate)
     return "6 shapes (ragged, T_q < T_k, window 1 and > T, block_size 1), only the window's blocks visited"
+
+
+def _diagnose_window_support(
+    candidate: Callable[..., Any],
+    q: torch.Tensor,
+    k: torch.Tensor,
+    window: int,
+    block_size: int,
+    actual: torch.Tensor,
+    expected: torch.Tensor,
+) -> str | None:
+    """Which keys each query really attended: with v the identity (d_v = T_k) the output is the weights."""
+    t_q, t_k = q.shape[-2], k.shape[-2]
+    eye = torch.eye(t_k, dtype=q.dtype).expand(*q.shape[:-2], t_k, t_k)  # (..., T_k, T_k)
+    try:
+        with torch.no_grad():
+            weights = candidate(q, k, eye, window, block_size=block_size)
+    except Exception:
+        return None
+    if not isinstance(weights, torch.Tensor) or weights.shape != (*q.shape[:-2], t_q, t_k):
+        return None
+    seen = (weights.detach().nan_to_num(0.0).abs() > 1e-12).reshape(-1, t_q, t_k).any(0)  # (T_q, T_k)
+    allowed = reference.sliding_window_mask(t_q, t_k, window)  # (T_q, T_k)
+    positions = torch.arange(t_q)[:, None] + (t_k - t_q)
+    keys = torch.arange(t_k)[None, :]
+    extra, missing = seen & ~allowed, allowed & ~seen
+    rows = sorted({int(i) for i in (extra | missing).nonzero()[:, 0]})
+    where = f"rows {rows[0]}–{rows[-1]}" if len(rows) > 1 else f"row {rows[0]}" if rows else ""
+    if extra.any() and not missing.any():
+        if bool((keys > positions)[extra].all()):
+            return (
+                "lets queries attend keys after themselves: a tile's mask needs both sides of the window, "
+                "key j allowed when 0 <= p - j < window (the causal side too), for every tile it visits."
+            )
+        return (
+            f"lets queries attend keys older than their window ({where}): mask p - j >= window in the tiles."
+        )
+    if missing.any() and not extra.any():
+        late = bool((keys[0][None, :].expand_as(missing) >= positions - window + 1)[missing].all())
+        if bool((keys == positions)[missing].any()):
+            return (
+                f"never attends some keys of the window next to the query ({where}): the key loop stops a "
+                "block too early; it runs up to the block holding the query's own position, "
+                "p = i + T_k − T_q."
+            )
+        if late:
+            return (
+                f"never attends the earliest keys of some windows ({where}): the first key block to visit "
+                "comes from the query block's FIRST row: the block holding "
+                "max(0, qs + T_k − T_q − window + 1)."
+            )
+    return None
 
 
 def _expect_window_work(candidate: Callable[..., Any]) -> None:
@@ -542,11 +661,12 @@ def _evaluate(name: str, evaluate: Callable[[], torch.Tensor], signature: str) -
     try:
         return evaluate()
     except Exception as error:
-        raise CheckFailed(
-            f"The mod your {name} returns raised {type(error).__name__} when flex_attention's way of calling "
-            f"it ran it: {str(error)[:300]}\nIt is called as {signature} with 0-d integer tensors (under "
-            "torch.vmap, once per index): use tensor operations (+, *, ==, &, indexing a tensor with "
-            "them), not Python `if`, `and`, .item() or int()."
+        raise learner_raised(
+            f"The mod your {name} returns, run as flex_attention runs it,",
+            error,
+            f"It is called as {signature} with 0-d integer tensors (under torch.vmap, once per index): "
+            "use tensor operations (+, *, ==, &, indexing a tensor with them), not Python `if`, `and`, "
+            ".item() or int().",
         ) from None
 
 
@@ -648,6 +768,8 @@ def _document_wrong(kind: str) -> Callable[[torch.Tensor], torch.Tensor]:
             "no-causal": same,
             "strict": same & (positions[:, None] > positions[None, :]),
             "inverted": ~(same & causal),
+            "reversed": same & causal.T,
+            "either": same | causal,
         }[kind]
 
     return wrong
@@ -665,6 +787,16 @@ _DOCUMENT_MISTAKES = [
     ),
     Mistake("leaves out the diagonal: a token attends itself, q_idx >= kv_idx.", _document_wrong("strict")),
     Mistake("is inverted: True marks the pairs a query MAY attend.", _document_wrong("inverted")),
+    Mistake(
+        "turns the causal part around (kv_idx >= q_idx): a query sees the later tokens of its document, "
+        "not the earlier ones. Keep q_idx >= kv_idx.",
+        _document_wrong("reversed"),
+    ),
+    Mistake(
+        "joins the two conditions with | (or): a pair passes when either holds. Both must hold: same "
+        "document & (q_idx >= kv_idx).",
+        _document_wrong("either"),
+    ),
 ]
 
 

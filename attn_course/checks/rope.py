@@ -15,14 +15,17 @@ from attn_course import reference
 from attn_course.checks._harness import (
     CheckFailed,
     Mistake,
+    as_view,
     call,
     check,
     cuda_device,
+    diagnose_views,
     expect_close,
     expect_gradients,
     expect_tensor,
     randn,
 )
+from attn_course.checks._probe import Heads, diagnose_heads, merged_input
 from attn_course.heads import merge_heads, split_heads
 from attn_course.rope import RotaryMultiHeadAttention, apply_rope_rotate_half
 
@@ -54,6 +57,11 @@ def _frequencies(d: int, base: float = 10000.0, *, exponent: str = "-2i/d") -> t
 
 def _frequency_mistakes() -> list[Mistake]:
     return [
+        Mistake(
+            "computes base ** -i / d, which Python reads as (base ** -i) / d: put the exponent in "
+            "parentheses, base ** (-i / d) with i = 0, 2, …, d - 2.",
+            lambda d, base=10000.0: base ** -torch.arange(0, d, 2, dtype=torch.float64) / d,
+        ),
         Mistake(
             "uses the exponent -i/d: the pairs are i = 0 … d/2 - 1 and θ_i = base^(-2i/d), so the "
             "exponent steps by 2/d (torch.arange(0, d, 2) / d).",
@@ -111,6 +119,10 @@ def check_rope_frequencies(candidate: Callable[..., Any]) -> str:
             "(torch.arange(0, d, 2) gives the 2i directly).",
             (len(range(0, d // 2, 2)),): "That is only the pairs up to d/4: the values 2i run 0, 2, …, d - 2 "
             "(torch.arange(0, d, 2), or 2 * torch.arange(d // 2)), not up to d/2.",
+            (
+                d // 2 + 1,
+            ): "One frequency too many: the values 2i stop at d - 2, torch.arange(0, d, 2) (its end "
+            "d is left out), which gives d/2 of them.",
         }
         freqs = expect_tensor(got, expected.shape, f"Your {shown}", hints=hints)
         if freqs.dtype in _HALF:
@@ -285,6 +297,7 @@ def _rope_cases() -> list[tuple[torch.Tensor, torch.Tensor | None, float | None]
         (randn(2, 9, 32, dtype=torch.float32), torch.arange(9) + 60, None),
         (randn(3, 6, 16, dtype=torch.bfloat16), torch.arange(6) * 3 + 1000, None),
         (randn(2, 5, 8, dtype=torch.float16), torch.arange(5) + 1500, None),
+        (as_view(randn(2, 3, 7, 16)), torch.arange(7) + 4, None),  # a transposed view, as after split_heads
     ]
 
 
@@ -341,13 +354,24 @@ def check_apply_rope(candidate: Callable[..., Any]) -> str:
             mistakes=mistakes,
             args=(x.cpu(),),
             kwargs=_on_cpu(kwargs),
-            diagnose=functools.partial(_diagnose_rope, x=x),
+            diagnose=_diagnose_rope_case(candidate, x, kwargs),
         )
     x, positions = randn(2, 5, 8, dtype=torch.float32), torch.tensor([4, 1, 7, 2, 30])
     expect_gradients(
         "apply_rope", candidate, reference.apply_rope, [x], ("x",), kwargs={"positions": positions}
     )
-    return "8 cases (batch axes, odd T, offset and scattered positions, base, 4 dtypes) and gradients"
+    return (
+        "9 cases (batch axes, odd T, offset and scattered positions, base, 4 dtypes, a transposed view) and "
+        "gradients"
+    )
+
+
+def _diagnose_rope_case(
+    candidate: Callable[..., Any], x: torch.Tensor, kwargs: dict[str, Any]
+) -> Callable[[torch.Tensor, torch.Tensor], str | None]:
+    """Right only for contiguous x, else which way the rotation fails."""
+    views = diagnose_views(candidate, (x,), kwargs)
+    return lambda actual, expected: views(actual, expected) or _diagnose_rope(actual, expected, x)
 
 
 def _diagnose_rope(actual: torch.Tensor, expected: torch.Tensor, x: torch.Tensor) -> str | None:
@@ -580,8 +604,15 @@ def check_RotaryMultiHeadAttention(candidate: Callable[..., Any]) -> str:  # noq
         expected = ref(x, **forward_kwargs)  # (b, t, d_model)
         out = expect_tensor(got, expected.shape, f"The output of your {shown}")
         mistakes = [Mistake(message, _mha_knob(ref, knobs)) for message, knobs in _MHA_MISTAKES]
+        probe = functools.partial(_probe_rotary, candidate, n_heads, init_kwargs, given, tuple(x.shape[:2]))
         expect_close(
-            out, expected, f"The output of your {shown}", mistakes=mistakes, args=(x,), kwargs=forward_kwargs
+            out,
+            expected,
+            f"The output of your {shown}",
+            mistakes=mistakes,
+            args=(x,),
+            kwargs=forward_kwargs,
+            diagnose=lambda actual, expected, probe=probe: probe(),  # type: ignore[misc]
         )
     module = call(name, candidate, 16, 4, hint=signature)
     ref = reference.RotaryMultiHeadAttention(16, 4)
@@ -592,6 +623,57 @@ def check_RotaryMultiHeadAttention(candidate: Callable[..., Any]) -> str:  # noq
     )
     _expect_rotary_runs_on_cuda(candidate, signature)
     return "6 cases (heads, causal, positions with gaps, mask, base, bias=False) and gradients"
+
+
+def _probe_rotary(
+    candidate: Callable[..., Any],
+    n_heads: int,
+    init_kwargs: dict[str, Any],
+    given: dict[str, Any],
+    batch_and_tokens: tuple[int, int],
+) -> str | None:
+    """Which part of the learner's layer is wrong, on a layer with d_k = 8 ≥ the number of keys."""
+    d_model = 8 * n_heads
+    ref = reference.RotaryMultiHeadAttention(d_model, n_heads, **init_kwargs).double()
+    module = call("RotaryMultiHeadAttention", candidate, d_model, n_heads, **init_kwargs)
+    _copy_parameters(module, ref, f"Your RotaryMultiHeadAttention({d_model}, {n_heads})")
+    module = module.double()
+    x = randn(*batch_and_tokens, d_model)  # (b, t, d_model)
+    positions, mask = given.get("positions"), given.get("mask")
+    with torch.no_grad():
+        q, k, v = (split_heads(t, n_heads) for t in ref.qkv(x).chunk(3, dim=-1))  # each (b, h, t, d_k)
+        plain_k = k
+        q, k = (reference.apply_rope(t, positions, ref.base) for t in (q, k))  # each (b, h, t, d_k)
+    b, h, t, _ = q.shape
+    allowed = torch.ones(b, h, t, t, dtype=torch.bool)
+    if mask is not None:
+        allowed = allowed & mask.unsqueeze(-3)
+    causal = torch.ones(t, t, dtype=torch.bool).tril() if given.get("is_causal") else None
+    if causal is not None:
+        allowed = allowed & causal
+    keys = "mixes the keys k instead of the values v: out = weights @ v, with v its own projection."
+    others = ((keys, plain_k), (keys, k))
+    plain_q = split_heads(ref.qkv(x).chunk(3, dim=-1)[0], n_heads).detach()  # (b, h, t, d_k)
+    default_q, default_k = (reference.apply_rope(t, None, ref.base) for t in (plain_q, plain_k))
+    stated = "rotates {} by the positions 0 … t-1 instead of the `positions` given: pass positions to both."
+    other_scores: tuple[tuple[str, torch.Tensor, torch.Tensor], ...] = (
+        ("rotates neither q nor k: apply_rope to both, after the split into heads.", plain_q, plain_k),
+        (stated.format("k"), q, default_k),
+        (stated.format("q"), default_q, k),
+        (stated.format("q and k"), default_q, default_k),
+    )
+    if ref.base != 10000.0:
+        based = (
+            "rotates {} with the default base=10000 instead of self.base: pass base to apply_rope for both."
+        )
+        other_scores = (
+            *other_scores,
+            (based.format("k"), q, reference.apply_rope(plain_k, positions)),
+            (based.format("q"), reference.apply_rope(plain_q, positions), k),
+        )
+    merged = merged_input(module, lambda: module(x, **given))
+    found = diagnose_heads(merged, Heads(q, k, v, allowed, causal, others, other_scores))
+    return None if found is None else f"{found} (Seen on RotaryMultiHeadAttention({d_model}, {n_heads}).)"
 
 
 def _expect_rotary_runs_on_cuda(candidate: Callable[..., Any], signature: str) -> None:
