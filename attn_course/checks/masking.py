@@ -434,8 +434,9 @@ def check_attention(candidate: Callable[..., Any]) -> str:
     )
     _expect_zeros_where_no_key(candidate)
     return (
-        "11 cases (masks of 3 shapes, is_causal with T_q ≤ T_k, both, T_q > T_k, transposed views), gradients, "
-        "and 0 for the rows that may attend no key (causal with T_q > T_k, a padding mask of no real token), as SDPA"
+        "11 cases (masks of 3 shapes, is_causal with T_q ≤ T_k, both, T_q > T_k, transposed views), "
+        "gradients, and 0 for the rows that may attend no key (causal with T_q > T_k, a padding mask of no "
+        "real token), as SDPA"
     )
 
 
