@@ -338,7 +338,9 @@ def alibi_eight_heads(n_heads):
     return score_mod
 
 
-def alibi_int_distance(n_heads):  # the learner's own error inside flex_attention's call: theirs, at their line
+def alibi_int_distance(
+    n_heads,
+):  # the learner's own error inside flex_attention's call: theirs, at their line
     slopes = torch.tensor([2 ** (-8 * (h + 1) / n_heads) for h in range(n_heads)])
 
     def score_mod(score, b, h, q_idx, kv_idx):
@@ -636,7 +638,9 @@ WRONG = [
     pytest.param(check_alibi_score_mod, alibi_from_zero, "one head early", id="alibi-from-zero"),
     pytest.param(check_alibi_score_mod, alibi_eight_heads, "2^-(h+1) of 8 heads", id="alibi-eight-heads"),
     pytest.param(check_alibi_score_mod, alibi_bias_only, "returns only the bias", id="alibi-bias-only"),
-    pytest.param(check_alibi_score_mod, alibi_int_distance, "`distance = int(q_idx - kv_idx)`", id="alibi-mod-raises"),
+    pytest.param(
+        check_alibi_score_mod, alibi_int_distance, "`distance = int(q_idx - kv_idx)`", id="alibi-mod-raises"
+    ),
     pytest.param(check_alibi_score_mod, alibi_python_if, "not Python `if`", id="alibi-python-if"),
     pytest.param(check_alibi_score_mod, alibi_applied, "should return a function", id="alibi-not-a-function"),
     pytest.param(check_alibi_score_mod, alibi_squared_distance, "per head, ALiBi adds", id="alibi-unknown"),
