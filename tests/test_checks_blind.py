@@ -52,7 +52,6 @@ NAMED_A_FIRST_RUN = (
 """Per mistake of HOLDOUT_A: whether the first run's message stated its idea (judged by reading)."""
 
 UNCAUGHT_A = {
-    72: "triton_add is never given a non-contiguous input",
     102: "alibi_score_mod is compared only at and before the diagonal",
 }
 """Mistakes of set A that today's checks let pass, and why (each an xfail that must turn)."""
@@ -80,7 +79,6 @@ UNCAUGHT_B = {
     41: "online_softmax is never given a block of -inf scores",
     42: "online_softmax's large scores do not make a running maximum that is not carried overflow",
     61: "generate_with_cache is run with the greedy pick only",
-    83: "the learner's own ValueError in their backward is reported as a CheckerError (issue 27, point 6)",
 }
 """Mistakes of set B that today's checks let pass or blame on themselves."""
 
