@@ -71,14 +71,48 @@ def work_unit(nodeid: str) -> str:
     return nodeid
 
 
+UNIT_SECONDS: dict[str, float] = {
+    "tests/test_browser.py": 160,
+    "tests/test_grading_nbgrader.py": 150,
+    "tests/test_grading.py": 100,
+    "tests/test_grading_dask.py": 100,
+    "tests/test_grading_gradescope.py": 80,
+    "tests/test_triton_compile.py": 75,
+    "tests/test_grading_load.py": 70,
+    "tests/test_grading_selfcheck.py": 20,
+    "solution-07_kv_cache": 20,
+}
+"""Seconds each of the longest work units took on one worker (2-core machine, 2026-12-03), so that they
+start first and the two workers finish together; any other unit counts SECONDS_PER_TEST a test."""
+SECONDS_PER_TEST = 0.25
+
+
+def unit_cost(unit: str, tests: int) -> float:
+    """The seconds a work unit of `tests` tests is expected to take, to schedule the longest first.
+
+    >>> unit_cost("tests/test_masking.py::test_causal", 1)
+    0.25
+    """
+    return UNIT_SECONDS.get(unit, SECONDS_PER_TEST * tests)
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
-    """xdist's scope scheduler, with `work_unit` as the scope (largest units first)."""
+    """xdist's scope scheduler, with `work_unit` as the scope, the longest units first (`unit_cost`)."""
     from xdist.scheduler import LoadScopeScheduling
 
     class CourseScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             return work_unit(nodeid)
+
+        def _assign_work_unit(self, node: object) -> None:
+            """The longest unit left goes next (xdist's own order is by number of tests)."""
+            if not getattr(self, "_longest_first", False):
+                units = sorted(self.workqueue.items(), key=lambda unit: -unit_cost(unit[0], len(unit[1])))
+                self.workqueue.clear()
+                self.workqueue.update(units)
+                self._longest_first = True
+            super()._assign_work_unit(node)  # type: ignore[arg-type]
 
     return CourseScheduling(config, log)  # type: ignore[arg-type]
 
