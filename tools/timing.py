@@ -1,4 +1,5 @@
-"""Wall time of each notebook, run top to bottom in a fresh kernel (kernel start included).
+"""Wall time of each notebook, run top to bottom in a fresh kernel (kernel start included), and of its
+slowest cells: a learner's cell should take under `CELL_SECONDS` on a 2-core laptop at its default budget.
 
 Run as `python -m tools.timing [NOTEBOOK_OR_FOLDER ...]` (default: solutions/).
 """
@@ -29,6 +30,9 @@ TARGETS: dict[str, float] = {
 }
 """Longer targets, by notebook stem, for the notebooks that benchmark or train."""
 
+CELL_SECONDS = 60.0
+"""How long one cell may take on a 2-core CPU at the notebook's default budget."""
+
 
 def target_seconds(path: Path) -> float:
     """The run-time target of a notebook, by its file name.
@@ -49,6 +53,8 @@ class NotebookTiming:
     """Wall time from kernel start to the end of the last cell."""
     error: str
     """Empty when every cell ran; else the error's name and message."""
+    cells: tuple[tuple[int, float], ...] = ()
+    """(index, seconds) of each code cell that ran, slowest first."""
 
 
 def time_notebook(path: Path, timeout: int = 600) -> NotebookTiming:
@@ -67,7 +73,28 @@ def time_notebook(path: Path, timeout: int = 600) -> NotebookTiming:
         client.execute()
     except CellExecutionError as failure:
         error = f"{failure.ename}: {failure.evalue}"
-    return NotebookTiming(path, time.perf_counter() - start, error)
+    return NotebookTiming(path, time.perf_counter() - start, error, cell_seconds(notebook))
+
+
+def cell_seconds(notebook: nbformat.NotebookNode) -> tuple[tuple[int, float], ...]:
+    """(index, seconds) of each executed code cell, slowest first, from nbclient's timing metadata.
+
+    >>> stamps = {"iopub.execute_input": "2026-12-03T07:00:00.000000Z",
+    ...           "shell.execute_reply": "2026-12-03T07:00:02.500000Z"}
+    >>> cell = nbformat.v4.new_code_cell("pass", metadata={"execution": stamps})
+    >>> cell_seconds(nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("x"), cell]))
+    ((1, 2.5),)
+    """
+    from datetime import datetime
+
+    found = []
+    for index, cell in enumerate(notebook.cells):
+        stamps = cell.get("metadata", {}).get("execution", {})
+        began, ended = stamps.get("iopub.execute_input"), stamps.get("shell.execute_reply")
+        if cell.cell_type == "code" and began and ended:
+            seconds = (datetime.fromisoformat(ended) - datetime.fromisoformat(began)).total_seconds()
+            found.append((index, round(seconds, 3)))
+    return tuple(sorted(found, key=lambda pair: -pair[1]))
 
 
 def notebooks_in(paths: list[Path]) -> list[Path]:
@@ -90,6 +117,15 @@ def main(argv: list[str] | None = None) -> int:
         status = timing.error or ("ok" if timing.seconds < target else "over target")
         failed |= bool(timing.error)
         print(f"{path.name:<40} {timing.seconds:>8.1f}  {target:>6.0f}  {status}", flush=True)
+        slow = [
+            f"cell {index}: {seconds:.0f} s" for index, seconds in timing.cells if seconds >= CELL_SECONDS / 6
+        ]
+        if slow:
+            over = sum(seconds > CELL_SECONDS for _, seconds in timing.cells)
+            print(
+                f"    cells over {CELL_SECONDS / 6:.0f} s: {', '.join(slow)}"
+                + (f" ({over} over {CELL_SECONDS:.0f} s)" if over else "")
+            )
     return 1 if failed else 0
 
 
