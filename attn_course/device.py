@@ -15,10 +15,12 @@ Introduced in 01_dot_product_attention.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import platform
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -197,3 +199,28 @@ def describe_device(device: torch.device | str | None = None) -> None:
     Introduced in 01_dot_product_attention.
     """
     print(device_summary(device))
+
+
+@contextlib.contextmanager
+def torch_threads(threads: int | None = 1) -> Iterator[None]:
+    """Run the block on `threads` torch threads (None: as set), restored afterwards, also on Ctrl-C.
+
+    One thread keeps a small model's training and a timing steady on a busy laptop: with two
+    threads on two cores, each operation waits for the slower one to get a core.
+
+    >>> before = torch.get_num_threads()
+    >>> with torch_threads(1):
+    ...     torch.get_num_threads()
+    1
+    >>> torch.get_num_threads() == before
+    True
+
+    Introduced in 09_backward.
+    """
+    previous = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)

@@ -110,6 +110,29 @@ def test_a_short_training_run_learns_something():
     assert induction_accuracy(model, test) > before
 
 
+def test_training_runs_on_one_thread_and_gives_back_the_threads_also_when_interrupted():
+    """One torch thread while training (two wait for a busy core at every step), restored after."""
+    seen = []
+
+    def interrupted(block, x):
+        seen.append(torch.get_num_threads())
+        if len(seen) == 5:
+            raise KeyboardInterrupt  # the learner stops the cell
+        return block_forward(block, x)
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        model = TinyDecoder(SMALL, block_forward=interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            train_induction(model, 10, batch=4, seq_len=16, progress=False)
+        assert seen == [1] * 5 and torch.get_num_threads() == 2
+        train_induction(TinyDecoder(SMALL), 1, batch=4, seq_len=16, progress=False, threads=None)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
 # ---------------------------------------------------------------------------------------------
 # The learner's pieces as the package runs them: the block's forward, ablation, generation, sampling
 
