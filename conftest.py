@@ -73,12 +73,12 @@ def work_unit(nodeid: str) -> str:
 
 UNIT_SECONDS: dict[str, float] = {
     "tests/test_browser.py": 160,
-    "tests/test_grading_nbgrader.py": 150,
     "tests/test_grading.py": 100,
     "tests/test_grading_dask.py": 100,
     "tests/test_grading_gradescope.py": 80,
+    "tests/test_grading_nbgrader.py": 75,
     "tests/test_triton_compile.py": 75,
-    "tests/test_grading_load.py": 70,
+    "tests/test_grading_load.py": 60,
     "tests/test_grading_selfcheck.py": 20,
     "solution-07_kv_cache": 20,
 }
