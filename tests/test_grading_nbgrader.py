@@ -62,8 +62,8 @@ def _nbgrader(course: Path, *args: str, env: dict[str, str] | None = None) -> No
     except SystemExit as exit:
         assert not exit.code, f"nbgrader {' '.join(args)} exited {exit.code}"
     finally:
-        for made in {type(app), type(app.subapp)} if app.subapp is not None else {type(app)}:
-            made.clear_instance()
+        if app.subapp is not None:
+            type(app.subapp).clear_instance()
         NbGraderApp.clear_instance()
         os.chdir(saved_cwd)
         os.environ.clear()

@@ -41,7 +41,7 @@ from torch.utils._pytree import tree_flatten
 
 from attn_course.attention import attention
 from attn_course.demos.cost import AllocationTracker, fit_power_law
-from attn_course.device import SDPA_BACKEND_MEMBERS, cpu_name
+from attn_course.device import SDPA_BACKEND_MEMBERS, cpu_name, torch_threads
 from attn_course.flash import flash_attention_backward, flash_attention_forward
 from attn_course.flash_fast import flash_attention_fast
 
@@ -437,13 +437,8 @@ def run_bench(config: BenchConfig, progress: Callable[[BenchRow], None] | None =
     """
     device = torch.device(config.device)
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
-    previous_threads = torch.get_num_threads()
-    if config.threads is not None:
-        torch.set_num_threads(config.threads)
-    try:
+    with torch_threads(config.threads):
         return _run(config, device, device_name, progress)
-    finally:
-        torch.set_num_threads(previous_threads)
 
 
 def _run(

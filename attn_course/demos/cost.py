@@ -21,6 +21,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from attn_course.device import torch_threads
+
 AttentionFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], Any]
 """A function of (q, k, v), each of shape (T, d), such as `dot_product_attention`."""
 
@@ -150,10 +152,7 @@ def measure_cost(
     Introduced in 01_dot_product_attention.
     """
     generator = torch.Generator().manual_seed(seed)
-    previous_threads = torch.get_num_threads()
-    if threads is not None:
-        torch.set_num_threads(threads)
-    try:
+    with torch_threads(threads):
         rows = []
         for t in lengths:
             q, k, v = torch.randn(3, t, d, generator=generator, dtype=dtype).to(device)  # 3 × (T, d)
@@ -172,8 +171,6 @@ def measure_cost(
                     score_bytes=score_matrix_bytes(t, t, dtype),
                 )
             )
-    finally:
-        torch.set_num_threads(previous_threads)
     return rows
 
 

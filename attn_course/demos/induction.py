@@ -115,44 +115,30 @@ def train_induction(
     Introduced in 07_kv_cache.
     """
     with torch_threads(threads):
-        return _train(model, steps, batch, seq_len, periods, lr, seed, progress)
-
-
-def _train(
-    model: TinyDecoder,
-    steps: int,
-    batch: int,
-    seq_len: int,
-    periods: tuple[int, int],
-    lr: float,
-    seed: int,
-    progress: bool,
-) -> TrainingRun:
-    """train_induction's loop, on the threads it set."""
-    generator = torch.Generator().manual_seed(seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=0.01)
-    warmup = max(1, steps // 20)
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * s / steps))
-    )
-    run = TrainingRun()
-    start = time.perf_counter()
-    model.train()
-    bar = tqdm(range(steps), desc="training", disable=not progress)
-    for step in bar:
-        data = induction_batch(batch, seq_len, model.config.vocab_size, periods, generator)
-        loss = induction_loss(model, data)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        schedule.step()
-        run.losses.append(loss.item())
-        if step % 50 == 0:
-            bar.set_postfix(loss=f"{loss.item():.3f}")
-    model.eval()
-    run.seconds = time.perf_counter() - start
-    return run
+        generator = torch.Generator().manual_seed(seed)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=0.01)
+        warmup = max(1, steps // 20)
+        schedule = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * s / steps))
+        )
+        run = TrainingRun()
+        start = time.perf_counter()
+        model.train()
+        bar = tqdm(range(steps), desc="training", disable=not progress)
+        for step in bar:
+            data = induction_batch(batch, seq_len, model.config.vocab_size, periods, generator)
+            loss = induction_loss(model, data)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            schedule.step()
+            run.losses.append(loss.item())
+            if step % 50 == 0:
+                bar.set_postfix(loss=f"{loss.item():.3f}")
+        model.eval()
+        run.seconds = time.perf_counter() - start
+        return run
 
 
 @torch.no_grad()
