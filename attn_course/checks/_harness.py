@@ -623,6 +623,12 @@ def explain_error(error: BaseException) -> str:
             "Tensors of two dtypes meet: create new tensors with the inputs' dtype (dtype=q.dtype, "
             "torch.zeros_like, q.new_zeros), never the float32 default."
         )
+    if "data-dependent control flow" in text or "vmap: It looks like you're attempting to use" in text:
+        return (
+            "A mask_mod or score_mod runs under torch.vmap, on tensors standing for every index at once, so "
+            "a Python `if`, `and`, `or`, `not` or `.item()` on them cannot be decided: write the condition "
+            "with tensor operations, (q_idx >= kv_idx) & (q_idx - kv_idx < window), or torch.where."
+        )
     if "Expected all tensors to be on the same device" in text:
         return "Tensors on two devices meet: create new tensors on the inputs' device (device=q.device)."
     if m := re.search(r"index (-?\d+) is out of bounds for dimension (\d+) with size (\d+)", text):
