@@ -29,6 +29,7 @@ TOPICS = (
     "gqa",
     "window",
     "flex",
+    "rotary_window",
 )
 """The topic modules that hold exercises (a new notebook's topic module is added here)."""
 

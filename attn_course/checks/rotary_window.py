@@ -1,0 +1,292 @@
+"""Check for notebook 10's last exercise: Mistral's attention layer (grouped heads, RoPE, a window)."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from attn_course.checks._harness import CheckFailed, call, check, difference, expect_tensor, is_close, randn
+from attn_course.checks._probe import Heads, diagnose_heads, merged_input
+from attn_course.gqa import GroupedQueryAttention
+from attn_course.heads import merge_heads, split_heads
+from attn_course.rope import apply_rope, apply_rope_rotate_half
+
+_GAPPED = torch.tensor([0, 1, 2, 9, 10, 11, 12])
+"""Positions with a gap (as after a skipped stretch of text): RoPE must use them, not 0 … t-1."""
+
+_CONFIGS: list[tuple[int, int, int, int, int, torch.Tensor | None, str]] = [
+    (32, 4, 2, 7, 3, None, "4 query heads sharing 2, T=7, window 3"),
+    (48, 6, 3, 6, 2, None, "6 query heads sharing 3, T=6, window 2"),
+    (16, 2, 1, 5, 5, None, "one key/value head (MQA), T=5, window 5: plain causal attention"),
+    (32, 4, 4, 6, 1, None, "4 heads of their own, window 1: each token sees itself only"),
+    (32, 4, 2, 7, 3, _GAPPED, f"positions {_GAPPED.tolist()}, window 3"),
+]
+"""(d_model, n_heads, n_kv_heads, t, window, positions, what it tests); every head 8 numbers wide."""
+
+
+def _window_allowed(t: int, window: int, kind: str) -> torch.Tensor:
+    """(t, t) the keys each query may see, the right way and the ways learners get it wrong."""
+    i, j = torch.arange(t)[:, None], torch.arange(t)[None, :]  # query and key indices
+    return {
+        "window": (i >= j) & (i - j < window),
+        "window+1": (i >= j) & (i - j <= window),
+        "two-sided": (i - j).abs() < window,
+        "causal": i >= j,
+        "none": torch.ones(t, t, dtype=torch.bool),
+        "first keys": (i >= j) & (j < window),
+    }[kind]
+
+
+def _dense(
+    layer: GroupedQueryAttention,
+    x: torch.Tensor,
+    window: int,
+    positions: torch.Tensor | None,
+    *,
+    rope: str = "qk",
+    pairing: str = "neighbours",
+    use_positions: bool = True,
+    grouping: str = "grouped",
+    mask: str = "window",
+    scale: str = "d_head",
+    out_proj: bool = True,
+) -> torch.Tensor:
+    """The layer, every score built, with each knob a learner might get wrong; the defaults are right."""
+    n_heads, n_kv_heads = layer.n_heads, layer.n_kv_heads
+    t, n_rep = x.shape[-2], n_heads // n_kv_heads
+    rotate = apply_rope if pairing == "neighbours" else apply_rope_rotate_half
+    at = positions if use_positions else None
+    q = split_heads(layer.q(x), n_heads)  # (b, h, t, d)
+    k, v = split_heads(layer.k(x), n_kv_heads), split_heads(layer.v(x), n_kv_heads)  # (b, h_kv, t, d)
+    q = rotate(q, at) if "q" in rope else q
+    k = rotate(k, at) if "k" in rope else k
+    v = rotate(v, at) if "v" in rope else v
+    if grouping == "grouped":
+        k, v = k.repeat_interleave(n_rep, dim=1), v.repeat_interleave(n_rep, dim=1)  # (b, h, t, d)
+    else:  # interleaved
+        k, v = k.repeat(1, n_rep, 1, 1), v.repeat(1, n_rep, 1, 1)  # (b, h, t, d)
+    d = q.shape[-1]
+    divisor = {"d_head": math.sqrt(d), "d_model": math.sqrt(x.shape[-1]), "none": 1.0, "twice": d}[scale]
+    scores = q @ k.transpose(-2, -1) / divisor  # (b, h, t, t)
+    allowed = _window_allowed(t, window, mask)  # (t, t)
+    weights = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)  # (b, h, t, t)
+    merged = merge_heads(weights @ v)  # (b, t, d_model)
+    return layer.out(merged) if out_proj else merged
+
+
+_GROUPED = (
+    "shares the key/value heads interleaved instead of grouped: query head j reads key/value head "
+    "j // (n_heads // n_kv_heads), as repeat_kv (or enable_gqa=True) does, not j % n_kv_heads "
+    "(x.repeat(1, n_rep, 1, 1))."
+)
+_MISTAKES: list[tuple[str, dict[str, Any]]] = [
+    (
+        "has no rotary positions: apply apply_rope to the queries and the keys of every head, after "
+        "split_heads and before attending.",
+        {"rope": ""},
+    ),
+    (
+        "rotates the queries but not the keys: RoPE turns both, so that the score of query i and key j "
+        "depends on i - j only. Apply apply_rope to k too.",
+        {"rope": "q"},
+    ),
+    (
+        "rotates the keys but not the queries: RoPE turns both, so that the score of query i and key j "
+        "depends on i - j only. Apply apply_rope to q too.",
+        {"rope": "k"},
+    ),
+    (
+        "rotates the values too: RoPE turns queries and keys, which make the scores; the values are "
+        "mixed as the projection makes them.",
+        {"rope": "qkv"},
+    ),
+    (
+        "pairs channel i with channel i + d/2 (rotate-half, GPT-NeoX's layout): the same rotation on "
+        "other pairs of channels, which weights trained for neighbouring pairs (2i, 2i + 1) do not expect. "
+        "Use the course's apply_rope from notebook 05.",
+        {"pairing": "rotate-half"},
+    ),
+    (
+        "ignores `positions`: it rotates by 0 … t-1 whatever it is given. Pass positions on to apply_rope "
+        "for q and k (a cache, or packed text, gives positions that are not 0 … t-1).",
+        {"use_positions": False},
+    ),
+    (
+        "admits window + 1 keys: q_idx - kv_idx <= window counts the query and `window` keys before it. "
+        "A window of W is W keys, the query's own included: q_idx - kv_idx < window (section 4, 'Which "
+        "window').",
+        {"mask": "window+1"},
+    ),
+    (
+        "lets each query see up to window - 1 keys after it: the window is causal too, "
+        "(q_idx >= kv_idx) & (q_idx - kv_idx < window).",
+        {"mask": "two-sided"},
+    ),
+    (
+        "applies the causal mask without the window: every query sees all the keys before it. Add "
+        "q_idx - kv_idx < window.",
+        {"mask": "causal"},
+    ),
+    (
+        "attends every key, before and after the query: no mask reaches the attention. Give "
+        "flex_attention the block_mask of (q_idx >= kv_idx) & (q_idx - kv_idx < window).",
+        {"mask": "none"},
+    ),
+    (
+        "keeps the first `window` keys of the sequence (kv_idx < window) for every query: the window "
+        "slides with the query, its last `window` keys, q_idx - kv_idx < window.",
+        {"mask": "first keys"},
+    ),
+    (_GROUPED, {"grouping": "interleaved"}),
+    (
+        "looks like the scores were divided by √d_model: each head's scores are dot products of "
+        "d_head = d_model / n_heads numbers, so divide by √d_head (flex_attention does it for you).",
+        {"scale": "d_model"},
+    ),
+    ("looks like the scores were not scaled: divide them by √d_head.", {"scale": "none"}),
+    (
+        "scales the scores twice (by d_head instead of √d_head): flex_attention and "
+        "scaled_dot_product_attention already divide by √d_head, so do not scale q yourself.",
+        {"scale": "twice"},
+    ),
+    ("forgets the output projection: after merging the heads, apply layer.out.", {"out_proj": False}),
+]
+
+
+def _layer(d_model: int, n_heads: int, n_kv_heads: int) -> GroupedQueryAttention:
+    """The course's GroupedQueryAttention in float64, weights seeded large enough to matter."""
+    layer = GroupedQueryAttention(d_model, n_heads, n_kv_heads).double().eval()
+    with torch.no_grad():
+        for parameter in layer.parameters():
+            parameter.copy_(randn(*parameter.shape) * (1.5 / math.sqrt(parameter.shape[-1])))
+    return layer
+
+
+def _run(
+    candidate: Callable[..., Any],
+    layer: GroupedQueryAttention,
+    x: torch.Tensor,
+    window: int,
+    positions: torch.Tensor | None,
+    what: str,
+) -> torch.Tensor:
+    given: dict[str, Any] = {} if positions is None else {"positions": positions}
+    with torch.no_grad(), warnings.catch_warnings():  # FlexAttention has no backward on a CPU
+        warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
+        result = call(
+            "rotary_window_attention",
+            candidate,
+            layer,
+            x,
+            window,
+            **given,
+            hint="The signature is rotary_window_attention(layer, x, window, positions=None); use "
+            "layer.q, layer.k, layer.v, layer.out, layer.n_heads and layer.n_kv_heads.",
+        )
+    return expect_tensor(result, x.shape, what, finite=False)
+
+
+def _properties(
+    candidate: Callable[..., Any], layer: GroupedQueryAttention, t: int, window: int, what: str
+) -> str | None:
+    """Which property of the layer fails, by changing one input and watching the outputs, or None."""
+    x = randn(2, t, layer.q.in_features)
+    base = _run(candidate, layer, x, window, None, what)  # (b, t, d_model)
+    later = x.clone()
+    later[:, -1] += randn(2, x.shape[-1])
+    moved = (_run(candidate, layer, later, window, None, what) - base).abs().amax(dim=(0, 2))  # (t,)
+    if bool((moved[:-1] > 1e-9).any()):
+        first = int((moved[:-1] > 1e-9).nonzero()[0])
+        return (
+            f"lets the output at position {first} change when the last token ({t - 1}) changes: queries see "
+            "keys after them. The window is causal: q_idx >= kv_idx."
+        )
+    first_token = x.clone()
+    first_token[:, 0] += randn(2, x.shape[-1])
+    moved = (_run(candidate, layer, first_token, window, None, what) - base).abs().amax(dim=(0, 2))  # (t,)
+    seen = [p for p in range(t) if moved[p] > 1e-9]
+    expected = list(range(min(window, t)))
+    if seen != expected:
+        reach = {
+            window + 1: " one position too far, as `q_idx - kv_idx <= window` does;",
+            window - 1: " one position short, as `q_idx - kv_idx < window - 1` does;",
+            t: " to the end of the sequence, as no window does;",
+        }.get(len(seen) if seen == list(range(len(seen))) else -1, "")
+        return (
+            f"lets the token at position 0 change the outputs at positions {seen}, where a window of "
+            f"{window} keys reaches positions {expected}:{reach} query p sees keys p - {window - 1} … p, "
+            "(q_idx >= kv_idx) & (q_idx - kv_idx < window)."
+        )
+    shifted = _run(candidate, layer, x, window, torch.arange(t) + 1000, what)
+    if not is_close(shifted, base):
+        return (
+            "changes when every position is shifted by 1000: with RoPE on q and k the score of query i and "
+            "key j depends on the difference of their positions only, and the window on q_idx - kv_idx. "
+            "Something uses the absolute position (rotated values, or positions added elsewhere)."
+        )
+    if window > 1 and is_close(_run(candidate, layer, x, window, torch.arange(t) * 3, what), base):
+        return (
+            "does not change when the positions are spread out (0, 3, 6, …): RoPE is not applied to q "
+            "and k, or `positions` is not passed on to apply_rope."
+        )
+    return None
+
+
+def _probe_heads(
+    candidate: Callable[..., Any], layer: GroupedQueryAttention, x: torch.Tensor, window: int, what: str
+) -> str | None:
+    """Read the learner's merged heads (the input of layer.out) against the reference's heads."""
+    n_heads, n_kv_heads = layer.n_heads, layer.n_kv_heads
+    n_rep, t = n_heads // n_kv_heads, x.shape[-2]
+    with torch.no_grad():
+        q = apply_rope(split_heads(layer.q(x), n_heads))  # (b, h, t, d)
+        k = apply_rope(split_heads(layer.k(x), n_kv_heads))  # (b, h_kv, t, d)
+        v = split_heads(layer.v(x), n_kv_heads)  # (b, h_kv, t, d)
+    allowed = _window_allowed(t, window, "window").expand(x.shape[0], n_heads, t, t)  # (b, h, t, t)
+    others = (
+        ("mixes the keys instead of the values: out = weights @ v.", k.repeat_interleave(n_rep, dim=1)),
+        ("rotates the values too: RoPE turns q and k only.", apply_rope(v).repeat_interleave(n_rep, dim=1)),
+        (_GROUPED, v.repeat(1, n_rep, 1, 1)),
+    )
+    heads = Heads(
+        q,
+        k.repeat_interleave(n_rep, dim=1),
+        v.repeat_interleave(n_rep, dim=1),
+        allowed,
+        _window_allowed(t, window, "causal"),
+        others,
+    )
+    merged = merged_input(layer, lambda: _run(candidate, layer, x, window, None, what))
+    return diagnose_heads(merged, heads, out_name="layer.out")
+
+
+@check
+def check_rotary_window_attention(candidate: Callable[..., Any]) -> str:
+    """Seeded float64 layers; grouped, odd and single key/value heads, windows of 1 to T, gapped positions."""
+    for d_model, n_heads, n_kv_heads, t, window, positions, label in _CONFIGS:
+        layer = _layer(d_model, n_heads, n_kv_heads)
+        x = randn(2, t, d_model)  # (b, t, d_model)
+        what = f"Your rotary_window_attention output ({label})"
+        out = _run(candidate, layer, x, window, positions, what)
+        with torch.no_grad():
+            expected = _dense(layer, x, window, positions)  # (b, t, d_model)
+        if is_close(out, expected):
+            continue
+        with torch.no_grad():
+            for message, knobs in _MISTAKES:
+                wrong = _dense(layer, x, window, positions, **knobs)
+                if not is_close(wrong, expected) and is_close(out, wrong):
+                    raise CheckFailed(f"{what} {message}")
+        found = _properties(candidate, layer, t, window, what)
+        found = found or _probe_heads(candidate, layer, x, window, what)
+        if found:
+            raise CheckFailed(f"{what} {found}")
+        raise CheckFailed(f"{what} is wrong: {difference(out, expected)}")
+    return (
+        "grouped (2 of 4, 3 of 6) and single key/value heads, windows of 1, 2, 3 and T, RoPE on q and k "
+        "at default and gapped positions, against every score built densely"
+    )
