@@ -142,6 +142,94 @@ def triton_flash_attention(q, k, v, is_causal=False, return_lse=False):
     return (o, lse) if return_lse else o
 """
 
+FAST = """
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+BLOCK_M, BLOCK_N = 32, 32
+LOG2E = 1.4426950408889634
+
+
+@triton.jit
+def attend(acc, m, l, q, K, V, base_k, base_v, skn, svn, offs_m, offs_n, offs_d, start, stop, T_k, offset,
+           qk_scale, MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr):
+    for start_n in range(start, stop, BLOCK_N):
+        cols = start_n + offs_n
+        k = tl.load(K + base_k + cols[:, None] * skn + offs_d[None, :], mask=cols[:, None] < T_k, other=0.0)
+        s = tl.dot(q, tl.trans(k)) * qk_scale
+        if MASKED:
+            keep = cols[None, :] < T_k
+            if IS_CAUSAL:
+                keep = keep & (cols[None, :] <= offs_m[:, None] + offset)
+            s = tl.where(keep, s, float("-inf"))
+        m_new = tl.maximum(m, tl.max(s, 1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp2(m - m_safe)
+        p = tl.exp2(s - m_safe[:, None])
+        l = l * alpha + tl.sum(p, 1)
+        v = tl.load(V + base_v + cols[:, None] * svn + offs_d[None, :], mask=cols[:, None] < T_k, other=0.0)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        m = m_new
+    return acc, m, l
+
+
+@triton.jit
+def fast_kernel(
+    Q, K, V, O, L, sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sob, soh, som, H, T_q, T_k, scale,
+    D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, IS_CAUSAL: tl.constexpr,
+):
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // H
+    h = pid_bh % H
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, D)
+    q_ptrs = Q + b * sqb + h * sqh + offs_m[:, None] * sqm + offs_d[None, :]
+    q = tl.load(q_ptrs, mask=offs_m[:, None] < T_q, other=0.0)
+    m = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, D], tl.float32)
+    offset = T_k - T_q
+    qk_scale = scale * LOG2E
+    hi = T_k
+    full = T_k
+    if IS_CAUSAL:
+        hi = tl.minimum(T_k, (pid_m + 1) * BLOCK_M + offset)
+        full = tl.minimum(T_k, tl.maximum(0, pid_m * BLOCK_M + offset + 1))
+    full = full // BLOCK_N * BLOCK_N
+    base_k = b * skb + h * skh
+    base_v = b * svb + h * svh
+    acc, m, l = attend(acc, m, l, q, K, V, base_k, base_v, skn, svn, offs_m, offs_n, offs_d, 0, full, T_k,
+                       offset, qk_scale, MASKED=False, IS_CAUSAL=IS_CAUSAL, BLOCK_N=BLOCK_N)
+    acc, m, l = attend(acc, m, l, q, K, V, base_k, base_v, skn, svn, offs_m, offs_n, offs_d, full, hi, T_k,
+                       offset, qk_scale, MASKED=True, IS_CAUSAL=IS_CAUSAL, BLOCK_N=BLOCK_N)
+    l_safe = tl.where(l == 0.0, 1.0, l)
+    out = acc / l_safe[:, None]
+    tl.store(O + b * sob + h * soh + offs_m[:, None] * som + offs_d[None, :], out.to(O.dtype.element_ty),
+             mask=offs_m[:, None] < T_q)
+    lse = (m + tl.log2(l_safe)) * 0.6931471805599453
+    tl.store(L + pid_bh * T_q + offs_m, lse, mask=offs_m < T_q)
+
+
+def fast_flash_attention(q, k, v, is_causal=False, return_lse=False):
+    B, H, T_q, D = q.shape
+    T_k = k.shape[2]
+    o = torch.empty_like(q)
+    lse = torch.empty(B, H, T_q, device=q.device, dtype=torch.float32)
+    grid = (triton.cdiv(T_q, BLOCK_M), B * H)
+    fast_kernel[grid](
+        q, k, v, o, lse, q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
+        v.stride(0), v.stride(1), v.stride(2), o.stride(0), o.stride(1), o.stride(2),
+        H, T_q, T_k, 1 / math.sqrt(D),
+        D=D, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, IS_CAUSAL=is_causal,
+    )
+    return (o, lse) if return_lse else o
+"""
+
 SCORES = """
 import math
 

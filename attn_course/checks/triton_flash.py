@@ -441,15 +441,20 @@ def check_triton_flash_attention(candidate: Callable[..., Any]) -> str:
     For each input, once the output is right, call again with return_lse=True and compare the
     log-sum-exp with `tiled_lse`.
     """
-    mode = kernel_mode("triton_flash_attention", candidate)
+    return expect_flash_attention(candidate, "triton_flash_attention")
+
+
+def expect_flash_attention(candidate: Callable[..., Any], name: str) -> str:
+    """Check a FlashAttention wrapper, called `name` in the messages; return the pass line."""
+    mode = kernel_mode(name, candidate)
     blocks_seen: set[tuple[int, int]] = set()
     for case in _FLASH_CASES:
         q, k, v = _flash_inputs(case, mode)
         kwargs: dict[str, Any] = {"is_causal": case.causal}
-        result, trace = traced_call("triton_flash_attention", candidate, mode, q, k, v, **kwargs)
-        expect_launched("triton_flash_attention", trace)
+        result, trace = traced_call(name, candidate, mode, q, k, v, **kwargs)
+        expect_launched(name, trace)
         expect_in_bounds(
-            "triton_flash_attention",
+            name,
             trace,
             "When T is not a multiple of the block size the last query or key block runs past the "
             "end: load with mask=offs[:, None] < T (other=0.0) and store with the query mask. The lse "
@@ -457,11 +462,11 @@ def check_triton_flash_attention(candidate: Callable[..., Any]) -> str:
         )
         if isinstance(result, tuple | list):
             raise CheckFailed(
-                f"`triton_flash_attention` returned a {type(result).__name__} of {len(result)} items with "
+                f"`{name}` returned a {type(result).__name__} of {len(result)} items with "
                 "return_lse=False (the default): return the attention output only then, and the pair "
                 "(out, lse) only when return_lse=True."
             )
-        out = expect_result("triton_flash_attention", result, q, "the attention output")
+        out = expect_result(name, result, q, "the attention output")
         expect_all_written(
             trace,
             out,
@@ -478,13 +483,13 @@ def check_triton_flash_attention(candidate: Callable[..., Any]) -> str:
             mistakes += _stride_mistakes(q, k, v, case)
         elif case.t_q != case.t_k and case.b * case.h > 1:
             mistakes.append(Mistake(_KV_STRIDE_MESSAGE, functools.partial(_kv_with_q_strides, q, k, v, case)))
-        called_as = f"triton_flash_attention(q, k, v, is_causal={case.causal}) with {case.describe()}"
+        called_as = f"{name}(q, k, v, is_causal={case.causal}) with {case.describe()}"
         compare(
-            "`triton_flash_attention`", out, expected, mode, mistakes, called_as,
+            f"`{name}`", out, expected, mode, mistakes, called_as,
             explain=functools.partial(_expect_keys_visited, trace, q, k, case, blocks),
         )  # fmt: skip
         _expect_no_blocks_above_diagonal(trace, q, k, case)
-        _compare_lse(candidate, mode, case, q, k, v, out, blocks)
+        _compare_lse(name, candidate, mode, case, q, k, v, out, blocks)
     detail = (
         f" in blocks of {' and '.join(f'{m}×{n}' for m, n in sorted(blocks_seen))}" if blocks_seen else ""
     )
@@ -509,6 +514,7 @@ _LSE_STORE_HINT = (
 
 
 def _compare_lse(
+    name: str,
     candidate: Callable[..., Any],
     mode: Mode,
     case: _FlashCase,
@@ -519,10 +525,7 @@ def _compare_lse(
     blocks: tuple[int, int] | None,
 ) -> None:
     """Call again with return_lse=True: the same output, and the natural log-sum-exp of each row's scores."""
-    name = "triton_flash_attention"
-    called_as = (
-        f"triton_flash_attention(q, k, v, is_causal={case.causal}, return_lse=True) with {case.describe()}"
-    )
+    called_as = f"{name}(q, k, v, is_causal={case.causal}, return_lse=True) with {case.describe()}"
     where = f"\n(Called as {called_as}.)"
     result, trace = traced_call(
         name, candidate, mode, q, k, v, is_causal=case.causal, return_lse=True,
@@ -531,7 +534,7 @@ def _compare_lse(
     )  # fmt: skip
     if isinstance(result, torch.Tensor):
         raise CheckFailed(
-            "`triton_flash_attention` returned one tensor with return_lse=True: it ignores return_lse. "
+            f"`{name}` returned one tensor with return_lse=True: it ignores return_lse. "
             "Then return the pair (out, lse), lse the float32 (B, H, T_q) tensor your kernel writes: each "
             f"query row's m + log(l), from its final running maximum m and running sum l.{where}"
         )
@@ -542,8 +545,7 @@ def _compare_lse(
             else (type(result).__name__)
         )
         raise CheckFailed(
-            "`triton_flash_attention` with return_lse=True should return the pair (out, lse), "
-            f"not {got}.{where}"
+            f"`{name}` with return_lse=True should return the pair (out, lse), not {got}.{where}"
         )
     expect_in_bounds(
         name,
