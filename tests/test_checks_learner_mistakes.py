@@ -247,7 +247,9 @@ def test_the_hold_out_set_covers_every_python_exercise_and_its_first_named_rate_
     python_exercises = {  # the hold-out set was written for notebooks 01-08
         n for stem, names in attn_course.reference.EXERCISES.items() if stem < "09" for n in names
     }
-    triton = {"triton_add", "triton_softmax", "triton_scores", "triton_flash_attention"}  # test_checks_triton
+    triton = {  # test_checks_triton, test_checks_triton_fast
+        "triton_add", "triton_softmax", "triton_scores", "triton_flash_attention", "fast_flash_attention",
+    }  # fmt: skip
     added_after_the_hold_out = {  # their learner cases: test_checks_flash, test_checks_decoder, test_checks_generation
         "flash_attention_query_block", "block_forward", "ablate_heads", "generate_with_cache", "next_token_probs",
         "sample_next",
