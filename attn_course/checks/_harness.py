@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from attn_course.checks._mutants import forget_calls, name_by_mutation, name_shape_by_mutation, note_call
 from attn_course.progress import record_failure, record_pass
 
 GREEN, RED, RESET = "\x1b[1;32m", "\x1b[1;31m", "\x1b[0m"
@@ -128,6 +129,7 @@ def check(body: Callable[[Callable[..., Any]], str]) -> Callable[[Any], None]:
                 f"but got {_describe(candidate)}. Call it as check_{name}({name})."
             )
         failure: Exception | None = None
+        forget_calls()
         try:
             with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -226,6 +228,7 @@ def call(name: str, candidate: Callable[..., Any], *args: Any, hint: str = "", *
     arguments in place is rejected too: the caller's tensors must come back as they went in.
     """
     before = [(a, a.detach().clone()) for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
+    note_call(name.strip("`"), args, kwargs)
     try:
         result = candidate(*args, **kwargs)
     except Exception as raised:
@@ -670,7 +673,7 @@ def expect_tensor(
     if not isinstance(value, torch.Tensor):
         raise CheckFailed(f"{what} should be a torch.Tensor, but it is {_describe(value)}.")
     if tuple(value.shape) != tuple(shape):
-        hint = (hints or {}).get(tuple(value.shape), "")
+        hint = (hints or {}).get(tuple(value.shape), "") or _derived_shape_hint(value, tuple(shape))
         raise CheckFailed(
             f"{what} should have shape {tuple(shape)}, but has {tuple(value.shape)}."
             + (f" {hint}" if hint else "")
@@ -683,6 +686,11 @@ def expect_tensor(
     if finite:
         expect_finite(value, what)
     return value
+
+
+def _derived_shape_hint(value: torch.Tensor, shape: tuple[int, ...]) -> str:
+    derived = name_shape_by_mutation(value, shape)
+    return f"It {derived}" if derived else ""
 
 
 def expect_finite(value: torch.Tensor, what: str, hint: str = "") -> None:
@@ -761,6 +769,9 @@ def expect_close(
         found = diagnose(actual, expected)
         if found:
             raise CheckFailed(f"{what} {found}{where}")
+    derived = name_by_mutation(actual, expected, close)
+    if derived:
+        raise CheckFailed(f"{what} {derived}{where}")
     if actual.is_floating_point() and not torch.isfinite(actual).all() and torch.isfinite(expected).all():
         bad = "NaN" if torch.isnan(actual).any() else "inf"
         raise CheckFailed(

@@ -1,0 +1,529 @@
+"""Mistakes derived from the reference: one small change at a time, named by what it changes.
+
+A table of known mistakes names only the mistakes someone listed. This layer names the others
+that are one step away from the right answer: it takes the reference implementation's source,
+applies generic mutation operators to it, one site at a time (drop a factor or a term, multiply
+where it divides, take a square root away or add one, change a reduction's axis or drop its
+keepdim, turn < into <=, shift a constant by one, swap two arguments, read one input where the
+reference reads another, transpose an operand of @, skip a step), and runs each mutant on the
+arguments the check gave the learner's function. When the learner's result matches a mutant's,
+the message names that change and the step of the computation it is in.
+
+`expect_close` calls `name_by_mutation` after the hand-written mistakes (which keep their
+messages and go first) and before the check's property diagnosis. The reference is that of the
+function the check last called (`note_call`), and the layer applies only where the unchanged
+reference, run on those arguments, gives the expected result.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextvars
+import copy
+import functools
+import inspect
+import itertools
+import re
+import textwrap
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+_LAST_CALL: contextvars.ContextVar[tuple[str, tuple[Any, ...], dict[str, Any]] | None] = (
+    contextvars.ContextVar("last_call", default=None)
+)
+
+BUDGET_S = 4.0
+"""Seconds the layer may spend running mutants for one comparison (0 turns the layer off)."""
+
+_AXIS_METHODS = {
+    "sum", "mean", "amax", "amin", "max", "min", "softmax", "log_softmax", "logsumexp", "cumsum",
+    "argmax", "argmin", "norm", "var", "std", "prod", "cat", "stack", "unsqueeze", "squeeze",
+    "transpose", "flatten", "split", "chunk", "repeat_interleave", "topk", "sort", "flip", "roll",
+    "gather", "narrow", "select", "movedim", "unflatten",
+}  # fmt: skip
+_REDUCTIONS = {"sum", "mean", "amax", "amin", "max", "min", "logsumexp", "argmax", "argmin", "var", "std"}
+_SQRT = {"sqrt"}
+_UNSAFE = ("triton", "[grid]", "as_strided", "data_ptr", "ctypes")
+"""Words of a source that may touch raw memory: such functions get no mutants."""
+_OPS = {ast.Mult: "*", ast.Div: "/", ast.Add: "+", ast.Sub: "-", ast.Pow: "**", ast.MatMult: "@"}
+_COMPARE_SWAPS = {
+    ast.Lt: (ast.LtE, ast.Gt),
+    ast.LtE: (ast.Lt, ast.GtE),
+    ast.Gt: (ast.GtE, ast.Lt),
+    ast.GtE: (ast.Gt, ast.LtE),
+}
+_COMPARE_TEXT = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">="}
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """The reference with one change, and that change in words."""
+
+    message: str
+    function: Callable[..., Any]
+
+
+def note_call(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """Remember the check's last call of the learner's function, for the mutation layer."""
+    _LAST_CALL.set((name, args, kwargs))
+
+
+def forget_calls() -> None:
+    """Start a check with no call remembered."""
+    _LAST_CALL.set(None)
+
+
+def name_by_mutation(
+    actual: torch.Tensor, expected: torch.Tensor, close: Callable[[torch.Tensor, torch.Tensor], bool]
+) -> str | None:
+    """The message of the first mutant of the last-called reference whose result the learner's matches."""
+    last = _LAST_CALL.get()
+    if (
+        BUDGET_S <= 0
+        or last is None
+        or not isinstance(actual, torch.Tensor)
+        or actual.shape != expected.shape
+    ):
+        return None
+    name, args, kwargs = last
+    from attn_course import reference
+
+    function = getattr(reference, name, None)
+    if not inspect.isfunction(function):
+        return None
+    pick = _picker(_run(function, args, kwargs), expected, close)
+    if pick is None:  # these arguments are not what the compared result came from
+        return None
+    finite = torch.isfinite(expected) if expected.is_floating_point() else None
+    deadline = time.monotonic() + BUDGET_S
+    for mutant in mutants(function):
+        if time.monotonic() > deadline:
+            return None
+        wrong = pick(_run(mutant.function, args, kwargs))
+        if wrong is None or wrong.shape != expected.shape or wrong.dtype != expected.dtype:
+            continue
+        if finite is not None and not torch.isfinite(wrong[finite]).all():
+            continue  # a mutant that breaks the numbers (NaN, inf) says nothing about the idea
+        if (
+            not close(wrong, expected)
+            and close(actual, wrong)
+            and _repeats(mutant, args, kwargs, wrong, pick)
+        ):
+            return mutant.message
+    return None
+
+
+def _repeats(
+    mutant: Mutant,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    first: torch.Tensor,
+    pick: Callable[[Any], Any],
+) -> bool:
+    """Whether the mutant gives the same result again: not memory that torch.empty left unwritten."""
+    again = pick(_run(mutant.function, args, kwargs))
+    return isinstance(again, torch.Tensor) and torch.equal(again, first)
+
+
+def name_shape_by_mutation(actual: Any, shape: tuple[int, ...]) -> str | None:
+    """The message of the first mutant whose result has the learner's (wrong) shape and values."""
+    last = _LAST_CALL.get()
+    if BUDGET_S <= 0 or last is None or not isinstance(actual, torch.Tensor) or tuple(actual.shape) == shape:
+        return None
+    name, args, kwargs = last
+    from attn_course import reference
+
+    function = getattr(reference, name, None)
+    if not inspect.isfunction(function):
+        return None
+    result = _run(function, args, kwargs)
+    items = list(result) if isinstance(result, tuple | list) else [result]
+    index = next(
+        (i for i, x in enumerate(items) if isinstance(x, torch.Tensor) and tuple(x.shape) == shape), None
+    )
+    if index is None:
+        return None
+    deadline = time.monotonic() + BUDGET_S
+    for mutant in mutants(function):
+        if time.monotonic() > deadline:
+            return None
+        out = _run(mutant.function, args, kwargs)
+        wrong = _item(out, index) if isinstance(result, tuple | list) else _whole(out)
+        if wrong is None or wrong.shape != actual.shape or wrong.dtype != actual.dtype:
+            continue
+        same = torch.allclose(actual.detach().cpu(), wrong.cpu(), atol=1e-5, rtol=1e-4)
+        pick = functools.partial(_item, index=index) if isinstance(result, tuple | list) else _whole
+        if torch.isfinite(wrong).all() and same and _repeats(mutant, args, kwargs, wrong, pick):
+            return mutant.message
+    return None
+
+
+def _run(function: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """function on fresh copies of the tensor arguments; None where it raises."""
+    fresh = [a.detach().clone() if isinstance(a, torch.Tensor) else a for a in args]
+    fresh_kwargs = {k: v.detach().clone() if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
+    try:
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return function(*fresh, **fresh_kwargs)
+    except Exception:  # noqa: BLE001 - a mutant that cannot run on these inputs is not this mistake
+        return None
+
+
+def _picker(
+    result: Any, expected: torch.Tensor, close: Callable[[torch.Tensor, torch.Tensor], bool]
+) -> Callable[[Any], torch.Tensor | None] | None:
+    """Which part of the reference's result the check compared: the result, or one item of it."""
+
+    def agrees(x: Any) -> bool:
+        return isinstance(x, torch.Tensor) and x.shape == expected.shape and bool(close(x, expected))
+
+    if agrees(result):
+        return _whole
+    if isinstance(result, tuple | list):
+        for index, item in enumerate(result):
+            if agrees(item):
+                return functools.partial(_item, index=index)
+    return None
+
+
+def _whole(out: Any) -> torch.Tensor | None:
+    return out if isinstance(out, torch.Tensor) else None
+
+
+def _item(out: Any, index: int) -> torch.Tensor | None:
+    if isinstance(out, tuple | list) and len(out) > index and isinstance(out[index], torch.Tensor):
+        return out[index]
+    return None
+
+
+_CACHE: dict[Callable[..., Any], list[Mutant]] = {}
+
+
+def mutants(function: Callable[..., Any]) -> list[Mutant]:
+    """Every one-site mutant of `function` that compiles, in the order of the operators and sites."""
+    if function not in _CACHE:
+        _CACHE[function] = list(_build(function))
+    return _CACHE[function]
+
+
+def _build(function: Callable[..., Any]) -> Iterator[Mutant]:
+    try:
+        source = textwrap.dedent(inspect.getsource(function))
+    except (OSError, TypeError):
+        return
+    if any(word in source for word in _UNSAFE) or function.__module__.startswith("attn_course.triton_flash"):
+        return  # a kernel launched with a changed grid or stride writes outside its tensors
+    tree = ast.parse(source)
+    definition = tree.body[0]
+    if not isinstance(definition, ast.FunctionDef) or any(isinstance(n, ast.While) for n in ast.walk(tree)):
+        return  # a changed loop condition could run forever
+    definition.decorator_list = []
+    parameters = [
+        a.arg for a in (*definition.args.posonlyargs, *definition.args.args, *definition.args.kwonlyargs)
+    ]
+    nodes = list(ast.walk(definition))
+    parents = {child: node for node in nodes for child in ast.iter_child_nodes(node)}
+    seen: set[str] = set()
+    for index, node in enumerate(nodes):
+        if node is definition or _in_docstring_or_annotation(node, parents):
+            continue
+        for replacement, change in _changes(node, parameters, parents):
+            statement = _statement(node, parents)
+            changed = _replace(definition, index, replacement)
+            if changed is None:
+                continue
+            text = ast.unparse(changed)
+            if text in seen:
+                continue
+            seen.add(text)
+            compiled = _compile(changed, function)
+            if compiled is not None:
+                step = ast.unparse(statement).splitlines()[0] if statement is not None else ""
+                step = step if len(step) <= 100 else step[:97] + "..."
+                where = f", in the step `{step}`" if step else ""
+                yield Mutant(
+                    f"is what the right computation gives with one change{where}: {change}.", compiled
+                )
+
+
+def _in_docstring_or_annotation(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:
+    child, parent = node, parents.get(node)
+    while parent is not None:
+        if isinstance(parent, ast.arguments | ast.arg) or (
+            isinstance(parent, ast.FunctionDef) and child is parent.returns
+        ):
+            return True
+        if isinstance(parent, ast.AnnAssign) and child is parent.annotation:
+            return True
+        if isinstance(parent, ast.Expr) and isinstance(child, ast.Constant) and isinstance(child.value, str):
+            return True
+        child, parent = parent, parents.get(parent)
+    return False
+
+
+def _statement(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> ast.stmt | None:
+    while node is not None and not isinstance(node, ast.stmt):
+        node = parents.get(node)  # type: ignore[assignment]
+    return node if not isinstance(node, ast.FunctionDef) else None
+
+
+def _replace(definition: ast.FunctionDef, index: int, replacement: ast.AST | None) -> ast.FunctionDef | None:
+    """A copy of the definition with its index-th node (ast.walk order) replaced (None: deleted)."""
+    changed = copy.deepcopy(definition)
+    nodes = list(ast.walk(changed))
+    target = nodes[index]
+    for parent in nodes:
+        for field, value in ast.iter_fields(parent):
+            if value is target:
+                if replacement is None:
+                    return None
+                setattr(parent, field, replacement)
+                return ast.fix_missing_locations(changed)
+            if isinstance(value, list) and any(item is target for item in value):
+                items = [item for item in value if item is not target] if replacement is None else [
+                    replacement if item is target else item for item in value
+                ]  # fmt: skip
+                if not items:
+                    return None
+                setattr(parent, field, items)
+                return ast.fix_missing_locations(changed)
+    return None
+
+
+def _compile(definition: ast.FunctionDef, original: Callable[..., Any]) -> Callable[..., Any] | None:
+    module = ast.Module(body=[definition], type_ignores=[])
+    namespace: dict[str, Any] = {}
+    try:
+        exec(compile(module, f"<mutant of {original.__qualname__}>", "exec"), original.__globals__, namespace)
+    except Exception:  # noqa: BLE001 - a change that does not compile is no mistake
+        return None
+    return namespace.get(definition.name)
+
+
+def _code(node: ast.AST) -> str:
+    text = ast.unparse(node)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _changes(
+    node: ast.AST, parameters: list[str], parents: dict[ast.AST, ast.AST]
+) -> Iterator[tuple[ast.AST | None, str]]:
+    """(replacement, the change in words) for each generic mutation that applies at `node`."""
+    if isinstance(node, ast.BinOp):
+        yield from _binop_changes(node)
+    elif isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in _COMPARE_SWAPS:
+        op = type(node.ops[0])
+        for other in _COMPARE_SWAPS[op]:
+            yield (
+                ast.Compare(node.left, [other()], node.comparators),
+                f"`{_COMPARE_TEXT[other]}` where it compares with `{_COMPARE_TEXT[op]}` in `{_code(node)}`",
+            )
+    elif isinstance(node, ast.Call):
+        yield from _call_changes(node)
+    elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        yield node.operand, f"the sign of `{_code(node)}` dropped"
+    elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in parameters:
+        parent = parents.get(node)
+        if not (isinstance(parent, ast.Call) and parent.func is node):  # not a callable argument's call
+            for name in parameters:
+                if name != node.id:
+                    yield (
+                        ast.Name(name, ast.Load()),
+                        f"`{name}` used where the right computation uses `{node.id}`",
+                    )
+    elif isinstance(node, ast.Constant) and type(node.value) is int and not _is_axis(node, parents):
+        for delta in (1, -1):
+            yield (
+                ast.Constant(node.value + delta),
+                f"`{node.value + delta}` where it should be `{node.value}` (off by one)",
+            )
+    elif isinstance(node, ast.Constant) and isinstance(node.value, str) and "->" in node.value:
+        for pattern in _pattern_changes(node.value):
+            yield ast.Constant(pattern), f"the pattern `{pattern}` where it should be `{node.value}`"
+    elif isinstance(node, ast.Constant) and type(node.value) is bool:
+        yield ast.Constant(not node.value), f"`{not node.value}` where it should be `{node.value}`"
+    elif isinstance(node, ast.Assign | ast.AugAssign) and _reassigns(node, parents):
+        yield None, f"the step `{_code(node)}` left out"
+
+
+def _is_axis(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:
+    """Whether an int constant is an axis argument (mutated as an axis, not shifted by one)."""
+    parent = parents.get(node)
+    if isinstance(parent, ast.UnaryOp):
+        node, parent = parent, parents.get(parent)
+    if isinstance(parent, ast.keyword):
+        return parent.arg in {"dim", "axis", "dims", "dim0", "dim1"}
+    return isinstance(parent, ast.Call) and _method(parent) in _AXIS_METHODS and node in parent.args
+
+
+def _method(call: ast.Call) -> str | None:
+    if isinstance(call.func, ast.Attribute):
+        return call.func.attr
+    if isinstance(call.func, ast.Name):
+        return call.func.id
+    return None
+
+
+def _reassigns(node: ast.Assign | ast.AugAssign, parents: dict[ast.AST, ast.AST]) -> bool:
+    """An update of a name that holds a value (x = f(x), x += ...): leaving it out skips a step."""
+    if isinstance(node, ast.AugAssign):
+        return isinstance(node.target, ast.Name)
+    targets = [t.id for t in node.targets if isinstance(t, ast.Name)]
+    used = {n.id for n in ast.walk(node.value) if isinstance(n, ast.Name)}
+    return len(targets) == 1 and targets[0] in used
+
+
+def _binop_changes(node: ast.BinOp) -> Iterator[tuple[ast.AST, str]]:
+    left, right, op = node.left, node.right, type(node.op)
+    if op is ast.Mult:
+        yield left, f"the factor `{_code(right)}` left out of `{_code(node)}`"
+        yield right, f"the factor `{_code(left)}` left out of `{_code(node)}`"
+        yield ast.BinOp(left, ast.Div(), right), f"a division by `{_code(right)}` where it multiplies by it"
+        yield ast.BinOp(node, ast.Mult(), right), f"the factor `{_code(right)}` applied twice"
+    elif op is ast.Div:
+        yield left, f"no division by `{_code(right)}` in `{_code(node)}`"
+        yield (
+            ast.BinOp(left, ast.Mult(), right),
+            f"a multiplication by `{_code(right)}` where it divides by it",
+        )
+        yield ast.BinOp(node, ast.Div(), right), f"the division by `{_code(right)}` applied twice"
+        if not _is_sqrt(right):
+            root = ast.BinOp(right, ast.Pow(), ast.Constant(0.5))
+            yield (
+                ast.BinOp(left, ast.Div(), root),
+                f"a division by √(`{_code(right)}`) where it divides by `{_code(right)}`",
+            )
+    elif op in (ast.Add, ast.Sub):
+        yield left, f"the term `{_code(right)}` left out of `{_code(node)}`"
+        if op is ast.Add:
+            yield right, f"the term `{_code(left)}` left out of `{_code(node)}`"
+        flipped = ast.Sub() if op is ast.Add else ast.Add()
+        sign = "subtracted" if op is ast.Add else "added"
+        yield ast.BinOp(left, flipped, right), f"`{_code(right)}` {sign} in `{_code(node)}`"
+    elif op is ast.Pow:
+        yield left, f"the power `{_code(right)}` left out of `{_code(node)}`"
+        yield (
+            ast.BinOp(left, ast.Pow(), ast.UnaryOp(ast.USub(), right)),
+            f"the power's sign flipped in `{_code(node)}`",
+        )
+    elif op is ast.MatMult:
+        transpose: list[ast.expr] = [ast.Constant(-2), ast.Constant(-1)]
+
+        def t(x: ast.expr) -> ast.expr:
+            return ast.Call(ast.Attribute(x, "transpose", ast.Load()), transpose, [])
+
+        yield ast.BinOp(t(left), ast.MatMult(), right), f"`{_code(left)}` transposed in `{_code(node)}`"
+        yield ast.BinOp(left, ast.MatMult(), t(right)), f"`{_code(right)}` transposed in `{_code(node)}`"
+        yield ast.BinOp(right, ast.MatMult(), left), f"the operands of `{_code(node)}` in the other order"
+
+
+def _is_sqrt(node: ast.AST) -> bool:
+    if isinstance(node, ast.Call) and _method(node) in _SQRT:
+        return True
+    return isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow) and ast.unparse(node.right) == "0.5"
+
+
+def _call_changes(node: ast.Call) -> Iterator[tuple[ast.AST, str]]:
+    method = _method(node)
+    if method in _SQRT and node.args:
+        yield node.args[0], f"no square root in `{_code(node)}`"
+    if method in _AXIS_METHODS:
+        for position, arg in enumerate(node.args):
+            value = _int_value(arg)
+            if value is not None:
+                for other in _other_axes(value):
+                    args = [*node.args[:position], ast.Constant(other), *node.args[position + 1 :]]
+                    yield (
+                        ast.Call(node.func, args, node.keywords),
+                        f"`{method}` over dim {other} instead of {value}",
+                    )
+        for position, kw in enumerate(node.keywords):
+            value = _int_value(kw.value)
+            if kw.arg in {"dim", "axis"} and value is not None:
+                for other in _other_axes(value):
+                    keywords = [
+                        *node.keywords[:position],
+                        ast.keyword(kw.arg, ast.Constant(other)),
+                        *node.keywords[position + 1 :],
+                    ]
+                    yield (
+                        ast.Call(node.func, node.args, keywords),
+                        f"`{method}` over dim={other} instead of dim={value}",
+                    )
+    if method in _REDUCTIONS and (node.args or any(kw.arg == "dim" for kw in node.keywords)):
+        keywords = [kw for kw in node.keywords if kw.arg not in {"dim", "keepdim"}]
+        yield (
+            ast.Call(node.func, [], keywords),
+            f"`{method}` of the whole tensor where it reduces one axis, in `{_code(node)}`",
+        )
+    for kw in node.keywords:
+        if kw.arg == "keepdim" and isinstance(kw.value, ast.Constant) and kw.value.value is True:
+            keywords = [k for k in node.keywords if k is not kw]
+            yield ast.Call(node.func, node.args, keywords), f"`{method}` without keepdim=True"
+    if len(node.args) >= 2:
+        for i in range(len(node.args)):
+            for j in range(i + 1, min(len(node.args), 3)):
+                args = list(node.args)
+                args[i], args[j] = args[j], args[i]
+                if ast.unparse(args[i]) != ast.unparse(args[j]):
+                    yield (
+                        ast.Call(node.func, args, node.keywords),
+                        f"the arguments of `{_code(node)}` swapped",
+                    )
+
+
+def _int_value(node: ast.AST) -> int | None:
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return node.value
+    if (
+        isinstance(node, ast.UnaryOp)
+        and isinstance(node.op, ast.USub)
+        and isinstance(node.operand, ast.Constant)
+    ):
+        value = node.operand.value
+        return -value if type(value) is int else None
+    return None
+
+
+def _other_axes(value: int) -> list[int]:
+    return [axis for axis in (-1, -2, -3, 0, 1, 2) if axis != value]
+
+
+def _pattern_changes(pattern: str) -> Iterator[str]:
+    """An einops or einsum pattern with two axes swapped, on one side of the arrow or in one group."""
+    left, _, right = pattern.partition("->")
+    if " " in pattern.strip() or "(" in pattern:  # einops: axes are words, groups in parentheses
+        for side in (right, left):
+            tokens = re.findall(r"\(|\)|[^\s()]+", side)
+            words = [i for i, t in enumerate(tokens) if t not in "()"]
+            for a, b in itertools.combinations(words, 2):
+                swapped = list(tokens)
+                swapped[a], swapped[b] = swapped[b], swapped[a]
+                text = _join(swapped)
+                yield f"{left.rstrip()} -> {text}" if side is right else f"{text} -> {right.lstrip()}"
+            for start, token in enumerate(tokens):  # a group taken apart: (h d) -> h d
+                if token == "(":
+                    end = tokens.index(")", start)
+                    ungrouped = tokens[:start] + tokens[start + 1 : end] + tokens[end + 1 :]
+                    text = _join(ungrouped)
+                    yield f"{left.rstrip()} -> {text}" if side is right else f"{text} -> {right.lstrip()}"
+    else:  # einsum: one letter per axis, operands separated by commas
+        operands = left.split(",")
+        for position, operand in enumerate([*operands, right]):
+            letters = [i for i, c in enumerate(operand) if c.isalpha()]
+            for a, b in itertools.combinations(letters, 2):
+                chars = list(operand)
+                chars[a], chars[b] = chars[b], chars[a]
+                changed = [*operands, right]
+                changed[position] = "".join(chars)
+                yield ",".join(changed[:-1]) + "->" + changed[-1]
+
+
+def _join(tokens: list[str]) -> str:
+    return " ".join(tokens).replace("( ", "(").replace(" )", ")").strip()

@@ -1,0 +1,94 @@
+"""The mutation layer (attn_course/checks/_mutants.py): mistakes derived from the reference, one change each.
+
+The learner code here is written as a learner would write it, not as the reference with a knob
+turned: each mistake is one no table of known mistakes names, and the layer must name the change
+that it amounts to. The layer runs only after a check has failed, so it can never refuse a right
+answer; what it must not do is name a change the learner did not make.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from check_assertions import assert_accepted, assert_rejected
+
+from attn_course import reference
+from attn_course.checks import _mutants, check_merge_heads, check_sliding_window_flash_attention
+
+
+def merge_heads_reshaped(x):  # the heads' rows laid end to end, not side by side
+    b, h, t, d = x.shape
+    return x.reshape(b, h, t * d)
+
+
+def merge_heads_transposed_first(x):  # right
+    b, h, t, d = x.shape
+    return x.transpose(1, 2).reshape(b, t, h * d)
+
+
+def sliding_window_unscaled(q, k, v, window, block_size=64):  # dense, and no 1/√d
+    t_q, t_k = q.shape[-2], k.shape[-2]
+    scores = q @ k.transpose(-1, -2)
+    back = torch.arange(t_q)[:, None] + (t_k - t_q) - torch.arange(t_k)[None, :]  # how far back each key is
+    scores = scores.masked_fill((back < 0) | (back >= window), -math.inf)
+    return scores.softmax(dim=-1) @ v
+
+
+def test_a_wrong_shape_is_named_by_the_pattern_it_amounts_to(capsys):
+    assert_rejected(
+        check_merge_heads,
+        merge_heads_reshaped,
+        "the pattern `b h t d -> b h (t d)` where it should be",
+        capsys,
+    )
+
+
+def test_a_missing_factor_is_named_with_its_step(capsys):
+    assert_rejected(
+        check_sliding_window_flash_attention,
+        sliding_window_unscaled,
+        "the factor `1.0 / math.sqrt(d)` left out",
+        capsys,
+    )
+
+
+def test_a_right_answer_still_passes(capsys):
+    assert_accepted(check_merge_heads, merge_heads_transposed_first, capsys)
+
+
+def test_with_no_budget_the_layer_is_silent(monkeypatch, capsys):
+    monkeypatch.setattr(_mutants, "BUDGET_S", 0.0)
+    with pytest.raises(AssertionError) as failure:
+        check_merge_heads(merge_heads_reshaped)
+    assert "one change" not in str(failure.value) and "should have shape (2, 5, 12)" in str(failure.value)
+
+
+def test_a_mutant_that_breaks_the_numbers_names_nothing():
+    """Starting the running maximum at +inf gives NaN rows: matching them says nothing about an idea."""
+    q, k, v = torch.randn(3, 2, 21, 8, dtype=torch.float64).unbind(0)
+    args, kwargs = (q, k, v, 10), {"block_size": 8}
+    function = reference.sliding_window_flash_attention
+    broken = next(m for m in _mutants.mutants(function) if "the sign of `-math.inf` dropped" in m.message)
+    with torch.no_grad():
+        actual = broken.function(*args, **kwargs)
+    assert torch.isnan(actual).any()
+    _mutants.note_call("sliding_window_flash_attention", args, kwargs)
+    expected = function(*args, **kwargs)
+    found = _mutants.name_by_mutation(actual, expected, lambda a, b: torch.allclose(a, b, equal_nan=True))
+    assert found is None or "-math.inf" not in found
+
+
+def test_functions_that_launch_kernels_get_no_mutants():
+    """A kernel launched with a changed grid or stride would write outside its tensors."""
+    assert _mutants.mutants(reference.triton_scores) == []
+    assert _mutants.mutants(reference.triton_flash_attention) == []
+    assert len(_mutants.mutants(reference.softmax)) > 5
+
+
+def test_pattern_changes_swap_axes_and_take_groups_apart():
+    changes = list(_mutants._pattern_changes("b t (h d) -> b h t d"))
+    assert "b t (h d) -> b t h d" in changes  # the transpose forgotten
+    assert "b t (d h) -> b h t d" in changes  # the head and feature axes in the wrong order
+    assert "...dq,...kd->...qk" in list(_mutants._pattern_changes("...qd,...kd->...qk"))
