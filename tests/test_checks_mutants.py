@@ -15,7 +15,20 @@ import torch
 from check_assertions import assert_accepted, assert_rejected
 
 from attn_course import reference
-from attn_course.checks import _mutants, check_merge_heads, check_sliding_window_flash_attention
+from attn_course.checks import (
+    _mutants,
+    check_attention,
+    check_dot_product_attention,
+    check_merge_heads,
+    check_sliding_window_flash_attention,
+)
+from attn_course.masking import causal_mask
+
+
+@pytest.fixture(autouse=True)
+def unhurried(monkeypatch):
+    """A busy machine may need more than the layer's 10 s to reach a mutant: these tests wait for it."""
+    monkeypatch.setattr(_mutants, "BUDGET_S", 120.0)
 
 
 def merge_heads_reshaped(x):  # the heads' rows laid end to end, not side by side
@@ -92,3 +105,31 @@ def test_pattern_changes_swap_axes_and_take_groups_apart():
     assert "b t (h d) -> b t h d" in changes  # the transpose forgotten
     assert "b t (d h) -> b h t d" in changes  # the head and feature axes in the wrong order
     assert "...dq,...kd->...qk" in list(_mutants._pattern_changes("...qd,...kd->...qk"))
+
+
+def attention_mask_swapped(q, k, v, mask=None, is_causal=False):  # causal_mask(T_k, T_q)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask.bool(), -math.inf)
+    if is_causal:
+        scores = scores.masked_fill(~causal_mask(k.shape[-2], q.shape[-2]), -math.inf)
+    weights = torch.nan_to_num(scores.softmax(dim=-1))
+    return weights @ v, weights
+
+
+def dot_product_attention_transposed(q, k, v):  # the weights transposed before they multiply v
+    weights = (q @ k.transpose(-2, -1)).softmax(dim=-1)
+    return weights.transpose(-2, -1) @ v, weights
+
+
+def test_an_error_the_reference_raises_with_one_change_is_named_by_that_change(capsys):
+    assert_rejected(check_attention, attention_mask_swapped, "the arguments of `causal_mask(", capsys)
+    assert_rejected(
+        check_dot_product_attention,
+        dot_product_attention_transposed,
+        "The right computation raises it with one change",
+        capsys,
+    )
+    with pytest.raises(AssertionError) as failure:
+        check_dot_product_attention(dot_product_attention_transposed)
+    assert "`weights` transposed in `weights @ v`" in str(failure.value)

@@ -25,7 +25,13 @@ from typing import Any
 
 import torch
 
-from attn_course.checks._mutants import forget_calls, name_by_mutation, name_shape_by_mutation, note_call
+from attn_course.checks._mutants import (
+    forget_calls,
+    name_by_mutation,
+    name_error_by_mutation,
+    name_shape_by_mutation,
+    note_call,
+)
 from attn_course.progress import record_failure, record_pass
 
 GREEN, RED, RESET = "\x1b[1;32m", "\x1b[1;31m", "\x1b[0m"
@@ -243,6 +249,9 @@ def call(name: str, candidate: Callable[..., Any], *args: Any, hint: str = "", *
             first = f"Run the cell that defines `{missing}` first: your `{name}` calls it."
             hint = f"{first}\n{hint}" if hint else first
         called = f"It was called as {name}({describe_args(args, kwargs)})."
+        derived = name_error_by_mutation(name.strip("`"), args, kwargs, error, _learner_location(error))
+        if derived:
+            hint = f"{derived}\n{hint}" if hint else derived
         raise learner_raised(f"`{name}`", error, called + (f"\n{hint}" if hint else "")) from None
     for tensor, copy in before:
         if tensor.device.type != "meta" and not torch.equal(tensor.detach(), copy):

@@ -26,6 +26,7 @@ import itertools
 import re
 import textwrap
 import time
+import traceback
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -37,7 +38,7 @@ _LAST_CALL: contextvars.ContextVar[tuple[str, tuple[Any, ...], dict[str, Any]] |
     contextvars.ContextVar("last_call", default=None)
 )
 
-BUDGET_S = 4.0
+BUDGET_S = 10.0
 """Seconds the layer may spend running mutants for one comparison (0 turns the layer off)."""
 
 _AXIS_METHODS = {
@@ -66,6 +67,10 @@ class Mutant:
 
     message: str
     function: Callable[..., Any]
+    line: int | None = None
+    """The changed statement's line in the mutant's source (None: the statement was left out)."""
+    names: frozenset[str] = frozenset()
+    """What the changed code calls (or, calling nothing, the names it reads)."""
 
 
 def note_call(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -115,6 +120,70 @@ def name_by_mutation(
             and _repeats(mutant, args, kwargs, wrong, pick)
         ):
             return mutant.message
+    return None
+
+
+def name_error_by_mutation(
+    name: str, args: tuple[Any, ...], kwargs: dict[str, Any], error: BaseException, learner_line: str
+) -> str | None:
+    """The change to the reference that raises the very error the learner's line raised, if one does.
+
+    The mutant must raise the same exception with the same words, in the statement it changed, and
+    that change must touch something the learner's failing line names too (a function it calls, or
+    a tensor it reads): the same sizes can clash for another reason elsewhere.
+    """
+    learner_names = set(re.findall(r"[A-Za-z_]\w*", learner_line))
+    from attn_course import reference
+
+    function = getattr(reference, name, None)
+    if BUDGET_S <= 0 or not inspect.isfunction(function) or _raised(function, args, kwargs) is not None:
+        return None
+    wanted = _error_key(error)
+    deadline = time.monotonic() + BUDGET_S
+    for mutant in mutants(function):
+        if time.monotonic() > deadline:
+            return None
+        raised = _raised(mutant.function, args, kwargs)
+        if raised is None or _error_key(raised) != wanted or not _raised_at(raised, mutant.line):
+            continue
+        if mutant.names & learner_names:
+            return mutant.message.replace(
+                "is what the right computation gives", "The right computation raises it", 1
+            )
+    return None
+
+
+def _error_key(error: BaseException) -> tuple[type, str, tuple[int, ...]]:
+    """An error's type, words and sizes, the sizes in any order (operands may come the other way round)."""
+    text = str(error)
+    sizes = tuple(sorted(int(n) for n in re.findall(r"-?\d+", text)))
+    return type(error), re.sub(r"-?\d+", "#", text), sizes
+
+
+def _site_names(node: ast.AST) -> frozenset[str]:
+    calls = {_method(n) for n in ast.walk(node) if isinstance(n, ast.Call)} - {None}
+    if calls:
+        return frozenset(c for c in calls if c is not None)
+    return frozenset(n.id for n in ast.walk(node) if isinstance(n, ast.Name))
+
+
+def _raised_at(error: BaseException, line: int | None) -> bool:
+    """Whether the mutant raised in the statement it changed: the same error elsewhere has another cause."""
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if f.filename.startswith("<mutant of")]
+    return line is not None and bool(frames) and frames[-1].lineno == line
+
+
+def _raised(
+    function: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> BaseException | None:
+    fresh = [a.detach().clone() if isinstance(a, torch.Tensor) else a for a in args]
+    fresh_kwargs = {k: v.detach().clone() if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
+    try:
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            function(*fresh, **fresh_kwargs)
+    except Exception as error:  # noqa: BLE001 - the error is what is compared
+        return error
     return None
 
 
@@ -247,9 +316,9 @@ def _build(function: Callable[..., Any]) -> Iterator[Mutant]:
                 step = ast.unparse(statement).splitlines()[0] if statement is not None else ""
                 step = step if len(step) <= 100 else step[:97] + "..."
                 where = f", in the step `{step}`" if step else ""
-                yield Mutant(
-                    f"is what the right computation gives with one change{where}: {change}.", compiled
-                )
+                line = statement.lineno if statement is not None and replacement is not None else None
+                message = f"is what the right computation gives with one change{where}: {change}."
+                yield Mutant(message, compiled, line, _site_names(node))
 
 
 def _in_docstring_or_annotation(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:
