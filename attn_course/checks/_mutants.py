@@ -96,10 +96,8 @@ def name_by_mutation(
     ):
         return None
     name, args, kwargs = last
-    from attn_course import reference
-
-    function = getattr(reference, name, None)
-    if not inspect.isfunction(function):
+    function = _reference(name)
+    if function is None:
         return None
     pick = _picker(_run(function, args, kwargs), expected, close)
     if pick is None:  # these arguments are not what the compared result came from
@@ -133,10 +131,8 @@ def name_error_by_mutation(
     a tensor it reads): the same sizes can clash for another reason elsewhere.
     """
     learner_names = set(re.findall(r"[A-Za-z_]\w*", learner_line))
-    from attn_course import reference
-
-    function = getattr(reference, name, None)
-    if BUDGET_S <= 0 or not inspect.isfunction(function) or _raised(function, args, kwargs) is not None:
+    function = _reference(name)
+    if BUDGET_S <= 0 or function is None or _raised(function, args, kwargs) is not None:
         return None
     wanted = _error_key(error)
     deadline = time.monotonic() + BUDGET_S
@@ -176,15 +172,8 @@ def _raised_at(error: BaseException, line: int | None) -> bool:
 def _raised(
     function: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> BaseException | None:
-    fresh = [a.detach().clone() if isinstance(a, torch.Tensor) else a for a in args]
-    fresh_kwargs = {k: v.detach().clone() if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
-    try:
-        with torch.no_grad(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            function(*fresh, **fresh_kwargs)
-    except Exception as error:  # noqa: BLE001 - the error is what is compared
-        return error
-    return None
+    """What function raises on fresh copies of the tensor arguments; None if it returns."""
+    return _call(function, args, kwargs)[1]
 
 
 def _repeats(
@@ -205,10 +194,8 @@ def name_shape_by_mutation(actual: Any, shape: tuple[int, ...]) -> str | None:
     if BUDGET_S <= 0 or last is None or not isinstance(actual, torch.Tensor) or tuple(actual.shape) == shape:
         return None
     name, args, kwargs = last
-    from attn_course import reference
-
-    function = getattr(reference, name, None)
-    if not inspect.isfunction(function):
+    function = _reference(name)
+    if function is None:
         return None
     result = _run(function, args, kwargs)
     items = list(result) if isinstance(result, tuple | list) else [result]
@@ -217,16 +204,15 @@ def name_shape_by_mutation(actual: Any, shape: tuple[int, ...]) -> str | None:
     )
     if index is None:
         return None
+    pick = functools.partial(_item, index=index) if isinstance(result, tuple | list) else _whole
     deadline = time.monotonic() + BUDGET_S
     for mutant in mutants(function):
         if time.monotonic() > deadline:
             return None
-        out = _run(mutant.function, args, kwargs)
-        wrong = _item(out, index) if isinstance(result, tuple | list) else _whole(out)
+        wrong = pick(_run(mutant.function, args, kwargs))
         if wrong is None or wrong.shape != actual.shape or wrong.dtype != actual.dtype:
             continue
         same = torch.allclose(actual.detach().cpu(), wrong.cpu(), atol=1e-5, rtol=1e-4)
-        pick = functools.partial(_item, index=index) if isinstance(result, tuple | list) else _whole
         if torch.isfinite(wrong).all() and same and _repeats(mutant, args, kwargs, wrong, pick):
             return mutant.message
     return None
@@ -234,14 +220,29 @@ def name_shape_by_mutation(actual: Any, shape: tuple[int, ...]) -> str | None:
 
 def _run(function: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """function on fresh copies of the tensor arguments; None where it raises."""
+    return _call(function, args, kwargs)[0]
+
+
+def _call(
+    function: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[Any, BaseException | None]:
+    """(result, None), or (None, the error) where it raises: on fresh copies of the tensor arguments."""
     fresh = [a.detach().clone() if isinstance(a, torch.Tensor) else a for a in args]
     fresh_kwargs = {k: v.detach().clone() if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
     try:
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return function(*fresh, **fresh_kwargs)
-    except Exception:  # noqa: BLE001 - a mutant that cannot run on these inputs is not this mistake
-        return None
+            return function(*fresh, **fresh_kwargs), None
+    except Exception as error:  # noqa: BLE001 - a mutant that cannot run on these inputs is not this mistake
+        return None, error
+
+
+def _reference(name: str) -> Callable[..., Any] | None:
+    """The reference implementation of exercise `name`, if it is a plain function (classes get no mutants)."""
+    from attn_course import reference
+
+    function = getattr(reference, name, None)
+    return function if inspect.isfunction(function) else None
 
 
 def _picker(

@@ -30,7 +30,6 @@ __all__ = ["TileCounts", "TileOps", "count_tile_ops", "tiles_needing_a_mask"]
 class _Tile:
     """What one tile of scores went through."""
 
-    program: tuple[int, int, int]
     shape: tuple[int, int]
     masked: bool = False
     multiplications: int = 0
@@ -121,8 +120,7 @@ class TileOps:
                 if not sources:  # queries times keys: a new score tile
                     a, b = handles[0], handles[1]
                     shape = (int(a.data.shape[-2]), int(b.data.shape[-1]))
-                    program = tuple(int(i) for i in (self._builder.grid_idx or (0, 0, 0)))
-                    self.counts.tiles.append(_Tile(program, shape))  # type: ignore[arg-type]
+                    self.counts.tiles.append(_Tile(shape))
                     self._trace(result, len(self.counts.tiles) - 1)
                 return result  # P V: the accumulator's, not traced
             if not sources:
