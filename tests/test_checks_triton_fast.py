@@ -122,6 +122,18 @@ FAST_REJECTED = {
         ],
         "does not mask inside the blocks that cross it",
     ),
+    "the masked loop's causal test applied without the causal mask": (
+        FAST,
+        "fast_flash_attention",
+        [
+            (
+                "            keep = cols[None, :] < T_k\n            if IS_CAUSAL:\n"
+                "                keep = keep & (cols[None, :] <= offs_m[:, None] + offset)\n",
+                "            keep = cols[None, :] <= offs_m[:, None] + offset\n",
+            )
+        ],
+        "applies the causal test in its masked blocks also when is_causal=False",
+    ),
     "the full bound not rounded down to a block": (
         FAST,
         "fast_flash_attention",

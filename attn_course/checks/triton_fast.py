@@ -10,13 +10,14 @@ On a GPU the kernel is compiled and cannot be counted; the notebook's next cell 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from attn_course.checks._harness import CheckFailed, check
-from attn_course.checks._triton_harness import kernel_mode, traced_call
+from attn_course.checks._triton_harness import Mode, kernel_mode, traced_call
 from attn_course.checks.triton_flash import _FlashCase, expect_flash_attention
 from attn_course.triton_flash.tile_ops import TileCounts, TileOps, tiles_needing_a_mask
 
@@ -39,8 +40,12 @@ _FULL_BLOCKS = (
 @check
 def check_fast_flash_attention(candidate: Callable[..., Any]) -> str:
     """Right as triton_flash_attention; interpreted, masks only where needed, exp2, one scale per score."""
-    summary = expect_flash_attention(candidate, NAME)
     mode = kernel_mode(NAME, candidate)
+    try:
+        summary = expect_flash_attention(candidate, NAME)
+    except CheckFailed:
+        _expect_masks_of_their_own_mode(candidate, mode)  # raises its own message when it sees that mistake
+        raise
     if not mode.traced:
         return (
             f"{summary} Compiled for the GPU, its tiles cannot be counted here; the next cell times it "
@@ -57,7 +62,32 @@ def check_fast_flash_attention(candidate: Callable[..., Any]) -> str:
     )
 
 
-def _count(candidate: Callable[..., Any], mode: Any, shape: _FlashCase) -> TileCounts:
+def _expect_masks_of_their_own_mode(candidate: Callable[..., Any], mode: Mode) -> None:
+    """Name a masked loop that applies the causal test without the causal mask (the split's own mistake)."""
+    if not mode.traced:
+        return
+    shape = _FlashCase(1, 2, 50, 50, 32, False)
+    q, k, v = torch.randn(3, shape.b, shape.h, shape.t_q, shape.d).unbind(0)  # each (B, H, T, d)
+    try:
+        with TileOps() as ops:
+            out, _ = traced_call(NAME, candidate, mode, q, k, v, is_causal=False)
+    except CheckFailed:  # it raised: the first failure's message stands
+        return
+    if ops.counts.block_shape is None or not isinstance(out, torch.Tensor) or out.shape != q.shape:
+        return
+    full_stop = shape.t_k // ops.counts.block_shape[1] * ops.counts.block_shape[1]
+    keys, queries = torch.arange(shape.t_k), torch.arange(shape.t_q)[:, None]
+    hidden = (keys >= full_stop) & (keys > queries)  # (T_q, T_k): the causal test in the masked blocks only
+    scores = (q @ k.transpose(-1, -2) / math.sqrt(shape.d)).masked_fill(hidden, -math.inf)  # (B, H, T_q, T_k)
+    if torch.allclose(out, scores.softmax(dim=-1) @ v, atol=1e-4, rtol=1e-4):
+        raise CheckFailed(
+            f"`{NAME}` applies the causal test in its masked blocks also when is_causal=False: without the "
+            "causal mask only keys past T_k are hidden there, so add the diagonal condition under "
+            "`if IS_CAUSAL:`.\n(Called as fast_flash_attention(q, k, v) with B=1, H=2, T_q=50, T_k=50, d=32.)"
+        )
+
+
+def _count(candidate: Callable[..., Any], mode: Mode, shape: _FlashCase) -> TileCounts:
     q = torch.randn(shape.b, shape.h, shape.t_q, shape.d)  # (B, H, T_q, d)
     k, v = torch.randn(2, shape.b, shape.h, shape.t_k, shape.d).unbind(0)  # each (B, H, T_k, d)
     with TileOps() as ops:
@@ -74,7 +104,7 @@ def _expect_fast(counts: TileCounts, shape: _FlashCase) -> None:
             f"as in Exercise 4, is the product that runs on a GPU's tensor cores.{called}"
         )
     block_m, block_n = counts.block_shape
-    per_head, needing = tiles_needing_a_mask(shape.t_q, shape.t_k, block_m, block_n, shape.causal)
+    _, needing = tiles_needing_a_mask(shape.t_q, shape.t_k, block_m, block_n, shape.causal)
     heads = shape.b * shape.h
     if counts.masked > needing * heads:
         which = (
