@@ -38,6 +38,11 @@ else:
 if os.environ.get("PYTEST_XDIST_WORKER"):  # one torch thread per worker, and per kernel it starts
     os.environ["OMP_NUM_THREADS"] = "1"
     os.environ["MKL_NUM_THREADS"] = "1"
+    import torch
+
+    # torch is imported already (by tools.gpu_tier above), so it read no OMP_NUM_THREADS: two workers
+    # of two threads each on two cores made the checks' small-tensor loops up to 40 times slower.
+    torch.set_num_threads(1)
 if str(TESTS) not in sys.path:  # solution_runs and the learner code it swaps in live in tests/
     sys.path.insert(0, str(TESTS))
 
