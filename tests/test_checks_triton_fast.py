@@ -134,6 +134,17 @@ FAST_REJECTED = {
         ],
         "applies the causal test in its masked blocks also when is_causal=False",
     ),
+    "the diagonal key masked too (<, a learner's own spelling: rows with no key left give 0)": (
+        FAST,
+        "fast_flash_attention",
+        [
+            (
+                "keep & (cols[None, :] <= offs_m[:, None] + offset)",
+                "keep & (cols[None, :] < offs_m[:, None] + offset)",
+            )
+        ],
+        "masks the diagonal too",
+    ),
     "the full bound not rounded down to a block": (
         FAST,
         "fast_flash_attention",

@@ -154,6 +154,7 @@ def tiled_attention(
     padded_score_zero: bool = False,
     rescale: str = "right",
     normalise: bool = True,
+    guarded: bool = False,
 ) -> torch.Tensor:
     """Attention over (block_m, block_n) tiles in float64, one knob per mistake; defaults are right.
 
@@ -166,7 +167,9 @@ def tiled_attention(
     padded_score_zero: the keys past T_k in the last block score 0 and count; average_blocks: a
     softmax per key block, averaged;
     rescale: "right" (alpha = exp(m_old - m_new)), "inverted" (exp(m_new - m_old)) or "old-max" (p
-    taken against the maximum before this block); normalise: False returns acc without dividing.
+    taken against the maximum before this block); normalise: False returns acc without dividing;
+    guarded: a row that a mistake leaves with no key gives 0, as a kernel that divides by
+    tl.where(l == 0, 1, l) stores, instead of NaN.
     """
     q, k, v = (x.detach().to("cpu", torch.float64) for x in (q, k, v))
     t_q, d = q.shape[-2:]
@@ -218,11 +221,17 @@ def tiled_attention(
         if average_blocks:
             out[..., qs:qe, :] = torch.stack(block_outs).mean(dim=0)
         else:
+            total = total.masked_fill(total == 0, 1.0) if guarded else total  # (..., Bm, 1)
             out[..., qs:qe, :] = acc / total if normalise else acc
     return out
 
 
-_BLOCK_FREE = ({"mask": "none"}, {"mask": "strict"}, {"mask": "top-left"})
+_BLOCK_FREE = (
+    {"mask": "none"},
+    {"mask": "strict"},
+    {"mask": "strict", "guarded": True},
+    {"mask": "top-left"},
+)
 """Knobs whose result does not depend on the block sizes."""
 
 
@@ -311,10 +320,13 @@ def _causal_table(bound: str) -> list[tuple[dict[str, Any], str]]:
             "ignores is_causal=True: inside each block, mask with -inf the keys after the query's "
             "position (key j allowed when j <= i + T_k - T_q).",
         ),
-        (
-            {"mask": "strict"},
-            "masks the diagonal too: query i may attend key i + T_k - T_q, its own position. Keep key j "
-            "when j <= i + T_k - T_q (<=, not <).",
+        *(
+            (
+                {"mask": "strict", "guarded": guarded},
+                "masks the diagonal too: query i may attend key i + T_k - T_q, its own position. Keep "
+                "key j when j <= i + T_k - T_q (<=, not <).",
+            )
+            for guarded in (False, True)  # a row left with no key: NaN, or 0 where l is guarded
         ),
         (
             {"mask": "top-left"},
