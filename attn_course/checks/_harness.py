@@ -25,13 +25,17 @@ from typing import Any
 
 import torch
 
+from attn_course.checks._calls import misplaced_arguments, misplaced_in_last, note_candidate
 from attn_course.checks._mutants import (
+    call_arguments,
     forget_calls,
     name_by_mutation,
     name_error_by_mutation,
     name_shape_by_mutation,
     note_call,
+    reference_shapes,
 )
+from attn_course.checks._shapes import explain_shape
 from attn_course.progress import record_failure, record_pass
 
 GREEN, RED, RESET = "\x1b[1;32m", "\x1b[1;31m", "\x1b[0m"
@@ -234,7 +238,8 @@ def call(name: str, candidate: Callable[..., Any], *args: Any, hint: str = "", *
     arguments in place is rejected too: the caller's tensors must come back as they went in.
     """
     before = [(a, a.detach().clone()) for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
-    note_call(name.strip("`"), args, kwargs)
+    note_call(name.strip("`"), args, kwargs, candidate)
+    note_candidate(candidate)
     try:
         result = candidate(*args, **kwargs)
     except Exception as raised:
@@ -658,12 +663,79 @@ def explain_error(error: BaseException) -> str:
 def learner_raised(what: str, error: BaseException, hint: str = "") -> CheckFailed:
     """The CheckFailed for an exception of the learner's code: what raised it, their line, what it means."""
     explanation = explain_error(error)
+    misplaced = _misplaced_on_failing_lines(error) or _unlike_reference(error)
+    if misplaced:
+        explanation = f"{misplaced}\n{explanation}" if explanation else misplaced
     first = " ".join(str(error).split())[:400]
     return CheckFailed(
         f"{what} raised {type(error).__name__}: {first}{_learner_location(error)}"
         + (f"\n{explanation}" if explanation else "")
         + (f"\n{hint}" if hint else "")
     )
+
+
+def _unlike_reference(error: BaseException) -> str:
+    """A tensor of the failing line whose shape its namesake in the right computation never has."""
+    if not re.search(r"size|shape|dimension|dims", str(error), re.IGNORECASE):
+        return ""
+    tensors = [(n, t) for n, t in _line_tensors(_learner_traceback(error)) if "." not in n]
+    if not tensors:
+        return ""
+    seen = reference_shapes()
+    for name, tensor in tensors:
+        shape = tuple(tensor.shape)
+        if name not in seen or shape in seen[name]:
+            continue
+        right = sorted(seen[name], key=len)
+        with_axis = [
+            s for s in right if len(s) == len(shape) + 1 and 1 in s and _drop_ones(s) == _drop_ones(shape)
+        ]
+        if with_axis:
+            return (
+                f"Your `{name}` is {_shape(shape)}; in the right computation it is "
+                f"{_shape(with_axis[0])}: it "
+                "keeps the axis it was reduced over, as size 1 (keepdim=True), so that it broadcasts."
+            )
+        others = sorted(n for n, shapes in seen.items() if n != name and shape in shapes)
+        if len(others) == 1:
+            return (
+                f"Your `{name}` is {_shape(shape)}, the shape of `{others[0]}` in the right computation, "
+                f"where its `{name}` is {_shape(right[0])}: are `{name}` and `{others[0]}` swapped "
+                "(unpacked in another order, or one computed from the other's input)?"
+            )
+        return f"Your `{name}` is {_shape(shape)}; in the right computation it is {_shape(right[0])}."
+    return ""
+
+
+def _drop_ones(shape: Sequence[int]) -> tuple[int, ...]:
+    return tuple(s for s in shape if s != 1)
+
+
+def _misplaced_on_failing_lines(error: BaseException) -> str:
+    """Arguments out of order in a call on one of the learner's lines that the error passed through."""
+    learner = [
+        tb
+        for tb in _walk(error.__traceback__)
+        if not str(Path(tb.tb_frame.f_code.co_filename).resolve()).startswith(_LIBRARY_DIRS)
+    ]
+    for tb in reversed(learner):  # the failing lines first, then the whole of each function they are in
+        line = linecache.getline(tb.tb_frame.f_code.co_filename, tb.tb_lineno).strip()
+        namespace = {**tb.tb_frame.f_globals, **tb.tb_frame.f_locals}
+        found = misplaced_arguments(line, namespace)  # "" where the line is part of a longer statement
+        if found:
+            return found.replace("Line 1 passes", f"Line {tb.tb_lineno} passes", 1)
+    for tb in reversed(learner):
+        code = tb.tb_frame.f_code
+        try:
+            lines, start = inspect.getsourcelines(code)
+        except (OSError, TypeError):
+            continue
+        found = misplaced_arguments(
+            "".join(lines), {**tb.tb_frame.f_globals, **tb.tb_frame.f_locals}, start - 1
+        )
+        if found:
+            return found
+    return ""
 
 
 def expect_tensor(
@@ -698,8 +770,11 @@ def expect_tensor(
 
 
 def _derived_shape_hint(value: torch.Tensor, shape: tuple[int, ...]) -> str:
+    """A one-change mutant of the reference that gives this shape; else how it departs from the right one."""
     derived = name_shape_by_mutation(value, shape)
-    return f"It {derived}" if derived else ""
+    if derived:
+        return f"It {derived}"
+    return explain_shape(tuple(value.shape), shape, call_arguments())
 
 
 def expect_finite(value: torch.Tensor, what: str, hint: str = "") -> None:
@@ -774,13 +849,20 @@ def expect_close(
                 continue
         if not close(wrong, expected) and close(actual, wrong):
             raise CheckFailed(f"{what} {mistake.message}{where}")
-    if diagnose is not None:
-        found = diagnose(actual, expected)
-        if found:
-            raise CheckFailed(f"{what} {found}{where}")
-    derived = name_by_mutation(actual, expected, close)
+    derived = name_by_mutation(
+        actual, expected, close
+    )  # first: a diagnosis may call the learner's code again
+    found = diagnose(actual, expected) if diagnose is not None else None
+    if found:  # the check's own reading first; a one-change mutant that gives the same result says how
+        raise CheckFailed(f"{what} {found}" + (f"\nIt {derived}" if derived else "") + where)
     if derived:
         raise CheckFailed(f"{what} {derived}{where}")
+    misplaced = misplaced_in_last()
+    if misplaced:
+        raise CheckFailed(f"{what} is wrong. {misplaced}{where}")
+    source = _equal_argument(actual, expected)
+    if source:
+        raise CheckFailed(f"{what} {source}{where}")
     if actual.is_floating_point() and not torch.isfinite(actual).all() and torch.isfinite(expected).all():
         bad = "NaN" if torch.isnan(actual).any() else "inf"
         raise CheckFailed(
@@ -788,6 +870,20 @@ def expect_close(
             f"{_where_nonfinite(actual)}." + (f" {nonfinite_hint}" if nonfinite_hint else "") + where
         )
     raise CheckFailed(f"{what} is wrong: {describe_error(actual, expected)}{where}")
+
+
+def _equal_argument(actual: torch.Tensor, expected: torch.Tensor) -> str:
+    """Which argument of the last call the result is, unchanged or transposed ("" if none)."""
+    a = actual.detach().cpu().double()
+    for name, value in call_arguments().items():
+        if not isinstance(value, torch.Tensor) or not value.is_floating_point() or value.dim() == 0:
+            continue
+        v = value.detach().cpu().double()
+        if _close(a, v):
+            return f"is the argument `{name}` itself, unchanged: what was computed never reached the result."
+        if v.dim() >= 2 and _close(a, v.transpose(-2, -1)):
+            return f"is the argument `{name}` transposed: what was computed never reached the result."
+    return ""
 
 
 def _where_nonfinite(actual: torch.Tensor) -> str:

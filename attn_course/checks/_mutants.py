@@ -24,9 +24,11 @@ import functools
 import inspect
 import itertools
 import re
+import sys
 import textwrap
 import time
 import traceback
+import types
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -73,9 +75,31 @@ class Mutant:
     """What the changed code calls (or, calling nothing, the names it reads)."""
 
 
-def note_call(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-    """Remember the check's last call of the learner's function, for the mutation layer."""
+_LAST_MODULE: contextvars.ContextVar[torch.nn.Module | None] = contextvars.ContextVar(
+    "last_module", default=None
+)
+
+
+def note_call(name: str, args: tuple[Any, ...], kwargs: dict[str, Any], candidate: Any = None) -> None:
+    """Remember the check's last call of the learner's function (or layer), for the mutation layer."""
     _LAST_CALL.set((name, args, kwargs))
+    _LAST_MODULE.set(candidate if isinstance(candidate, torch.nn.Module) else None)
+
+
+def call_arguments() -> dict[str, Any]:
+    """The check's last call of the learner's function, its arguments by the reference's parameter names."""
+    last = _LAST_CALL.get()
+    if last is None:
+        return {}
+    name, args, kwargs = last
+    function = _reference(name)
+    try:
+        bound = inspect.signature(function).bind_partial(*args, **kwargs) if function else None
+    except (TypeError, ValueError):
+        bound = None
+    if bound is None:
+        return {f"argument {i + 1}": a for i, a in enumerate(args)} | dict(kwargs)
+    return dict(bound.arguments)
 
 
 def forget_calls() -> None:
@@ -96,18 +120,19 @@ def name_by_mutation(
     ):
         return None
     name, args, kwargs = last
-    function = _reference(name)
-    if function is None:
+    subject = _subject(name)
+    if subject is None:
         return None
-    pick = _picker(_run(function, args, kwargs), expected, close)
+    base, variants = subject
+    pick = _picker(_run(base, args, kwargs), expected, close)
     if pick is None:  # these arguments are not what the compared result came from
         return None
     finite = torch.isfinite(expected) if expected.is_floating_point() else None
     deadline = time.monotonic() + BUDGET_S
-    for mutant in mutants(function):
+    for mutant, runner in variants:
         if time.monotonic() > deadline:
             return None
-        wrong = pick(_run(mutant.function, args, kwargs))
+        wrong = pick(_run(runner, args, kwargs))
         if wrong is None or wrong.shape != expected.shape or wrong.dtype != expected.dtype:
             continue
         if finite is not None and not torch.isfinite(wrong[finite]).all():
@@ -115,10 +140,71 @@ def name_by_mutation(
         if (
             not close(wrong, expected)
             and close(actual, wrong)
-            and _repeats(mutant, args, kwargs, wrong, pick)
+            and _repeats(runner, args, kwargs, wrong, pick)
         ):
             return mutant.message
     return None
+
+
+def _subject(name: str) -> tuple[Callable[..., Any], Iterator[tuple[Mutant, Callable[..., Any]]]] | None:
+    """What the mutants change and run: the reference function, or a reference layer with the learner's state.
+
+    A layer's mutants change one of its class's methods (forward, or a step forward calls) on a copy
+    of that twin: the reference class, built with the learner's sizes and loaded with their state.
+    """
+    function = _reference(name)
+    if function is not None:
+        return function, ((m, m.function) for m in mutants(function))
+    twin = _twin(name)
+    if twin is None:
+        return None
+    return twin, _layer_variants(twin)
+
+
+def _twin(name: str) -> torch.nn.Module | None:
+    """The reference layer of the learner's last-called layer, with its sizes and parameters, if one loads."""
+    from attn_course import reference
+
+    layer = _LAST_MODULE.get()
+    cls = getattr(reference, name.split(".")[0], None)
+    if layer is None or not (inspect.isclass(cls) and issubclass(cls, torch.nn.Module)):
+        return None
+    linears = [m for m in layer.modules() if isinstance(m, torch.nn.Linear)]
+    given: dict[str, Any] = {}
+    for parameter in list(inspect.signature(cls.__init__).parameters.values())[1:]:
+        value = getattr(layer, parameter.name, None)
+        if isinstance(value, int | float | bool) and not isinstance(value, torch.Tensor):
+            given[parameter.name] = value
+        elif parameter.name == "d_model" and linears:
+            given["d_model"] = linears[0].in_features
+        elif parameter.name == "bias" and linears:
+            given["bias"] = linears[0].bias is not None
+        elif parameter.default is inspect.Parameter.empty:
+            return None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            twin = cls(**given)
+            first = next(layer.parameters(), None)
+            if first is not None:  # the dtype first: loading float64 weights into float32 would round them
+                twin = twin.to(first.dtype)
+            twin.load_state_dict(layer.state_dict())
+    except Exception:  # noqa: BLE001 - a layer the reference cannot mirror gets no mutants
+        return None
+    return twin.train(layer.training)
+
+
+def _layer_variants(twin: torch.nn.Module) -> Iterator[tuple[Mutant, Callable[..., Any]]]:
+    for cls in type(twin).__mro__:
+        if not cls.__module__.startswith("attn_course"):
+            continue
+        for attribute, method in vars(cls).items():
+            if not inspect.isfunction(method) or attribute.startswith("__"):
+                continue
+            for mutant in mutants(method):
+                changed = copy.copy(twin)
+                changed.__dict__[attribute] = types.MethodType(mutant.function, changed)
+                yield mutant, changed
 
 
 def name_error_by_mutation(
@@ -177,14 +263,14 @@ def _raised(
 
 
 def _repeats(
-    mutant: Mutant,
+    runner: Callable[..., Any],
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     first: torch.Tensor,
     pick: Callable[[Any], Any],
 ) -> bool:
     """Whether the mutant gives the same result again: not memory that torch.empty left unwritten."""
-    again = pick(_run(mutant.function, args, kwargs))
+    again = pick(_run(runner, args, kwargs))
     return isinstance(again, torch.Tensor) and torch.equal(again, first)
 
 
@@ -213,7 +299,7 @@ def name_shape_by_mutation(actual: Any, shape: tuple[int, ...]) -> str | None:
         if wrong is None or wrong.shape != actual.shape or wrong.dtype != actual.dtype:
             continue
         same = torch.allclose(actual.detach().cpu(), wrong.cpu(), atol=1e-5, rtol=1e-4)
-        if torch.isfinite(wrong).all() and same and _repeats(mutant, args, kwargs, wrong, pick):
+        if torch.isfinite(wrong).all() and same and _repeats(mutant.function, args, kwargs, wrong, pick):
             return mutant.message
     return None
 
@@ -295,15 +381,18 @@ def _build(function: Callable[..., Any]) -> Iterator[Mutant]:
         return  # a changed loop condition could run forever
     definition.decorator_list = []
     parameters = [
-        a.arg for a in (*definition.args.posonlyargs, *definition.args.args, *definition.args.kwonlyargs)
+        a.arg
+        for a in (*definition.args.posonlyargs, *definition.args.args, *definition.args.kwonlyargs)
+        if a.arg != "self"
     ]
     nodes = list(ast.walk(definition))
     parents = {child: node for node in nodes for child in ast.iter_child_nodes(node)}
+    siblings = _siblings(definition)
     seen: set[str] = set()
     for index, node in enumerate(nodes):
         if node is definition or _in_docstring_or_annotation(node, parents):
             continue
-        for replacement, change in _changes(node, parameters, parents):
+        for replacement, change in _changes(node, parameters, parents, siblings):
             statement = _statement(node, parents)
             changed = _replace(definition, index, replacement)
             if changed is None:
@@ -381,8 +470,28 @@ def _code(node: ast.AST) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def _siblings(definition: ast.FunctionDef) -> dict[str, list[str]]:
+    """Names assigned together (`q, k, v = ...`, `dq, dk, dv = ...`): each with the others of its tuple."""
+    found: dict[str, list[str]] = {}
+    for node in ast.walk(definition):
+        targets = (
+            node.targets
+            if isinstance(node, ast.Assign)
+            else [node.target]
+            if isinstance(node, ast.For)
+            else []
+        )
+        for target in targets:
+            if isinstance(target, ast.Tuple) and all(isinstance(e, ast.Name) for e in target.elts):
+                names = [e.id for e in target.elts if isinstance(e, ast.Name) and e.id != "_"]
+                for name in names:
+                    found.setdefault(name, [])
+                    found[name] += [n for n in names if n != name and n not in found[name]]
+    return found
+
+
 def _changes(
-    node: ast.AST, parameters: list[str], parents: dict[ast.AST, ast.AST]
+    node: ast.AST, parameters: list[str], parents: dict[ast.AST, ast.AST], siblings: dict[str, list[str]]
 ) -> Iterator[tuple[ast.AST | None, str]]:
     """(replacement, the change in words) for each generic mutation that applies at `node`."""
     if isinstance(node, ast.BinOp):
@@ -407,6 +516,9 @@ def _changes(
                         ast.Name(name, ast.Load()),
                         f"`{name}` used where the right computation uses `{node.id}`",
                     )
+    elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in siblings:
+        for name in siblings[node.id]:
+            yield ast.Name(name, ast.Load()), f"`{name}` used where the right computation uses `{node.id}`"
     elif isinstance(node, ast.Constant) and type(node.value) is int and not _is_axis(node, parents):
         for delta in (1, -1):
             yield (
@@ -491,6 +603,7 @@ def _binop_changes(node: ast.BinOp) -> Iterator[tuple[ast.AST, str]]:
         yield ast.BinOp(t(left), ast.MatMult(), right), f"`{_code(left)}` transposed in `{_code(node)}`"
         yield ast.BinOp(left, ast.MatMult(), t(right)), f"`{_code(right)}` transposed in `{_code(node)}`"
         yield ast.BinOp(right, ast.MatMult(), left), f"the operands of `{_code(node)}` in the other order"
+        yield t(node), f"the product `{_code(node)}` transposed (its last two axes swapped)"
 
 
 def _is_sqrt(node: ast.AST) -> bool:
@@ -501,6 +614,10 @@ def _is_sqrt(node: ast.AST) -> bool:
 
 def _call_changes(node: ast.Call) -> Iterator[tuple[ast.AST, str]]:
     method = _method(node)
+    if len(node.args) == 1 and not node.keywords and not isinstance(node.args[0], ast.Starred):
+        yield node.args[0], f"`{_code(node.func)}` not applied in `{_code(node)}`"
+    elif not node.args and not node.keywords and isinstance(node.func, ast.Attribute):
+        yield node.func.value, f"`.{node.func.attr}()` left out of `{_code(node)}`"
     if method in _SQRT and node.args:
         yield node.args[0], f"no square root in `{_code(node)}`"
     if method in _AXIS_METHODS:
@@ -597,3 +714,45 @@ def _pattern_changes(pattern: str) -> Iterator[str]:
 
 def _join(tokens: list[str]) -> str:
     return " ".join(tokens).replace("( ", "(").replace(" )", ")").strip()
+
+
+def reference_shapes() -> dict[str, set[tuple[int, ...]]]:
+    """The shapes each local tensor of the last-called reference takes on the check's arguments, by name.
+
+    Learners name their tensors as the notebook does (`scores`, `D`, `lse`), so a tensor of theirs
+    whose shape no tensor of that name ever has in the right computation is where their code departs.
+    """
+    last = _LAST_CALL.get()
+    function = None if last is None else _reference(last[0])
+    if last is None or function is None or any(word in _source(function) for word in _UNSAFE):
+        return {}
+    _, args, kwargs = last
+    code = function.__code__
+    seen: dict[str, set[tuple[int, ...]]] = {}
+
+    def record(frame: Any) -> None:
+        for name, value in frame.f_locals.items():
+            if isinstance(value, torch.Tensor):
+                seen.setdefault(name, set()).add(tuple(value.shape))
+
+    def tracer(frame: Any, event: str, arg: Any) -> Any:
+        if frame.f_code is not code:
+            return None
+        if event in ("line", "return"):
+            record(frame)
+        return tracer
+
+    previous = sys.gettrace()
+    sys.settrace(tracer)
+    try:
+        _call(function, args, kwargs)
+    finally:
+        sys.settrace(previous)
+    return seen
+
+
+def _source(function: Callable[..., Any]) -> str:
+    try:
+        return inspect.getsource(function)
+    except (OSError, TypeError):
+        return ""

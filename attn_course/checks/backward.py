@@ -31,6 +31,7 @@ from attn_course.checks._harness import (
     learner_raised,
     randn,
 )
+from attn_course.checks._mutants import name_by_mutation
 from attn_course.checks.flash import _FUSED, _OpRecorder
 
 Grads = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
@@ -328,7 +329,13 @@ def _diagnose(
             continue
         if not _grads_close(wrong, expected) and _grads_close(actual, wrong):
             raise CheckFailed(f"{what} {message}{where}")
-    found = _locate(actual, expected, inputs, is_causal, blocks)
+    wrong = [i for i in range(len(expected)) if not is_close(actual[i], expected[i].to(actual[i].dtype))]
+    derived = name_by_mutation(actual[wrong[0]], expected[wrong[0]], is_close) if wrong else None
+    found = (
+        f"gives the wrong {NAMES[wrong[0]]}: it {derived}"
+        if derived
+        else _locate(actual, expected, inputs, is_causal, blocks)
+    )
     if is_causal and plain_passed:
         found += (
             "\nThe cases with is_causal=False passed, so the mistake is in the causal part: the mask inside "

@@ -1,0 +1,173 @@
+"""Families of mistakes no table lists, named by what they amount to (issue 27, 2026-12-05).
+
+Each wrong case is written as a learner writes it, in a spelling of my own (not one of the blind
+sets' texts): a result of the wrong shape read as axes merged, reduced or sized from the wrong
+argument (`_shapes.py`); arguments passed in another order than the function takes them
+(`_calls.py`); a layer whose one changed step a reference layer with the learner's own weights
+reproduces (`_mutants._twin`); a product transposed; a tensor of the failing line whose shape its
+namesake in the right computation never has. Right answers must still pass.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from check_assertions import assert_accepted, assert_rejected
+from learner_code import MERGE, MHA, ONLINE_SOFTMAX, PADDING, SPLIT, learner
+
+from attn_course.checks import (
+    _mutants,
+    check_attention,
+    check_attention_backward,
+    check_merge_heads,
+    check_MultiHeadAttention,
+    check_online_softmax,
+    check_padding_mask,
+    check_split_heads,
+)
+from attn_course.checks._calls import misplaced_arguments
+from attn_course.checks._shapes import explain_shape
+from attn_course.masking import causal_mask
+
+
+@pytest.fixture(autouse=True)
+def unhurried(monkeypatch):
+    """A busy machine may need more than the layer's 10 s to reach a mutant: these tests wait for it."""
+    monkeypatch.setattr(_mutants, "BUDGET_S", 120.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Shapes
+
+
+def test_a_width_taken_from_the_data_is_named_with_both_sources(capsys):
+    wrong = learner(PADDING, "padding_mask", ("torch.arange(t, ", "torch.arange(int(lengths.max()), "))
+    assert_rejected(check_padding_mask, wrong, "which is `t`: that size is taken from the wrong", capsys)
+
+
+def test_heads_folded_into_the_batch_are_read_as_two_axes_merged(capsys):
+    wrong = learner(
+        SPLIT, "split_heads", ("x.view(b, t, n_heads, d).transpose(1, 2)", "x.reshape(b * n_heads, t, d)")
+    )
+    assert_rejected(check_split_heads, wrong, "are merged into one of", capsys)
+
+
+def test_heads_averaged_instead_of_concatenated_are_read_as_parts_reduced(capsys):
+    wrong = learner(MERGE, "merge_heads", ("x.transpose(1, 2).reshape(b, t, h * d)", "x.mean(dim=1)"))
+    assert_rejected(check_merge_heads, wrong, "summed or averaged, where they belong side by side", capsys)
+
+
+@pytest.mark.parametrize(
+    ("actual", "expected", "phrase"),
+    [
+        ((2, 4, 3), (2, 3, 4), "another order"),
+        ((2, 3, 5, 1, 4), (2, 3, 5, 4), "An extra axis of size 1"),
+        ((2, 3, 5, 4), (2, 3, 20), "is split into"),
+        ((2, 5), (2, 3, 5), "Axis 1 of the right shape, of size 3, is missing"),
+        ((2, 6), (2, 5), "off by one"),
+    ],
+)
+def test_shape_readings(actual, expected, phrase):
+    assert phrase in explain_shape(actual, expected)
+
+
+def test_a_shape_no_reading_fits_says_nothing():
+    assert explain_shape((7, 11), (2, 3, 5)) == ""
+
+
+# ---------------------------------------------------------------------------------------------
+# Arguments out of order
+
+
+def attention_mask_arguments_swapped(q, k, v, mask=None, is_causal=False):
+    t_q, t_k = q.shape[-2], k.shape[-2]
+    scores = torch.einsum("...qd,...kd->...qk", q, k) / math.sqrt(q.shape[-1])
+    if is_causal:
+        allowed = causal_mask(t_k, t_q, device=q.device)
+        scores = scores.masked_fill(~allowed, -math.inf)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, -math.inf)
+    weights = scores.softmax(dim=-1).nan_to_num()
+    return weights @ v, weights
+
+
+def test_arguments_in_another_order_are_named_with_the_signature(capsys):
+    assert_rejected(
+        check_attention,
+        attention_mask_arguments_swapped,
+        "passes `t_k` as its parameter `t_q` and `t_q` as its parameter `t_k`",
+        capsys,
+    )
+
+
+def test_the_argument_reader_leaves_calls_in_order_and_unknown_functions_alone():
+    def scale(x, factor):
+        return x * factor
+
+    namespace = {"scale": scale, "math": math}
+    assert misplaced_arguments("y = scale(x, factor)", namespace) == ""
+    assert misplaced_arguments("y = scale(y, x)", namespace) == ""  # one name out of place proves nothing
+    assert misplaced_arguments("y = scale(x=factor, factor=x)", namespace) == ""  # by name: the caller's call
+    assert misplaced_arguments("y = math.pow(factor, x)", namespace) == ""  # a builtin: no signature read
+    assert "`factor` as its parameter `x` and `self.x` as its parameter `factor`" in misplaced_arguments(
+        "y = scale(factor, self.x)", namespace
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# A layer's one changed step, on the learner's own weights
+
+
+def test_a_layer_whose_heads_average_the_queries_is_named_by_its_step(capsys):
+    wrong = learner(MHA, "MultiHeadAttention", ("out = (weights @ v)", "out = (weights @ q)"))
+    assert_rejected(check_MultiHeadAttention, wrong, "`q` used where the right computation uses `v`", capsys)
+
+
+def test_a_right_layer_unlike_the_reference_still_passes(capsys):
+    assert_accepted(check_MultiHeadAttention, learner(MHA, "MultiHeadAttention"), capsys)
+
+
+def test_the_twin_carries_the_learners_weights_exactly():
+    layer = learner(MHA, "MultiHeadAttention")(12, 3).double()
+    x = torch.randn(2, 5, 12, dtype=torch.float64)
+    _mutants.note_call("MultiHeadAttention.forward", (x,), {}, layer)
+    twin = _mutants._twin("MultiHeadAttention.forward")
+    assert twin is not None
+    torch.testing.assert_close(twin(x), layer(x), atol=1e-12, rtol=0)
+
+
+# ---------------------------------------------------------------------------------------------
+# A product transposed; a tensor unlike its namesake
+
+
+def attention_backward_dp_transposed(q, k, v, grad_out, is_causal=False):
+    d = q.shape[-1]
+    t_q, t_k = q.shape[-2], k.shape[-2]
+    s = torch.einsum("...id,...jd->...ij", q, k) / math.sqrt(d)
+    if is_causal:
+        s = s.masked_fill(~torch.ones(t_q, t_k, dtype=torch.bool).tril(t_k - t_q), -math.inf)
+    p = s.softmax(dim=-1)
+    dv = torch.einsum("...ij,...id->...jd", p, grad_out)
+    dp = torch.einsum("...jd,...id->...ji", v, grad_out)  # (keys, queries): the other way round
+    ds = p * (dp - (dp * p).sum(dim=-1, keepdim=True))
+    return ds @ k / math.sqrt(d), ds.transpose(-2, -1) @ q / math.sqrt(d), dv
+
+
+def test_a_transposed_product_is_named(capsys):
+    assert_rejected(
+        check_attention_backward,
+        attention_backward_dp_transposed,
+        "transposed (its last two axes swapped)",
+        capsys,
+    )
+
+
+def test_a_tensor_unlike_its_namesake_in_the_right_computation_is_named(capsys):
+    wrong = learner(
+        ONLINE_SOFTMAX,
+        "online_softmax",
+        ("block.max(dim=-1, keepdim=True).values", "block.max(dim=-1).values"),
+    )
+    assert_rejected(check_online_softmax, wrong, "in the right computation it is", capsys)
