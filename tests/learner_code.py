@@ -194,7 +194,8 @@ def online_softmax(x, block_size):
     for start in range(0, n, block_size):
         block = x[..., start:start + block_size]
         m_new = torch.maximum(m, block.max(dim=-1, keepdim=True).values)
-        total = total * torch.exp(m - m_new) + torch.exp(block - m_new).sum(dim=-1, keepdim=True)
+        m_safe = torch.where(m_new == float("-inf"), 0.0, m_new)
+        total = total * torch.exp(m - m_safe) + torch.exp(block - m_safe).sum(dim=-1, keepdim=True)
         m = m_new
     return torch.exp(x - m) / total
 """

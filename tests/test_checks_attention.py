@@ -8,6 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from check_assertions import assert_accepted, assert_rejected
+from learner_code import VARIANCE, learner
 
 from attn_course import reference
 from attn_course.checks import (
@@ -523,3 +524,35 @@ def test_check_accepts_correct_implementation(check, candidate, capsys):
 @pytest.mark.parametrize(("check", "candidate", "phrase"), WRONG)
 def test_check_rejects_mistake_with_its_message(check, candidate, phrase, capsys):
     assert_rejected(check, candidate, phrase, capsys)
+
+
+# ---------------------------------------------------------------------------------------------
+# score_variance: how the learner's variance grows with d_k names the mistake (learner_code.py edits)
+
+SCALE = "scores = scores / math.sqrt(d_k)"
+VARIANCE_WRONG = [
+    ([("k = torch.randn(n_samples, d_k)", "k = q")], "k is q, or drawn as q"),
+    ([("scores = (q * k).sum(dim=-1)", "scores = (q * q).sum(dim=-1)")], "k is q, or drawn as q"),
+    ([("scores = (q * k).sum(dim=-1)", "scores = q.pow(2).sum(dim=-1)")], "about 2·d_k, where theory"),
+    ([(SCALE, "scores = scores * math.sqrt(d_k)")], "multiplied by √d_k"),
+    ([(SCALE, "scores = scores / d_k ** 0.25")], "about √d_k, where theory says 1"),
+    ([("scores = (q * k).sum(dim=-1)", "scores = (q * k).sum(dim=-1) * math.sqrt(d_k)")], "about d_k²"),
+    ([("return scores.var().item()", "return scores.std().item()")], "That is the standard deviation"),
+]  # fmt: skip
+"""(text edits of the right learner solution, the phrase the message must contain)."""
+
+VARIANCE_RIGHT = [
+    [("scores = (q * k).sum(dim=-1)", 'scores = torch.einsum("nd,nd->n", q, k)')],
+    [(SCALE, "scores = scores * d_k**-0.5")],
+    [("return scores.var().item()", "return float(((scores - scores.mean()) ** 2).mean())")],
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("edits", "phrase"), VARIANCE_WRONG)
+def test_score_variance_names_the_value_class(edits, phrase, capsys):
+    assert_rejected(check_score_variance, learner(VARIANCE, "score_variance", *edits), phrase, capsys)
+
+
+@pytest.mark.parametrize("edits", VARIANCE_RIGHT)
+def test_score_variance_accepts_other_spellings(edits, capsys):
+    assert_accepted(check_score_variance, learner(VARIANCE, "score_variance", *edits), capsys)

@@ -54,6 +54,12 @@ ATTENTION_BACKWARD = (
 DOCUMENT = "\n" + _solution(flex.document_mask_mod)
 TWICE = "probs = next_token_probs(logits / temperature, temperature, top_k)"
 ONE_DRAW = "return torch.multinomial(probs[0], num_samples=1, generator=generator).expand(probs.shape[0], 1)"
+UNGUARDED_SOFTMAX = ONLINE_SOFTMAX.replace(
+    '        m_safe = torch.where(m_new == float("-inf"), 0.0, m_new)\n', ""
+).replace("m_safe", "m_new")
+"""online_softmax without the safe maximum (wrong for a block of -inf, which #43 never reaches): the
+failing line reads m_new itself. With the guard in between, the explanation stops at `m_safe`, as
+the shape explanation follows one assignment back."""
 
 BLIND_A = [
     # family 2: size errors explained
@@ -61,7 +67,7 @@ BLIND_A = [
     ("#21", "attention", ATTENTION, [("torch.ones(t_q, t_k, dtype=torch.bool, device=q.device).tril(diagonal=t_k - t_q)", "torch.ones(t_q, t_q, dtype=torch.bool, device=q.device).tril()")], "2 is the length of `q` and 6 that of `k`, so one of the two was built with the other's length"),
     ("#30", "MultiHeadAttention", MHA, [("_, k, v = self.qkv(context).chunk(3, dim=-1)", "_, k, _ = self.qkv(context).chunk(3, dim=-1)"), ("            v = v.view(b, context.shape[1], self.n_heads, d_k).transpose(1, 2)\n", "")], "7 is the length of `context` and 4 that of `x`"),
     ("#38", "apply_rope", APPLY_ROPE, [("t, d = x.shape[-2], x.shape[-1]", "t, d = x.shape[1], x.shape[-1]")], "5 and 8 are two axes of `x` (5, 8), so a size was read from the wrong axis"),
-    ("#43", "online_softmax", ONLINE_SOFTMAX, [("block.max(dim=-1, keepdim=True).values", "block.max(dim=-1).values")], "`block.max(dim=-1)` at line 15 drops the axis it reduces"),
+    ("#43", "online_softmax", UNGUARDED_SOFTMAX, [("block.max(dim=-1, keepdim=True).values", "block.max(dim=-1).values")], "`block.max(dim=-1)` at line 15 drops the axis it reduces"),
     ("#50", "flash_attention", FLASH, [("ke = min(ks + block_size, t_k)", "ke = ks + block_size")], "The last block is shorter: 5 rows, not block_size = 8"),
     ("#91", "GroupedQueryAttention", None, [('k = rearrange(self.k(x), "b t (h d) -> b h t d", h=self.n_kv_heads)', 'k = rearrange(self.k(x), "b t (h d) -> b h t d", h=self.n_heads)')], "`k` (2, 8, 5, 2) is split into 8 heads of 2"),
     ("#92", "GroupedQueryAttention", None, [("v = repeat_kv_einops(v, n_rep)", "")], "`v` (2, 2, 5, 4) has 2 heads where `q` (2, 4, 5, 4) has 4"),

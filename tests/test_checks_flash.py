@@ -43,7 +43,8 @@ def softmax_blockwise_output(x, block_size):
     for start in range(0, x.shape[-1], block_size):
         block = x[..., start : start + block_size]
         m_new = torch.maximum(m, block.max(dim=-1, keepdim=True).values)
-        denom = denom * torch.exp(m - m_new) + torch.exp(block - m_new).sum(dim=-1, keepdim=True)
+        safe = m_new.nan_to_num(neginf=0.0)  # 0 while a row has seen only -inf
+        denom = denom * torch.exp(m - safe) + torch.exp(block - safe).sum(dim=-1, keepdim=True)
         m = m_new
     pieces = [torch.exp(x[..., s : s + block_size] - m) / denom for s in range(0, x.shape[-1], block_size)]
     return torch.cat(pieces, dim=-1)
@@ -56,10 +57,13 @@ def softmax_exp2(x, block_size):
         block = y[..., start : start + block_size]
         block_max = block.amax(dim=-1, keepdim=True)
         if m is None:
-            m, denom = block_max, torch.exp2(block - block_max).sum(dim=-1, keepdim=True)
+            m = block_max
+            safe = torch.where(torch.isinf(m), torch.zeros_like(m), m)  # a first block of -inf
+            denom = torch.exp2(block - safe).sum(dim=-1, keepdim=True)
             continue
         m_new = torch.max(m, block_max)
-        denom = denom * torch.exp2(m - m_new) + torch.exp2(block - m_new).sum(dim=-1, keepdim=True)
+        safe = torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)  # rows of -inf so far
+        denom = denom * torch.exp2(m - safe) + torch.exp2(block - safe).sum(dim=-1, keepdim=True)
         m = m_new
     return torch.exp2(y - m) / denom
 
@@ -398,12 +402,14 @@ def _flash(*edits):
     return learner(FLASH, "flash_attention", *edits)
 
 
-SUM = "total = total * torch.exp(m - m_new) + torch.exp(block - m_new).sum(dim=-1, keepdim=True)"
+SUM = "total = total * torch.exp(m - m_safe) + torch.exp(block - m_safe).sum(dim=-1, keepdim=True)"
 START = 'm = torch.full(x.shape[:-1] + (1,), float("-inf"), dtype=x.dtype)'
+SAFE = 'm_safe = torch.where(m_new == float("-inf"), 0.0, m_new)'
+RUNNING_MAX = "m_new = torch.maximum(m, block.max(dim=-1, keepdim=True).values)"
 
 ONLINE_SOFTMAX_MISTAKES = [  # learner code with one edit, and the phrase of the table's message it must get
-    ([("total * torch.exp(m - m_new)", "total")], "does not rescale the running sum"),
-    ([("total * torch.exp(m - m_new)", "total * torch.exp(m_new - m)")], "the wrong way round"),
+    ([("total * torch.exp(m - m_safe)", "total")], "does not rescale the running sum"),
+    ([("total * torch.exp(m - m_safe)", "total * torch.exp(m_safe - m)")], "the wrong way round"),
     (
         [
             (SUM, "total = total + torch.exp(block - block.max(dim=-1, keepdim=True).values).sum(dim=-1, keepdim=True)"),
@@ -419,6 +425,19 @@ ONLINE_SOFTMAX_MISTAKES = [  # learner code with one edit, and the phrase of the
     ),
     ([("torch.maximum(m, block.max(dim=-1, keepdim=True).values)", "torch.zeros_like(m)")], "does not subtract the maximum"),
     ([("        m = m_new\n", "")], "never updates the running maximum"),
+    # cases that cover the contract: blocks of -inf (masked scores), blocks far below an earlier one
+    ([(SAFE, "m_safe = m_new")], "has no safe maximum"),
+    ([("torch.exp(block - m_safe)", "torch.exp(block - m_new)")], "has no safe maximum"),
+    ([("total * torch.exp(m - m_safe)", "total * torch.exp(m - m_new)")], "has no safe maximum"),
+    ([(RUNNING_MAX, "m_new = block.max(dim=-1, keepdim=True).values")], "does not carry the running maximum"),
+    ([(RUNNING_MAX, "m_new = torch.max(block, dim=-1, keepdim=True)[0]")], "does not carry the running maximum"),
+]  # fmt: skip
+
+ONLINE_SOFTMAX_RIGHT = [  # learner code with one edit that is still right
+    [(SAFE, "m_safe = m_new.clamp(min=torch.finfo(x.dtype).min)")],
+    [(SAFE, "m_safe = m_new.nan_to_num(0.0)")],  # -inf becomes the lowest float: exp(-inf - it) is 0
+    [(SAFE, "m_safe = torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)")],
+    [(RUNNING_MAX, "m_new = torch.stack([m, block.amax(dim=-1, keepdim=True)]).amax(dim=0)")],
 ]  # fmt: skip
 
 FLASH_MISTAKES = [  # learner code with one edit, and the phrase of the table's message it must get
@@ -500,6 +519,11 @@ def test_the_lse_simulator_is_right_by_default_and_matches_the_reference(t_q, t_
 @pytest.mark.parametrize(("edits", "phrase"), ONLINE_SOFTMAX_MISTAKES)
 def test_online_softmax_names_learner_mistakes(edits, phrase, capsys):
     assert_rejected(check_online_softmax, _online(*edits), phrase, capsys)
+
+
+@pytest.mark.parametrize("edits", ONLINE_SOFTMAX_RIGHT)
+def test_online_softmax_accepts_learner_code_spelled_otherwise(edits, capsys):
+    assert_accepted(check_online_softmax, _online(*edits), capsys)
 
 
 @pytest.mark.parametrize(("edits", "phrase"), FLASH_MISTAKES)

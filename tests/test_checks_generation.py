@@ -15,6 +15,8 @@ SOFTMAX = "return torch.softmax(logits, dim=-1)"
 DRAW = "return torch.multinomial(probs, num_samples=1, generator=generator)"
 STEP = "logits = model.step(next_token, cache, attend)"
 PREFILL = "logits = model.step(prompt, cache, attend)"
+PICK = "next_token = pick(logits[:, -1])"
+KTH = "torch.topk(logits, top_k, dim=-1).values[:, -1:]"
 SCATTER = (
     (SCALE + "    if top_k is not None:\n", SCALE + "    if top_k is None:\n        return F.softmax(logits, dim=-1)\n"
      "    if True:\n"),
@@ -118,7 +120,31 @@ WRONG = [
     pytest.param("generate_with_cache", GENERATE, [("torch.cat([tokens, next_token]", "torch.cat([next_token, tokens]")],
                  "do not start with the prompt", id="gen-prepends"),
     pytest.param("generate_with_cache", GENERATE, [(STEP, "logits = model.step(next_token.argmax(dim=-1, keepdim=True) * 0, cache, attend)")],
-                 "differ from greedy generation from position", id="gen-feeds-another-token"),
+                 "differ from generation with this pick from position", id="gen-feeds-another-token"),
+    # Cases that cover the contract: a pick that is not argmax (a second-best pick, a seeded sampler).
+    pytest.param("generate_with_cache", GENERATE, [(PICK, "next_token = logits[:, -1].argmax(dim=-1, keepdim=True)")],
+                 "ignores the pick it was given", id="gen-argmax-not-pick"),
+    pytest.param("generate_with_cache", GENERATE, [(PICK, "next_token = torch.topk(logits[:, -1], 1, dim=-1).indices")],
+                 "ignores the pick it was given", id="gen-topk-1-not-pick"),
+    pytest.param("generate_with_cache", GENERATE, [(PICK, "next_token = logits[:, -1].max(dim=-1, keepdim=True).indices")],
+                 "ignores the pick it was given", id="gen-max-indices-not-pick"),
+    pytest.param("generate_with_cache", GENERATE, [("torch.cat([tokens, next_token], dim=1)", "torch.cat([tokens, logits[:, -1].argmax(dim=-1, keepdim=True)], dim=1)")],
+                 "they are not the tokens that pick returned", id="gen-appends-argmax-feeds-pick"),
+    # How the kept set of top-k differs: too many, too few, the wrong end (issue 27, family 3).
+    pytest.param("next_token_probs", PROBS, [("torch.topk(logits, top_k, dim=-1)", "torch.topk(logits, top_k, dim=-1, largest=False)")],
+                 "every logit at or above the k-th SMALLEST", id="probs-kth-smallest"),
+    pytest.param("next_token_probs", PROBS, [(KTH, "logits.sort(dim=-1).values[:, top_k - 1:top_k]")],
+                 "every logit at or above the k-th SMALLEST", id="probs-ascending-sort"),
+    pytest.param("next_token_probs", PROBS, [(KTH, "torch.topk(logits, top_k, dim=-1).values[:, :1]")],
+                 "keeps only the largest logit", id="probs-threshold-largest"),
+    pytest.param("next_token_probs", PROBS, [(KTH, "logits.max(dim=-1, keepdim=True).values")],
+                 "keeps only the largest logit", id="probs-threshold-max"),
+    pytest.param("next_token_probs", PROBS, [("logits < threshold", "logits > threshold")],
+                 "keeps the smallest logits", id="probs-mask-inverted"),
+    pytest.param("next_token_probs", PROBS, [(KTH, "torch.topk(logits, 2 * top_k, dim=-1).values[:, -1:]")],
+                 "keeps the 6 largest logits (6 tokens per row where top_k=3 keeps 3), too many", id="probs-2k-th-largest"),
+    pytest.param("next_token_probs", PROBS, [(KTH, "torch.topk(logits, top_k, dim=-1).values[:, 1:2]")],
+                 "keeps k - 1 tokens, not k", id="probs-second-largest"),
 ]  # fmt: skip
 """(exercise, learner source, text edits, the phrase the check's message must contain)."""
 
@@ -134,6 +160,10 @@ RIGHT = [
     pytest.param("generate_with_cache", GENERATE, [], id="gen-learner-steps-after-the-last"),
     pytest.param("generate_with_cache", GENERATE, [("        " + STEP, "        if i < n_new - 1:\n            " + STEP)],
                  id="gen-no-extra-step"),
+    pytest.param("generate_with_cache", GENERATE, [(PICK, "next_token = pick(logits[:, -1, :].clone())")],
+                 id="gen-pick-of-a-copy"),
+    pytest.param("next_token_probs", PROBS, [(KTH, "torch.kthvalue(logits, logits.shape[-1] - top_k + 1, dim=-1, keepdim=True).values")],
+                 id="probs-kthvalue"),
 ]  # fmt: skip
 
 CHECKS = {

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from check_assertions import assert_accepted, assert_rejected, cpu_standing_in_for_cuda
 from einops import rearrange
-from learner_code import CACHED, learner
+from learner_code import CACHED, KV_CACHE, learner
 
 from attn_course import reference
 from attn_course.attention import attention
@@ -461,8 +461,72 @@ LEARNER_WRONG = [
     (f"{ROTATE_Q}\n    {ROTATE_K}", "q = apply_rope(q, positions)\n    k = apply_rope(k, positions)",
      "ignores attn.base"),
     ("return attn.out(merge_heads(out))", "return merge_heads(out)", "forgets the output projection"),
+    # The keys that cache.append returns rotated again (issue 27, family 3): told apart from no rotation.
+    (f"    {ROTATE_K}\n    keys, values = cache.append(layer, k, v)\n",
+     "    keys, values = cache.append(layer, k, v)\n    keys = apply_rope(keys, positions, attn.base)\n",
+     "what rotating q and every key cache.append returns at the new token's position gives"),
+    ("    keys, values = cache.append(layer, k, v)\n",
+     "    keys, values = cache.append(layer, k, v)\n    keys = apply_rope(keys, positions, attn.base)\n",
+     "rotates the cached keys a second time"),
+    (f"    {ROTATE_Q}\n    {ROTATE_K}\n    keys, values = cache.append(layer, k, v)\n",
+     "    keys, values = cache.append(layer, k, v)\n    same = torch.full((keys.shape[-2],), t_past)\n"
+     "    q, keys = apply_rope(q, same[-t_new:], attn.base), apply_rope(keys, same, attn.base)\n",
+     "or rotates q and every key by one same angle"),
+    (POSITIONS, "positions = 2 * torch.arange(t_past, t_past + t_new, device=x.device)",
+     "rotates the new keys at positions [0, 2, 4, 6], but they sit at 0 … 3"),
 ]  # fmt: skip
 """(old, new, phrase): a text edit of the right learner solution, and the phrase its message needs."""
+
+CACHED_RIGHT = [
+    (POSITIONS, "positions = t_past + torch.arange(t_new, device=x.device)"),
+    (f"    {ROTATE_Q}\n    {ROTATE_K}\n    keys, values = cache.append(layer, k, v)\n",
+     "    keys, values = cache.append(layer, k, v)\n    q = apply_rope(q, positions, attn.base)\n"
+     "    keys = apply_rope(keys, torch.arange(keys.shape[-2], device=x.device), attn.base)\n"),
+]  # fmt: skip
+"""(old, new): text edits that keep the learner solution right (the last caches unrotated keys)."""
+
+KV_CACHE_WRONG = [
+    ([("        self.values = {}\n", "        self.values = self.keys\n")], "self.values = self.keys"),
+    ([("        self.values = {}\n", "        self.values = self.keys\n"),
+      ("            self.keys[layer] = torch.cat([self.keys[layer], k], dim=-2)\n"
+       "            self.values[layer] = torch.cat([self.values[layer], v], dim=-2)\n"
+       "        else:\n            self.keys[layer] = k\n            self.values[layer] = v\n"
+       "        return self.keys[layer], self.values[layer]",
+       "            k = torch.cat([self.keys[layer], k], dim=-2)\n"
+       "            v = torch.cat([self.values[layer], v], dim=-2)\n"
+       "        self.keys[layer] = k\n        self.values[layer] = v\n        return k, v")],
+     "hold, at positions 0–3 (axis -2), the values appended (append 1), not the keys"),
+    ([("        self.keys = {}\n        self.values = {}\n", "        self.keys = self.values = {}\n"),
+      ("            self.keys[layer] = torch.cat([self.keys[layer], k], dim=-2)\n"
+       "            self.values[layer] = torch.cat([self.values[layer], v], dim=-2)\n"
+       "        else:\n            self.keys[layer] = k\n            self.values[layer] = v\n"
+       "        return self.keys[layer], self.values[layer]",
+       "            v = torch.cat([self.values[layer], v], dim=-2)\n"
+       "            k = torch.cat([self.keys[layer], k], dim=-2)\n"
+       "        self.values[layer] = v\n        self.keys[layer] = k\n        return k, v")],
+     "hold, at positions 0–3 (axis -2), the keys appended (append 1), not the values"),
+]  # fmt: skip
+"""(text edits of the right learner KVCache, the phrase its message must contain)."""
+
+KV_CACHE_RIGHT = [
+    [("torch.cat([self.keys[layer], k], dim=-2)", "torch.cat((self.keys[layer], k), dim=2)")],
+    [("        self.keys = {}\n        self.values = {}\n", "        self.keys, self.values = {}, {}\n")],
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("old", "new"), CACHED_RIGHT)
+def test_learner_code_spelled_otherwise_passes(old, new, capsys):
+    assert_accepted(check_cached_attention, learner(CACHED, "cached_attention", (old, new)), capsys)
+
+
+@pytest.mark.parametrize(("edits", "phrase"), KV_CACHE_WRONG)
+def test_kv_cache_learner_mistakes_are_named(edits, phrase, capsys):
+    assert_rejected(check_KVCache, learner(KV_CACHE, "KVCache", *edits), phrase, capsys)
+
+
+@pytest.mark.parametrize("edits", KV_CACHE_RIGHT)
+def test_kv_cache_learner_code_spelled_otherwise_passes(edits, capsys):
+    assert_accepted(check_KVCache, learner(KV_CACHE, "KVCache", *edits), capsys)
 
 
 @pytest.mark.parametrize(("old", "new", "phrase"), LEARNER_WRONG)

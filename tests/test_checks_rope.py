@@ -217,7 +217,7 @@ class RotaryHandWritten(MultiHeadAttention):
         q, k, v = self.qkv(x).chunk(3, dim=-1)  # each (b, t, d_model)
         q, k, v = (rearrange(t, "b t (h d) -> b h t d", h=self.n_heads) for t in (q, k, v))
         q, k = rope_real(q, positions, self.base), rope_real(k, positions, self.base)
-        head_mask = None if mask is None else rearrange(mask, "b q k -> b 1 q k")
+        head_mask = None if mask is None else rearrange(mask, "... q k -> ... 1 q k")
         out, _ = attention(q, k, v, mask=head_mask, is_causal=is_causal)  # (b, h, t, d_k)
         return self.out(rearrange(out, "b h t d -> b t (h d)"))
 
@@ -256,7 +256,7 @@ class RotaryFromScratch(nn.Module):
         scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (b, h, t, t)
         allowed = torch.ones_like(scores, dtype=torch.bool)
         if mask is not None:
-            allowed = allowed & mask[:, None]
+            allowed = allowed & mask[..., None, :, :]
         if is_causal:
             allowed = allowed & torch.ones(x.shape[1], x.shape[1], dtype=torch.bool).tril()
         weights = scores.masked_fill(~allowed, float("-inf")).softmax(dim=-1)
@@ -520,6 +520,9 @@ ANGLES = "angles = positions.to(torch.float64)[:, None] * theta[None, :]"
 COS_SIN = "cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)"
 ROPE_Q, ROPE_K = "q = apply_rope(q, positions, self.base)", "k = apply_rope(k, positions, self.base)"
 SPLIT = 'q, k, v = (rearrange(z, "b t (h d) -> b h t d", h=self.n_heads) for z in (q, k, v))'
+MASK_HEADS = "mask.unsqueeze(-3)"
+HEAD_AXIS = "its head axis is put in the wrong place"
+HALF_PAIRS = "rotates the pairs (x[i], x[i + d/2])"
 
 LEARNER_WRONG = [
     ("rope_frequencies", FREQUENCIES, [(ARANGE, "i = torch.arange(d // 2, dtype=torch.float64)")],
@@ -581,6 +584,16 @@ LEARNER_WRONG = [
      "puts weight on keys after their query"),
     ("RotaryMultiHeadAttention", ROTARY, [("torch.softmax(scores, dim=-1) @ v", "torch.softmax(scores, dim=-1) @ k")],
      "mixes the keys k instead of the values v"),
+    # Cases that cover the contract: a (t, t) mask, which broadcasts to (b, t, t), gets its head axis wrong.
+    ("RotaryMultiHeadAttention", ROTARY, [(MASK_HEADS, "mask.unsqueeze(1)")], HEAD_AXIS),
+    ("RotaryMultiHeadAttention", ROTARY, [(MASK_HEADS, "mask[:, None]")], HEAD_AXIS),
+    ("RotaryMultiHeadAttention", ROTARY, [(MASK_HEADS, 'rearrange(mask, "b i j -> b 1 i j")')], HEAD_AXIS),
+    ("RotaryMultiHeadAttention", ROTARY, [(MASK_HEADS, "mask.view(b, 1, t, t)")], HEAD_AXIS),
+    # The half-split pairs (x[i], x[i + d/2]) rotated, whatever order they are put back in.
+    ("apply_rope", APPLY_ROPE, [(PAIRS, HALVES)], HALF_PAIRS),
+    ("apply_rope", APPLY_ROPE, [(PAIRS, "x_even, x_odd = x.chunk(2, dim=-1)"),
+                                (STACK, "return torch.stack([out_odd, out_even], dim=-1).flatten(-2)")], HALF_PAIRS),
+    ("apply_rope", APPLY_ROPE, [(PAIRS, HALVES), (STACK, "return torch.cat([out_odd, out_even], dim=-1)")], HALF_PAIRS),
 ]  # fmt: skip
 """(exercise, right learner solution, text edits, phrase the message must contain)."""
 
@@ -589,6 +602,19 @@ CHECKS = {
     "apply_rope": check_apply_rope,
     "RotaryMultiHeadAttention": check_RotaryMultiHeadAttention,
 }
+
+
+LEARNER_RIGHT = [
+    ("RotaryMultiHeadAttention", ROTARY, [(MASK_HEADS, "mask[..., None, :, :]")]),
+    ("RotaryMultiHeadAttention", ROTARY, [(MASK_HEADS, 'rearrange(mask, "... i j -> ... 1 i j")')]),
+    ("apply_rope", APPLY_ROPE, [(PAIRS, "x_even, x_odd = x.unflatten(-1, (-1, 2)).unbind(-1)")]),
+]  # fmt: skip
+"""(exercise, right learner solution, text edits that keep it right)."""
+
+
+@pytest.mark.parametrize(("exercise", "source", "edits"), LEARNER_RIGHT)
+def test_learner_code_spelled_otherwise_passes(exercise, source, edits, capsys):
+    assert_accepted(CHECKS[exercise], learner(source, exercise, *edits), capsys)
 
 
 @pytest.mark.parametrize(("exercise", "source", "edits", "phrase"), LEARNER_WRONG)

@@ -33,6 +33,8 @@ def streaming_softmax(
     masked_lanes_zero: bool = False,
     subtract_max: bool = True,
     update_max: bool = True,
+    safe_max: bool = True,
+    carry_max: bool = True,
 ) -> torch.Tensor:
     """softmax(x) over the last axis, read `block_size` entries at a time, with one knob per mistake.
 
@@ -40,7 +42,9 @@ def streaming_softmax(
     block_max: each block's exponentials taken against its own maximum; tail: False drops the ragged
     last block; start_max: where the running maximum starts (0.0 is a mistake for negative rows);
     masked_lanes_zero: the last block padded with 0 that counts; subtract_max: False uses exp(x);
-    update_max: False never stores the new maximum (m stays at its start).
+    update_max: False never stores the new maximum (m stays at its start); safe_max: False subtracts
+    a maximum that is still -inf after a block of -inf (exp(-inf - (-inf)) is NaN); carry_max: False
+    takes each block's maximum alone as the running one (m_new = block max, not max(m, block max)).
     """
     # without the maximum, overflow is the mistake: compute in x's dtype, as the learner's code does
     x64 = x.detach().to("cpu", torch.float64 if subtract_max else x.dtype)
@@ -55,8 +59,8 @@ def streaming_softmax(
         block = x64[..., start : start + block_size]  # (..., B)
         block_m = block.amax(dim=-1, keepdim=True)  # (..., 1)
         block_maxes.append(block_m.expand_as(block))
-        m_new = torch.maximum(m, block_m) if subtract_max else torch.zeros_like(m)  # (..., 1)
-        m_safe = torch.where(m_new == -math.inf, 0.0, m_new)  # (..., 1)
+        m_new = (torch.maximum(m, block_m) if carry_max else block_m) if subtract_max else torch.zeros_like(m)
+        m_safe = torch.where(m_new == -math.inf, 0.0, m_new) if safe_max else m_new  # (..., 1)
         if block_max:
             denom = denom + torch.exp(block - block_m).sum(dim=-1, keepdim=True)
         else:
@@ -73,6 +77,17 @@ def streaming_softmax(
         return (torch.exp(x64[..., : maxes.shape[-1]] - maxes) / denom).to(x.dtype)
     return (torch.exp(x64[..., :n] - m) / denom).to(x.dtype)  # (..., N)
 
+
+SAFE_MAX_MESSAGE = (
+    "has no safe maximum: after a block whose scores are all -inf (a masked block) the running maximum "
+    "is still -inf, and exp(-inf - (-inf)) is NaN. Subtract m_safe = torch.where(m_new == -inf, 0.0, "
+    "m_new) in both exps (keep m = m_new)."
+)
+CARRY_MAX_MESSAGE = (
+    "does not carry the running maximum over the blocks: it must be the maximum of all blocks so far, "
+    "m_new = torch.maximum(m, block max), not this block's maximum alone; otherwise a block of scores "
+    "far below an earlier block's makes exp(x - m) overflow."
+)
 
 STREAMING_SOFTMAX_MISTAKES = [
     Mistake(
@@ -128,6 +143,14 @@ STREAMING_SOFTMAX_MISTAKES = [
         "does not subtract the maximum: exp(x) overflows for large scores and underflows for very "
         "negative ones. Keep a running maximum m and sum exp(x - m).",
         lambda x, block_size: streaming_softmax(x, block_size, subtract_max=False),
+    ),
+    Mistake(
+        SAFE_MAX_MESSAGE,
+        lambda x, block_size: streaming_softmax(x, block_size, safe_max=False),
+    ),
+    Mistake(
+        CARRY_MAX_MESSAGE,
+        lambda x, block_size: streaming_softmax(x, block_size, carry_max=False),
     ),
 ]
 """Every named mistake of a streaming softmax, shared by `online_softmax` and `triton_softmax`."""

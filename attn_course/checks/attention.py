@@ -489,7 +489,7 @@ def check_score_variance(candidate: Callable[..., Any]) -> str:
             if abs(value - expected) <= 0.1 * expected:
                 checked.append(value)
                 continue
-            found = _n_samples_dependence(candidate, scaled)
+            found = _n_samples_dependence(candidate, scaled) or _variance_class(candidate, scaled)
             mistake = _score_variance_mistake(d_k, scaled, value, expected, n_samples=20_000)
             raise CheckFailed(found or mistake)
     return f"Var(q·k) ≈ d_k unscaled and ≈ 1 scaled, for d_k = 4, 16, 64 ({len(checked)} estimates)"
@@ -532,6 +532,61 @@ def _n_samples_dependence(candidate: Callable[..., Any], scaled: bool) -> str | 
         "over the samples, dim=0), scaled by √d_k alone (nothing involving n_samples); the variance is "
         "then taken over the n_samples scores."
     )
+
+
+_VARIANCE_DIMS = (4, 16, 64)
+
+_UNIFORM = (
+    "That is what uniform numbers give: torch.rand draws from [0, 1) (mean 1/2, variance 1/12), "
+    "not from N(0, 1). Draw q and k with torch.randn."
+)
+_Q_IS_K = (
+    "That is the variance of q·q, a sum of d_k squares (Var q_i² = 2): k is q, or drawn as q. Draw k "
+    "on its own, torch.randn(n_samples, d_k), independent of q."
+)
+_VARIANCE_CLASSES: dict[bool, list[tuple[float, float, str, str]]] = {
+    # scaled -> (factor c, power a, the law c · d_k^a, what gives it); theory: d_k, and 1 when scaled
+    False: [
+        (2.0, 1.0, "2·d_k", _Q_IS_K),
+        (1.0, 2.0, "d_k²", "That is about d_k²: the scores should be sums of d_k products q_i·k_i of "
+         "independent N(0, 1) numbers, without any extra factor."),
+        (1.0, 0.5, "√d_k", "That is the standard deviation (≈ √d_k): return the variance (.var()), "
+         "not .std()."),
+        (1.0, 0.0, "1", "With scaled=False the variance should grow like d_k. Did you scale anyway, or take "
+         "the variance of the single products q_i·k_i instead of their sum q·k over the d_k components?"),
+        (1.0, -1.0, "1/d_k", "Dividing by d_k makes it ≈ 1/d_k: with scaled=True divide the scores by √d_k. "
+         "With scaled=False do not divide them (a mean over the components, .mean(-1), divides the sum "
+         "by d_k)."),
+        (1 / 3, 1.0, "d_k/3", _UNIFORM),
+        (7 / 144, 1.0, "7·d_k/144", _UNIFORM),
+    ],
+    True: [
+        (2.0, 0.0, "2", _Q_IS_K),
+        (1.0, 1.0, "d_k", "scaled=True had no effect: divide the scores by √d_k before taking the variance."),
+        (1.0, -1.0, "1/d_k", "Dividing by d_k makes it ≈ 1/d_k: with scaled=True divide the scores by √d_k."),
+        (1.0, 0.5, "√d_k", "That is the variance divided by √d_k (or the scores by d_k^¼): divide the scores "
+         "by √d_k, which divides their variance by d_k."),
+        (1.0, 2.0, "d_k²", "That is what scores multiplied by √d_k give: divide them by √d_k."),
+        (1 / 3, 0.0, "1/3", _UNIFORM),
+        (7 / 144, 0.0, "7/144", _UNIFORM),
+    ],
+}  # fmt: skip
+"""The values typical mistakes give, as functions of d_k, told apart by evaluating at d_k = 4, 16, 64."""
+
+
+def _variance_class(candidate: Callable[..., Any], scaled: bool) -> str | None:
+    """Name the mistake by how the learner's variance grows with d_k: c · d_k^a for d_k = 4, 16, 64."""
+    values = [_as_float(call("score_variance", candidate, d, scaled=scaled)) for d in _VARIANCE_DIMS]
+    shown = ", ".join(f"{v:.3g}" for v in values)
+    for factor, power, law, why in _VARIANCE_CLASSES[scaled]:
+        laws = [factor * d**power for d in _VARIANCE_DIMS]
+        if all(abs(v - want) <= 0.15 * want for v, want in zip(values, laws, strict=True)):
+            theory = "1" if scaled else "d_k"
+            return (
+                f"score_variance(d_k, scaled={scaled}) returned {shown} for d_k = 4, 16, 64: about {law}, "
+                f"where theory says {theory}. {why}"
+            )
+    return None
 
 
 def _score_variance_mistake(

@@ -9,6 +9,7 @@ calls torch's fused attention, is rejected even when its numbers are right.
 from __future__ import annotations
 
 import functools
+import math
 import re
 from collections.abc import Callable
 from typing import Any
@@ -28,9 +29,12 @@ from attn_course.checks._harness import (
     diagnose_softmax,
     expect_close,
     expect_tensor,
+    is_close,
     randn,
 )
 from attn_course.checks._simulate import (
+    CARRY_MAX_MESSAGE,
+    SAFE_MAX_MESSAGE,
     STREAMING_SOFTMAX_MISTAKES,
     tiled_attention,
     tiled_attention_mistakes,
@@ -116,10 +120,64 @@ def check_online_softmax(candidate: Callable[..., Any]) -> str:
             "does not follow the row makes every exp underflow to 0, and 0 / 0 is NaN.",
             diagnose=functools.partial(diagnose_softmax, dim=-1),
         )
+    for x, kinds, shown in (_far_apart_blocks(), _masked_blocks()):
+        _expect_extreme_blocks(candidate, x, kinds, shown)
     _expect_streamed(candidate)
     return (
         "7 shapes and block sizes (ragged, 1, longer than the row), large float32 scores, rows of "
-        "large negative scores, streamed"
+        "large negative scores, blocks far below an earlier one, blocks of -inf, streamed"
+    )
+
+
+_BLOCK = 8
+"""The block size of the cases of whole blocks far apart or of -inf: rows of 3 blocks."""
+
+
+def _far_apart_blocks() -> tuple[torch.Tensor, list[str], str]:
+    """Rows with one block 800 above the others: first, last, in the middle (exp(800) overflows)."""
+    x = randn(3, 3 * _BLOCK)  # (3, 24) float64
+    for row, block in enumerate((0, 2, 1)):
+        x[row, block * _BLOCK : (block + 1) * _BLOCK] += 800.0
+    shown = f"rows of 3 blocks of {_BLOCK}, one block 800 above the others (block 0, 2, 1)"
+    return x, ["far below", "rising", "far below"], shown
+
+
+def _masked_blocks() -> tuple[torch.Tensor, list[str], str]:
+    """Rows of -inf blocks (masked scores): the first, the first two, the middle one, all of them."""
+    x = randn(4, 3 * _BLOCK)  # (4, 24) float64
+    x[0, :_BLOCK] = x[1, : 2 * _BLOCK] = x[2, _BLOCK : 2 * _BLOCK] = x[3] = -math.inf
+    x[0, -3] = x[2, 1] = -math.inf  # and single masked scores among finite ones
+    shown = f"rows of 3 blocks of {_BLOCK}, with -inf in the first block, the first two, the middle one, all"
+    return x, ["masked first", "masked first", "masked between", "all masked"], shown
+
+
+def _expect_extreme_blocks(
+    candidate: Callable[..., Any], x: torch.Tensor, kinds: list[str], shown: str
+) -> None:
+    """Compare on whole blocks far apart or of -inf; a row of -inf only may give NaN (as softmax) or 0."""
+    what = f"Your online_softmax(x of shape {tuple(x.shape)}, block_size={_BLOCK})"
+    result = call("online_softmax", candidate, x, _BLOCK)
+    out = expect_tensor(result, x.shape, what, finite=False)
+    expected = torch.softmax(x, dim=-1)  # (rows, n): NaN in a row of -inf only
+    all_masked = torch.tensor([kind == "all masked" for kind in kinds])[:, None].to(out.device)  # (rows, 1)
+    out = torch.where(all_masked & ((out == 0) | out.isnan()), math.nan, out)
+
+    def diagnose(actual: torch.Tensor, expected: torch.Tensor) -> str | None:
+        wrong = {kinds[row] for row in range(len(kinds)) if not is_close(actual[row], expected[row])}
+        if wrong == {"masked first"}:
+            return SAFE_MAX_MESSAGE
+        if wrong and wrong <= {"far below", "masked between"}:
+            return CARRY_MAX_MESSAGE
+        return None
+
+    expect_close(
+        out,
+        expected,
+        what,
+        mistakes=STREAMING_SOFTMAX_MISTAKES,
+        args=(x, _BLOCK),
+        diagnose=diagnose,
+        called_as=f"x with {shown}",
     )
 
 

@@ -198,7 +198,8 @@ def _diagnose_probs(logits: torch.Tensor, temperature: float, top_k: int | None)
                         "threshold per row, torch.topk(logits, top_k, dim=-1).values[:, -1:] (b, 1)."
                     )
         if not torch.equal(kept, want.cpu()):
-            return (
+            named = None if top_k is None else _kept_count(kept, logits, top_k)
+            return named or (
                 f"keeps other tokens than the {top_k or 'all'} largest logits of each row "
                 f"({int(kept.sum(dim=-1).max())} nonzero in some row, "
                 f"{int(want.sum(dim=-1).max())} expected)."
@@ -212,6 +213,47 @@ def _diagnose_probs(logits: torch.Tensor, temperature: float, top_k: int | None)
         )
 
     return diagnose
+
+
+def _kept_count(kept: torch.Tensor, logits: torch.Tensor, top_k: int) -> str | None:
+    """How a kept set that is each row's r largest (or smallest) logits differs from the top k."""
+    vocab = logits.shape[-1]
+    order = logits.detach().cpu().argsort(dim=-1, descending=True)  # (b, vocab)
+    ranked = kept.cpu().gather(-1, order)  # (b, vocab): kept, from the largest logit down
+    counts = {int(n) for n in ranked.sum(dim=-1)}
+    if len(counts) != 1:
+        return None
+    r = counts.pop()
+    top, bottom = bool(ranked[:, :r].all()), bool(ranked[:, vocab - r :].all())
+    shown = f"{r} token{'s' if r != 1 else ''} per row where top_k={top_k} keeps {top_k}"
+    kth = "the k-th largest logit, torch.topk(logits, k, dim=-1).values[:, -1:] (the last of the k)"
+    if bottom and not top:
+        return (
+            f"keeps the smallest logits ({shown}), not the largest: keep the logits at or above {kth}, "
+            "and mask those below it."
+        )
+    if not top:
+        return None
+    if r == 1 and top_k > 1:
+        return (
+            f"keeps only the largest logit ({shown}): its threshold is the largest logit "
+            f"(values[:, 0] or values[:, :1]), top-1 whatever k is. The threshold is {kth}."
+        )
+    if r == top_k - 1 or r == top_k + 1:
+        return (
+            f"keeps {'one token too few' if r < top_k else 'one token too many'} ({shown}): an off-by-one "
+            f"in the threshold. Keep every logit at or above {kth}; mask only those below it (<, not <=)."
+        )
+    if r == vocab - top_k + 1:
+        return (
+            f"keeps too many tokens ({shown}): every logit at or above the k-th SMALLEST, the threshold "
+            "that topk(..., largest=False) or an ascending sort gives. Take the threshold from the other "
+            f"end: {kth}."
+        )
+    return (
+        f"keeps the {r} largest logits ({shown}), too {'many' if r > top_k else 'few'}: keep those at or "
+        f"above {kth}."
+    )
 
 
 @check
@@ -462,7 +504,31 @@ class _Watched:
     forward = __call__
 
 
-def _watched_pick(b: int, vocab: int, picks: list[torch.Tensor]) -> Callable[[torch.Tensor], torch.Tensor]:
+Choose = Callable[[torch.Tensor], torch.Tensor]
+
+
+def _second_best(logits: torch.Tensor) -> torch.Tensor:
+    """A deterministic pick that is not greedy: the second most likely token of each row, (b, 1)."""
+    return logits.topk(2, dim=-1).indices[:, 1:]  # (b, 1)
+
+
+def _seeded_sampler(seed: int) -> Choose:
+    """A pick that samples from softmax(logits) with its own seeded generator, (b, 1)."""
+    generator = torch.Generator().manual_seed(seed)
+    return lambda logits: torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator)
+
+
+_PICKS: list[tuple[str, Callable[[], Choose]]] = [
+    ("the most likely token (greedy)", lambda: greedy),
+    ("the second most likely token", lambda: _second_best),
+    ("a sample from its own seeded generator", lambda: _seeded_sampler(7)),
+]
+"""(what the pick does, a fresh pick): greedy first, then picks that argmax would not reproduce."""
+
+
+def _watched_pick(
+    b: int, vocab: int, picks: list[torch.Tensor], choose: Choose, chosen: list[torch.Tensor]
+) -> Callable[[torch.Tensor], torch.Tensor]:
     def pick(logits: torch.Tensor) -> torch.Tensor:
         if not isinstance(logits, torch.Tensor) or tuple(logits.shape) != (b, vocab):
             shape = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
@@ -473,7 +539,9 @@ def _watched_pick(b: int, vocab: int, picks: list[torch.Tensor]) -> Callable[[to
             )
             raise _PickInputError(f"pick(logits) expects logits of shape {(b, vocab)}, got {shape}.{why}")
         picks.append(logits.detach().clone())
-        return logits.argmax(dim=-1, keepdim=True)  # (b, 1)
+        token = choose(logits)  # (b, 1)
+        chosen.append(token.clone())
+        return token
 
     return pick
 
@@ -487,31 +555,49 @@ _GEN_SIGNATURE = (
 
 @check
 def check_generate_with_cache(candidate: Callable[..., Any]) -> str:
-    """Greedy generation from a random float64 model, token-exact, and the calls of model.step counted."""
+    """Generation from a random float64 model with 3 picks, token-exact, and model.step's calls counted."""
     model = TinyDecoder(_GEN_CONFIG).double()
     for b, t, n_new in [(3, 5, 6), (2, 4, 1)]:
-        _expect_generation(candidate, model, b, t, n_new)
-    return "greedy tokens match; one prefill of the prompt, then one new token per model.step"
+        _expect_generation(candidate, model, b, t, n_new, *_PICKS[0])
+    for label, make in _PICKS[1:]:
+        _expect_generation(candidate, model, 3, 4, 5, label, make)
+    return (
+        "tokens match with a greedy pick, a second-best pick and a seeded sampler; one prefill of the "
+        "prompt, then one new token per model.step"
+    )
 
 
-def _expect_generation(candidate: Callable[..., Any], model: TinyDecoder, b: int, t: int, n_new: int) -> None:
+def _expect_generation(
+    candidate: Callable[..., Any],
+    model: TinyDecoder,
+    b: int,
+    t: int,
+    n_new: int,
+    label: str,
+    make: Callable[[], Choose],
+) -> None:
     vocab = _GEN_CONFIG.vocab_size
     prompt = torch.randint(0, vocab, (b, t))  # (b, t)
     watched, picks, attended = _Watched(model), list[torch.Tensor](), list[int]()
+    chosen = list[torch.Tensor]()
     cache = reference.KVCache()
 
     def attend(attn: Any, x: torch.Tensor, cache: Any, layer: int) -> torch.Tensor:
         attended.append(layer)
         return reference.cached_attention(attn, x, cache, layer)  # (b, t_new, d_model)
 
-    pick = _watched_pick(b, vocab, picks)
-    shown = f"generate_with_cache(model, prompt, {n_new}, pick, cache, attend) for a prompt of shape {(b, t)}"
+    pick = _watched_pick(b, vocab, picks, make(), chosen)
+    shown = (
+        f"generate_with_cache(model, prompt, {n_new}, pick, cache, attend) for a prompt of shape {(b, t)} "
+        f"and a pick that takes {label}"
+    )
     with torch.no_grad():
         got = call(
             "generate_with_cache", candidate, watched, prompt, n_new, pick, cache, attend, hint=_GEN_SIGNATURE
         )
-        want = reference.generate_with_cache(model, prompt, n_new, greedy, reference.KVCache())
+        want = reference.generate_with_cache(model, prompt, n_new, make(), reference.KVCache())
         full = model(want)  # (b, t + n_new, vocab_size)
+        argmax = reference.generate_with_cache(model, prompt, n_new, greedy, reference.KVCache())
     hints: dict[tuple[int, ...], str] = {
         (b, t + n_new - 1): "One token short: pick and append n_new tokens.",
         (b, t + n_new + 1): "One token too many: pick and append n_new tokens.",
@@ -567,19 +653,37 @@ def _expect_generation(candidate: Callable[..., Any], model: TinyDecoder, b: int
         tokens.cpu(),
         want,
         f"The tokens of {shown}",
-        diagnose=_diagnose_tokens(tokens.cpu(), want, t),
+        diagnose=_diagnose_tokens(tokens.cpu(), want, t, argmax, chosen),
         called_as="",
     )
 
 
-def _diagnose_tokens(tokens: torch.Tensor, want: torch.Tensor, t: int) -> Callable[..., str | None]:
+def _diagnose_tokens(
+    tokens: torch.Tensor,
+    want: torch.Tensor,
+    t: int,
+    argmax: torch.Tensor,
+    chosen: list[torch.Tensor],
+) -> Callable[..., str | None]:
     def diagnose(actual: torch.Tensor, expected: torch.Tensor) -> str | None:
         if not torch.equal(tokens[:, :t], want[:, :t]):
             return "do not start with the prompt: return torch.cat([prompt, new_tokens], dim=1)."
+        new = tokens[:, t:]  # (b, n_new)
+        ignored = (
+            "show that it ignores the pick it was given: {}. Append the token that pick returns, "
+            "next_token = pick(logits), at each step."
+        )
+        if not chosen:
+            return ignored.format("pick was never called")
+        if not torch.equal(want, argmax) and torch.equal(tokens, argmax):
+            return ignored.format("they are the argmax of the logits, greedy decoding")
+        returned = torch.cat(chosen, dim=1).cpu()[:, : new.shape[1]]  # (b, ≤ n_new)
+        if not torch.equal(new[:, : returned.shape[1]], returned):
+            return ignored.format("they are not the tokens that pick returned")
         wrong = (tokens != want).any(dim=0).nonzero().flatten()
         return (
-            f"differ from greedy generation from position {int(wrong[0])} on (the prompt has {t}): append "
-            "each token that pick returns and feed it to the next model.step."
+            f"differ from generation with this pick from position {int(wrong[0])} on (the prompt has {t}): "
+            "append each token that pick returns and feed it to the next model.step."
         )
 
     return diagnose

@@ -58,18 +58,20 @@ def check_KVCache(candidate: Any) -> str:  # noqa: N802 (exercise name)
     history: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {0: [], 1: [], 2: []}
     returned: list[tuple[int, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]] = []
     appends = {0: 0, 1: 0, 2: 0}
+    log: list[tuple[int, int, torch.Tensor, torch.Tensor]] = []  # (append number, layer, k, v) of each
     _expect_length(cache, 0, history, appends, "before any append")
     for step, (layer, t_new) in enumerate(_APPENDS):
         k, v = randn(_B, _H, t_new, _D, dtype=torch.float32), randn(_B, _H, t_new, _D, dtype=torch.float32)
         shown = f"cache.append({layer}, k, v) with k, v of shape {(_B, _H, t_new, _D)} (append {step + 1})"
         result = call("KVCache.append", cache.append, layer, k, v, hint=_APPEND_HINT)
         history[layer].append((k, v))
+        log.append((step + 1, layer, k, v))
         appends[layer] += 1
         keys, values = _expect_pair(result, shown)
         all_keys = torch.cat([pair[0] for pair in history[layer]], dim=-2)  # (b, h, t, d_k)
         all_values = torch.cat([pair[1] for pair in history[layer]], dim=-2)  # (b, h, t, d_k)
-        _expect_cached(keys, all_keys, "keys", k, v, history, layer, shown)
-        _expect_cached(values, all_values, "values", v, k, history, layer, shown)
+        _expect_cached(keys, all_keys, "keys", k, v, history, layer, shown, log)
+        _expect_cached(values, all_values, "values", v, k, history, layer, shown, log)
         returned.append((layer, keys, values, all_keys, all_values))
         for other in history:
             _expect_length(cache, other, history, appends, f"after {shown}")
@@ -125,6 +127,7 @@ def _expect_cached(
     history: dict[int, list[tuple[torch.Tensor, torch.Tensor]]],
     layer: int,
     shown: str,
+    log: list[tuple[int, int, torch.Tensor, torch.Tensor]],
 ) -> None:
     """The returned keys (or values) are exactly the layer's history along dim -2; else name the mistake."""
     index = 0 if name == "keys" else 1
@@ -156,9 +159,62 @@ def _expect_cached(
             "the newest, torch.cat([old, new], dim=-2).",
             lambda: torch.cat([new, *past], dim=-2),
         ),
-        Mistake(f"are the {swap}: return (keys, values), each cached separately.", lambda: other),
+        Mistake(
+            f"are the {swap}: return (keys, values), each cached separately. (One dict for both, "
+            "self.values = self.keys, makes the values overwrite the keys.)",
+            lambda: other,
+        ),
     ]
-    expect_close(got, expected, what, mistakes=mistakes, called_as="")
+    diagnose = functools.partial(_diagnose_sources, name=name, layer=layer, log=log)
+    expect_close(got, expected, what, mistakes=mistakes, diagnose=diagnose, called_as="")
+
+
+def _diagnose_sources(
+    actual: torch.Tensor,
+    expected: torch.Tensor,
+    name: str,
+    layer: int,
+    log: list[tuple[int, int, torch.Tensor, torch.Tensor]],
+) -> str | None:
+    """Name where the wrong positions come from: the other kind of tensor, or another layer's appends."""
+    a, e = actual.detach().cpu(), expected.detach().cpu()
+    kind = 0 if name == "keys" else 1
+    wrong: list[int] = []
+    sources: set[tuple[str, int, int]] = set()  # (keys or values, layer, append number)
+    for position in range(a.shape[-2]):
+        row = a[..., position, :]  # (b, h, d_k)
+        if is_close(row, e[..., position, :]):
+            continue
+        wrong.append(position)
+        found = [
+            (("keys", "values")[which], appended_to, number)
+            for number, appended_to, *pair in log
+            for which in (0, 1)
+            for new in range(pair[which].shape[-2])
+            if torch.equal(row, pair[which][..., new, :])
+        ]
+        if not found:
+            return None
+        sources.add(found[0])
+    if not wrong:
+        return None
+    rows = f"{wrong[0]}–{wrong[-1]}" if wrong == list(range(wrong[0], wrong[-1] + 1)) else str(wrong)
+    numbers = ", ".join(str(n) for n in sorted({n for *_, n in sources}))
+    other = ("keys", "values")[1 - kind]
+    if {source[0] for source in sources} == {other}:
+        return (
+            f"hold, at positions {rows} (axis -2), the {other} appended (append {numbers}), not the {name}: "
+            f"the {name} are kept where the {other} go (one dict or list for both, e.g. self.values = "
+            "self.keys), so one overwrites the other. Keep keys and values in separate stores."
+        )
+    layers = {source[1] for source in sources} - {layer}
+    if {source[0] for source in sources} == {name} and layers:
+        return (
+            f"hold, at positions {rows} (axis -2), the {name} appended to layer "
+            f"{', '.join(map(str, sorted(layers)))} (append {numbers}), not to layer {layer}: each layer "
+            f"needs its own {name} (a dict or list indexed by `layer`)."
+        )
+    return None
 
 
 def _expect_length(
@@ -278,11 +334,6 @@ _CACHED_MISTAKES: list[tuple[str, dict[str, Any]]] = [
         {"attend_to": "keys-as-values"},
     ),
     (
-        "does not rotate q and k: apply apply_rope to the new queries and keys at their positions "
-        "(with base=attn.base) before appending the keys and attending.",
-        {"rotate": ""},
-    ),
-    (
         "rotates only q: rotate the new keys too, at the same positions, before appending them.",
         {"rotate": "q"},
     ),
@@ -354,10 +405,127 @@ def check_cached_attention(candidate: Callable[..., Any]) -> str:
                     Mistake(message, functools.partial(_replay, attn, chunks, index, knobs))
                     for message, knobs in _CACHED_MISTAKES
                 ]
-                expect_close(out, want, f"The output of {shown}", mistakes=mistakes, called_as="")
+                diagnose = functools.partial(_diagnose_rotation, candidate, attn)
+                expect_close(
+                    out, want, f"The output of {shown}", mistakes=mistakes, diagnose=diagnose, called_as=""
+                )
             start += t_new
     _expect_cached_attention_on_cuda(candidate)
     return "2 layers in chunks of 4, 1, 3, 1, 1 (RoPE base 50) match the layers on the whole sequence"
+
+
+class _SpyCache:
+    """A right cache that records what the learner appends and what cache.append gives back."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.appended: list[torch.Tensor] = []  # the k of each append
+        self.returned: list[tuple[torch.Tensor, torch.Tensor]] = []  # (keys, values) of each append
+
+    def length(self, layer: int) -> int:
+        return self.inner.length(layer)
+
+    def append(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        keys, values = self.inner.append(layer, k, v)  # each (b, h, t_past + t_new, d_k)
+        self.appended.append(k.detach().clone())
+        self.returned.append((keys.detach().clone(), values.detach().clone()))
+        return keys, values
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def _diagnose_rotation(
+    candidate: Callable[..., Any], attn: RotaryMultiHeadAttention, actual: Any = None, expected: Any = None
+) -> str | None:
+    """Where the rotation goes wrong: seen on a prefill of 4 positions, then on one new token after them.
+
+    For the second call the check fills the cache itself, with keys rotated at their positions 0 … 3
+    as a right cached_attention leaves them. What the learner appends, and which way of rotating q
+    and the returned keys its output matches, tell apart no rotation at all, keys rotated again after
+    cache.append, and the new token rotated at another position. (With one new token, rotating q and
+    every key by one angle gives what no rotation gives: the prefill tells them apart.)
+    """
+    t_past = 4
+    x = randn(2, t_past + 1, attn.qkv.in_features)  # (b, t_past + 1, d_model)
+
+    def learners(chunk: torch.Tensor, cache: _SpyCache) -> torch.Tensor | None:
+        try:
+            got = call("cached_attention", candidate, attn, chunk, cache, 0)
+        except CheckFailed:
+            return None
+        ok = isinstance(got, torch.Tensor) and got.shape == chunk.shape and len(cache.appended) == 1
+        return got if ok else None
+
+    def attended(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+        out, _ = reference.attention(query, keys, values, is_causal=True)  # (b, h, t_new, d_k)
+        return attn.out(merge_heads(out))  # (b, t_new, d_model)
+
+    def at(z: torch.Tensor, position: int | None) -> torch.Tensor:
+        return reference.apply_rope(z, None if position is None else torch.tensor([position]), attn.base)
+
+    with torch.no_grad():
+        first = _SpyCache(reference.KVCache())
+        prefill = learners(x[:, :t_past], first)
+        if prefill is None:
+            return None
+        q, k, v = attn.project(x[:, :t_past])  # each (b, h, t_past, d_k), not rotated
+        if not is_close(prefill, reference.cached_attention(attn, x[:, :t_past], reference.KVCache(), 0)):
+            if is_close(prefill, attended(q, k, v)):
+                return (
+                    "matches attention that does not rotate q and k (or rotates q and every key by one same "
+                    "angle, which cancels in q·k): rotate the new queries and keys at their positions t_past "
+                    "… (base=attn.base) before appending the keys and attending."
+                )
+            return _wrong_key_positions(first.appended[0], k, 0, attn.base)
+        inner = reference.KVCache()
+        reference.cached_attention(attn, x[:, :t_past], inner, 0)  # keys rotated at 0 … t_past - 1
+        spy = _SpyCache(inner)
+        got = learners(x[:, t_past:], spy)
+        if got is None:
+            return None
+        q, k, _ = attn.project(x[:, t_past:])  # each (b, h, 1, d_k), not rotated
+        appended, (keys, values) = spy.appended[0], spy.returned[0]
+        if is_close(got, attended(q, keys, values)):  # = q and every returned key rotated at t_past
+            return (
+                "is right for a prefill, but for a new token after cached ones it is what rotating q and "
+                "every key cache.append returns at the new token's position gives (as if nothing were "
+                "rotated): a cached key keeps the rotation of its own position. Rotate only the new k, "
+                "before cache.append, and attend with the keys it returns."
+            )
+        twice = attended(at(q, t_past), at(keys, None), values)  # the returned keys rotated at 0 … t_past
+        if is_close(appended, at(k, t_past)) and is_close(got, twice):
+            return (
+                "rotates the cached keys a second time: the keys are appended already rotated at their "
+                "positions; attend with them as they come back from cache.append."
+            )
+        return _wrong_key_positions(appended, k, t_past, attn.base)
+
+
+def _wrong_key_positions(appended: torch.Tensor, k: torch.Tensor, t_past: int, base: float) -> str | None:
+    """The positions at which each new key was rotated, when they are found and are not t_past …."""
+    t_new = k.shape[-2]
+    positions = []
+    for j in range(t_new):
+        key = k[..., j : j + 1, :]  # (b, h, 1, d_k), not rotated
+        found = [
+            p
+            for p in range(4 * (t_past + t_new))
+            if is_close(appended[..., j : j + 1, :], reference.apply_rope(key, torch.tensor([p]), base))
+        ]
+        if not found:
+            return None
+        positions.append(found[0])
+    right = list(range(t_past, t_past + t_new))
+    if positions == right:
+        return None
+    shown = str(positions[0]) if t_new == 1 else str(positions)
+    where = str(t_past) if t_new == 1 else f"{t_past} … {t_past + t_new - 1}"
+    return (
+        f"rotates the new keys at position{'s' if t_new > 1 else ''} {shown}, but they sit at {where} "
+        "(t_past = cache.length(layer), read before cache.append, then one position per new token): rotate "
+        "the new q and k at torch.arange(t_past, t_past + t_new)."
+    )
 
 
 def _expect_cache_lengths(cache: Any, layer: int, start: int, t_new: int, shown: str) -> None:

@@ -23,6 +23,7 @@ from attn_course.checks._harness import (
     expect_close,
     expect_gradients,
     expect_tensor,
+    is_close,
     randn,
 )
 from attn_course.checks._probe import Heads, diagnose_heads, merged_input
@@ -395,11 +396,43 @@ def _diagnose_rope(actual: torch.Tensor, expected: torch.Tensor, x: torch.Tensor
             "lengths it keeps are those of (out[i], out[i + d/2]). Take the pairs as x[..., 0::2] and "
             "x[..., 1::2] and put each rotated pair back interleaved (stack on a new last axis, flatten)."
         )
+    if _rotates_half_split_pairs(a, x64, tol):
+        return (
+            "rotates the pairs (x[i], x[i + d/2]) (the rotate-half pairing of GPT-NeoX and Llama code), "
+            "whatever order it puts them back in. This course rotates neighbouring channels "
+            "(x[2i], x[2i+1]): take x[..., 0::2] and x[..., 1::2], and put each pair back in place."
+        )
     return (
         "changes the length of the pairs (x[2i], x[2i+1]), so it is not a rotation: for the angle "
         "φ = p·θ_i the pair becomes (x[2i]·cos φ - x[2i+1]·sin φ, x[2i]·sin φ + x[2i+1]·cos φ), the same "
         "cos and sin in both, with the two signs as written."
     )
+
+
+def _rotates_half_split_pairs(a: torch.Tensor, x: torch.Tensor, tol: float) -> bool:
+    """Whether the output's channels form pairs, each keeping the length of one pair (x[i], x[i + d/2]).
+
+    Whatever order the rotated pairs are put back in (interleaved, concatenated, swapped), a rotation
+    of the half-split pairs keeps out[c]² + out[c']² = x[i]² + x[i + d/2]² for some channels c, c'.
+    """
+    d = a.shape[-1]
+    half = d // 2
+    lengths = x[..., :half] ** 2 + x[..., half:] ** 2  # (..., T, d/2)
+    squares = a**2  # (..., T, d)
+    used: set[int] = set()
+    for i in range(half):
+        found = [
+            (c, e)
+            for c in range(d)
+            for e in range(c + 1, d)
+            if c not in used
+            and e not in used
+            and torch.allclose(squares[..., c] + squares[..., e], lengths[..., i], rtol=tol, atol=tol)
+        ]
+        if not found:
+            return False
+        used.update(found[0])
+    return True
 
 
 def _on_cpu(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -553,6 +586,7 @@ def _copy_parameters(learner: Any, ref: nn.Module, shown: str) -> None:
 def _mha_cases() -> list[dict[str, Any]]:
     """Constructor arguments and inputs: heads, odd t, positions with gaps, masks, base, no bias."""
     pad = reference.padding_mask(torch.tensor([7, 5]), 7)[:, None, :].expand(2, 7, 7)  # (b, t, t)
+    key_padding = reference.padding_mask(torch.tensor([5, 3]), 5)[:, None, :]  # (b, 1, t)
     return [
         {"init": (12, 3), "x": randn(2, 5, 12), "forward": {}},
         {"init": (16, 2), "x": randn(2, 7, 16), "forward": {"is_causal": True}},
@@ -564,7 +598,18 @@ def _mha_cases() -> list[dict[str, Any]]:
         },
         {"init": (16, 2), "x": randn(2, 6, 16), "kwargs": {"base": 20.0}, "forward": {"is_causal": True}},
         {"init": (8, 2), "x": randn(3, 5, 8), "kwargs": {"bias": False}, "forward": {}},
+        # masks that broadcast to (b, t, t), as the contract allows: one (t, t) mask for the whole batch
+        # (with t ≠ n_heads, and t = n_heads, where a head axis in the wrong place still broadcasts),
+        # and a key-padding mask (b, 1, t)
+        {"init": (16, 4), "x": randn(2, 6, 16), "forward": {"mask": _tt_mask(6)}},
+        {"init": (16, 4), "x": randn(2, 4, 16), "forward": {"mask": _tt_mask(4), "is_causal": True}},
+        {"init": (12, 3), "x": randn(2, 5, 12), "forward": {"mask": key_padding}},
     ]
+
+
+def _tt_mask(t: int) -> torch.Tensor:
+    """A (t, t) boolean mask that allows the diagonal and about half of the rest."""
+    return (torch.rand(t, t) < 0.5) | torch.eye(t, dtype=torch.bool)  # (t, t)
 
 
 @check
@@ -595,7 +640,11 @@ def check_RotaryMultiHeadAttention(candidate: Callable[..., Any]) -> str:  # noq
                 " The mask (b, t, t) applies to every head: give it a head axis, mask.unsqueeze(-3) "
                 "→ (b, 1, t, t)."
             )
-        got = call(f"{name}.forward", module, x, hint=hint, **given)
+        try:
+            got = call(f"{name}.forward", module, x, hint=hint, **given)
+        except CheckFailed:
+            _expect_mask_broadcasts(module, x, given, ref(x, **forward_kwargs), shown)
+            raise
         if isinstance(got, tuple | list):
             raise CheckFailed(
                 f"Your {shown}(x) returned a {type(got).__name__}: forward returns the output tensor "
@@ -603,6 +652,8 @@ def check_RotaryMultiHeadAttention(candidate: Callable[..., Any]) -> str:  # noq
             )
         expected = ref(x, **forward_kwargs)  # (b, t, d_model)
         out = expect_tensor(got, expected.shape, f"The output of your {shown}")
+        if not is_close(out, expected):
+            _expect_mask_broadcasts(module, x, given, expected, shown)
         mistakes = [Mistake(message, _mha_knob(ref, knobs)) for message, knobs in _MHA_MISTAKES]
         probe = functools.partial(_probe_rotary, candidate, n_heads, init_kwargs, given, tuple(x.shape[:2]))
         expect_close(
@@ -622,7 +673,31 @@ def check_RotaryMultiHeadAttention(candidate: Callable[..., Any]) -> str:  # noq
         name, module, ref, [randn(2, 5, 16, dtype=torch.float32)], ("x",), kwargs={"positions": positions}
     )
     _expect_rotary_runs_on_cuda(candidate, signature)
-    return "6 cases (heads, causal, positions with gaps, mask, base, bias=False) and gradients"
+    return (
+        "9 cases (heads, causal, positions with gaps, masks (b, t, t), (t, t) and (b, 1, t), base, "
+        "bias=False) and gradients"
+    )
+
+
+def _expect_mask_broadcasts(
+    module: Any, x: torch.Tensor, given: dict[str, Any], expected: torch.Tensor, shown: str
+) -> None:
+    """A layer wrong (or raising) for a mask smaller than (b, t, t) but right for it expanded: say so."""
+    mask = given.get("mask")
+    b, t = x.shape[:2]
+    if not isinstance(mask, torch.Tensor) or tuple(mask.shape) == (b, t, t):
+        return
+    try:
+        got = call("RotaryMultiHeadAttention.forward", module, x, **{**given, "mask": mask.expand(b, t, t)})
+    except CheckFailed:
+        return
+    if isinstance(got, torch.Tensor) and got.shape == expected.shape and is_close(got, expected):
+        raise CheckFailed(
+            f"Your {shown} is right for a mask (b, t, t) but not for the same mask given as "
+            f"{tuple(mask.shape)}, which the layer must take too (any mask that broadcasts to (b, t, t)): "
+            "its head axis is put in the wrong place. Count it from the end, mask.unsqueeze(-3) -> "
+            "(..., 1, t, t): unsqueeze(1) or mask[:, None] put it between the two t axes of a (t, t) mask."
+        )
 
 
 def _probe_rotary(
