@@ -651,6 +651,54 @@ def _document_mask_mod() -> Inputs:
         yield f"documents {lengths}", lambda f, ids=ids, t=t: evaluate_mask_mod(f(ids), 2, t, t)
 
 
+def _with_flex_names(f: Any) -> Any:
+    """f, with the names notebook 10's cell before Exercise 7 imports, where f's module lacks them."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    names = getattr(f, "__globals__", None)
+    if names is not None and not str(names.get("__name__", "")).startswith("attn_course"):
+        names.setdefault("create_block_mask", create_block_mask)
+        names.setdefault("flex_attention", flex_attention)
+    return f
+
+
+def _rotary_window_attention() -> Inputs:
+    import warnings
+
+    for seed, d_model, h, h_kv, bias, b, t, window, positions, dtype in [
+        (0, 16, 4, 2, False, 2, 7, 3, None, torch.float64),
+        (1, 24, 6, 3, True, 3, 5, 1, None, torch.float64),
+        (2, 16, 4, 1, False, 2, 6, 10, None, torch.float64),
+        (3, 24, 6, 2, True, 2, 9, 4, torch.arange(5, 14), torch.float64),
+        (4, 16, 4, 4, False, 1, 8, 2, torch.tensor([0, 2, 3, 7, 8, 9, 12, 13]), torch.float64),
+        (5, 16, 4, 2, True, 2, 6, 3, None, torch.float32),
+    ]:
+        torch.manual_seed(seed)
+        layer = R.GroupedQueryAttention(d_model, h, h_kv, bias=bias).to(dtype)
+        x = _randn(b, t, d_model, dtype=dtype, seed=seed)
+
+        def run(
+            f: Callable[..., Any], layer: Any = layer, x: Any = x, w: int = window, p: Any = positions
+        ) -> Any:
+            with torch.no_grad(), warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # flex_attention called without torch.compile
+                return _with_flex_names(f)(layer, x, w) if p is None else _with_flex_names(f)(layer, x, w, p)
+
+        where = "default" if positions is None else positions.tolist()
+        tag = f"d_model={d_model}, heads {h} of {h_kv}, t={t}, window {window}, positions {where}"
+        yield f"{tag}, {dtype}", run
+    torch.manual_seed(6)
+    layer = R.GroupedQueryAttention(16, 4, 2).double()
+    x = _randn(3, 2, 16, seed=6).transpose(0, 1)  # (2, 3, 16), non-contiguous
+
+    def noncontig(f: Callable[..., Any]) -> Any:
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return _with_flex_names(f)(layer, x, 2)
+
+    yield "non-contiguous x (2, 3, 16), window 2", noncontig
+
+
 # ---------------------------------------------------------------------------------------------
 # 08 and 09's Triton (the interpreter: few, small inputs)
 

@@ -35,6 +35,16 @@ BLIND_PRELUDE = PRELUDE + "import copy\n\nfrom attn_course.generation import nex
 
 _counter = itertools.count()
 
+EARLIER_CELLS = {
+    "rotary_window_attention": (
+        "from torch.nn.attention.flex_attention import create_block_mask, flex_attention\n"
+    ),
+    "triton_flash_attention_backward": "from attn_course.triton_flash.kernels import (\n"
+    "    flash_attention_backward_dkdv_kernel,\n    flash_attention_backward_dq_kernel,\n)\n",
+}
+"""What an exercise's cell uses from earlier cells of its notebook (imports; the two kernels of 09's earlier
+steps, the course's standing in for the learner's): without them every edit of the cell is a NameError."""
+
 
 def load(edit: BlindMistake | BlindAlternative | tuple[str, str, str, str], folder: Path) -> Any:
     """The learner's `exercise` with the edit applied (none where `old` is empty), from a file."""
@@ -45,7 +55,7 @@ def load(edit: BlindMistake | BlindAlternative | tuple[str, str, str, str], fold
             raise ValueError(f"{exercise}: `{old}` occurs {source.count(old)} times in its cell")
         source = source.replace(old, new)
     path = folder / f"blind_{exercise}_{next(_counter)}.py"
-    path.write_text(BLIND_PRELUDE + source)
+    path.write_text(BLIND_PRELUDE + EARLIER_CELLS.get(exercise, "") + source)
     spec = importlib.util.spec_from_file_location(path.stem, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
