@@ -329,10 +329,14 @@ def _diagnose(
             continue
         if not _grads_close(wrong, expected) and _grads_close(actual, wrong):
             raise CheckFailed(f"{what} {message}{where}")
-    wrong = [i for i in range(len(expected)) if not is_close(actual[i], expected[i].to(actual[i].dtype))]
-    derived = name_by_mutation(actual[wrong[0]], expected[wrong[0]], is_close) if wrong else None
+    wrong_grads = [
+        i for i in range(len(expected)) if not is_close(actual[i], expected[i].to(actual[i].dtype))
+    ]
+    derived = (
+        name_by_mutation(actual[wrong_grads[0]], expected[wrong_grads[0]], is_close) if wrong_grads else None
+    )
     found = (
-        f"gives the wrong {NAMES[wrong[0]]}: it {derived}"
+        f"gives the wrong {NAMES[wrong_grads[0]]}: it {derived}"
         if derived
         else _locate(actual, expected, inputs, is_causal, blocks)
     )
