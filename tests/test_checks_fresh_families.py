@@ -15,12 +15,17 @@ import math
 import pytest
 import torch
 from check_assertions import assert_accepted, assert_rejected
-from learner_code import MERGE, MHA, ONLINE_SOFTMAX, PADDING, SPLIT, learner
+from learner_code import CACHED, FLASH, MERGE, MHA, ONLINE_SOFTMAX, PADDING, SPLIT, learner
+from learner_mistakes_blind_a import load
+from learner_mistakes_blind_b import HOLDOUT_B
 
 from attn_course.checks import (
     _mutants,
     check_attention,
     check_attention_backward,
+    check_cached_attention,
+    check_flash_attention,
+    check_GroupedQueryAttention,
     check_merge_heads,
     check_MultiHeadAttention,
     check_online_softmax,
@@ -171,3 +176,31 @@ def test_a_tensor_unlike_its_namesake_in_the_right_computation_is_named(capsys):
         ("block.max(dim=-1, keepdim=True).values", "block.max(dim=-1).values"),
     )
     assert_rejected(check_online_softmax, wrong, "in the right computation it is", capsys)
+
+
+# ---------------------------------------------------------------------------------------------
+# One level into the helpers the reference calls; a loop's state left behind; no false names
+
+
+def test_a_change_inside_a_helper_the_reference_calls_is_named_with_the_helper(capsys):
+    """The reference's cached_attention merges the heads with merge_heads; the learner inline, (d h)."""
+    wrong = learner(
+        CACHED,
+        "cached_attention",
+        ("attn.out(merge_heads(out))", "attn.out(out.permute(0, 2, 3, 1).flatten(2))"),
+    )
+    assert_rejected(check_cached_attention, wrong, "with one change inside `merge_heads`", capsys)
+
+
+def test_a_loop_state_never_updated_is_named_as_the_update_left_out(capsys):
+    wrong = learner(FLASH, "flash_attention", ("            m = m_new\n", "            m_prev = m_new\n"))
+    assert_rejected(check_flash_attention, wrong, "the step `m = m_new` left out", capsys)
+
+
+def test_a_layers_error_is_not_named_by_a_change_that_raises_it_from_other_tensors(tmp_path):
+    """Queries split into n_kv_heads heads fail where a mutant passing k for q fails too, with other q."""
+    mistake = next(m for m in HOLDOUT_B if m.exercise == "GroupedQueryAttention" and "queries" in m.idea)
+    with pytest.raises(AssertionError) as failure:
+        check_GroupedQueryAttention(load(mistake, tmp_path))
+    assert "into 2 heads of 8" in str(failure.value)
+    assert "used where the right computation uses" not in str(failure.value)

@@ -52,6 +52,10 @@ ADD_REJECTED = {
         [("    x, y = x.contiguous(), y.contiguous()\n", "")],
         "adds x and y in memory order, but x is a transposed view",
     ),
+    "only x made contiguous": (
+        [("    x, y = x.contiguous(), y.contiguous()\n", "    x = x.contiguous()\n")],
+        "is a transposed view (its memory holds it column by column)",
+    ),
     "no mask": (
         [("mask = offsets < n", "mask = None")],
         "read from memory outside its tensors",

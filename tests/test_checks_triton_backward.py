@@ -147,12 +147,9 @@ ATOMIC_DQ = [
 ]  # fmt: skip
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="the kernel trace records tl.load and tl.store, not tl.atomic_add: until it does, the check "
-    "says no program wrote dq (being fixed in checks/_triton_trace.py on another branch, issue 30)",
-)
 def test_accepts_dq_added_atomically_by_the_dkdv_kernel(folder, capsys):
+    """A right backward that adds dQ atomically into a zeroed buffer (issue 27, point 7): the trace records
+    tl.atomic_add as a store that adds, so no false "no program wrote dq"."""
     candidate = variant(TRITON_BACKWARD, folder, NAME, *ATOMIC_DQ)
     assert_accepted(check_triton_flash_attention_backward, candidate, capsys)
 

@@ -254,7 +254,10 @@ def call(name: str, candidate: Callable[..., Any], *args: Any, hint: str = "", *
             first = f"Run the cell that defines `{missing}` first: your `{name}` calls it."
             hint = f"{first}\n{hint}" if hint else first
         called = f"It was called as {name}({describe_args(args, kwargs)})."
-        derived = name_error_by_mutation(name.strip("`"), args, kwargs, error, _learner_location(error))
+        shapes = {n: tuple(t.shape) for n, t in _line_tensors(_learner_traceback(error)) if "." not in n}
+        derived = name_error_by_mutation(
+            name.strip("`"), args, kwargs, error, _learner_location(error), shapes
+        )
         if derived:
             hint = f"{derived}\n{hint}" if hint else derived
         raise learner_raised(f"`{name}`", error, called + (f"\n{hint}" if hint else "")) from None

@@ -30,7 +30,7 @@ import time
 import traceback
 import types
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,8 +82,28 @@ _LAST_MODULE: contextvars.ContextVar[torch.nn.Module | None] = contextvars.Conte
 
 def note_call(name: str, args: tuple[Any, ...], kwargs: dict[str, Any], candidate: Any = None) -> None:
     """Remember the check's last call of the learner's function (or layer), for the mutation layer."""
+    args = tuple(_snapshot(a) for a in args)  # a cache the learner's call appends to, as it was before
+    kwargs = {k: _snapshot(v) for k, v in kwargs.items()}
     _LAST_CALL.set((name, args, kwargs))
     _LAST_MODULE.set(candidate if isinstance(candidate, torch.nn.Module) else None)
+
+
+def _stateful(value: Any) -> bool:
+    """An argument a call may change (a cache object, a dict or list of them): runs get copies of it."""
+    if isinstance(value, torch.Tensor | torch.nn.Module | int | float | str | bool | bytes | type(None)):
+        return False
+    if callable(value) or inspect.ismodule(value):
+        return False
+    return isinstance(value, dict | list) or hasattr(value, "__dict__")
+
+
+def _snapshot(value: Any) -> Any:
+    if not _stateful(value):
+        return value
+    try:
+        return copy.deepcopy(value)
+    except Exception:  # noqa: BLE001 - what cannot be copied is passed as it is
+        return value
 
 
 def call_arguments() -> dict[str, Any]:
@@ -154,7 +174,7 @@ def _subject(name: str) -> tuple[Callable[..., Any], Iterator[tuple[Mutant, Call
     """
     function = _reference(name)
     if function is not None:
-        return function, ((m, m.function) for m in mutants(function))
+        return function, ((m, m.function) for m in deep_mutants(function))
     twin = _twin(name)
     if twin is None:
         return None
@@ -166,7 +186,7 @@ def _twin(name: str) -> torch.nn.Module | None:
     from attn_course import reference
 
     layer = _LAST_MODULE.get()
-    cls = getattr(reference, name.split(".")[0], None)
+    cls = getattr(reference, re.split(r"\W", name)[0], None)  # "GroupedQueryAttention(16, 4, 2).forward"
     if layer is None or not (inspect.isclass(cls) and issubclass(cls, torch.nn.Module)):
         return None
     linears = [m for m in layer.modules() if isinstance(m, torch.nn.Linear)]
@@ -201,38 +221,66 @@ def _layer_variants(twin: torch.nn.Module) -> Iterator[tuple[Mutant, Callable[..
         for attribute, method in vars(cls).items():
             if not inspect.isfunction(method) or attribute.startswith("__"):
                 continue
-            for mutant in mutants(method):
+            for mutant in deep_mutants(method):
                 changed = copy.copy(twin)
                 changed.__dict__[attribute] = types.MethodType(mutant.function, changed)
                 yield mutant, changed
 
 
 def name_error_by_mutation(
-    name: str, args: tuple[Any, ...], kwargs: dict[str, Any], error: BaseException, learner_line: str
+    name: str,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    error: BaseException,
+    learner_line: str,
+    learner_shapes: dict[str, tuple[int, ...]] | None = None,
 ) -> str | None:
     """The change to the reference that raises the very error the learner's line raised, if one does.
 
     The mutant must raise the same exception with the same words, in the statement it changed, and
     that change must touch something the learner's failing line names too (a function it calls, or
-    a tensor it reads): the same sizes can clash for another reason elsewhere.
+    a tensor it reads): the same sizes can clash for another reason elsewhere. Where
+    `learner_shapes` gives the shapes of the tensors on the learner's failing line, the mutant's
+    tensors of the same names must have them too: a mutant that passes k where q belongs raises
+    the learner's error about q split into the wrong number of heads, from other tensors.
     """
     learner_names = set(re.findall(r"[A-Za-z_]\w*", learner_line))
-    function = _reference(name)
-    if BUDGET_S <= 0 or function is None or _raised(function, args, kwargs) is not None:
+    subject = _subject(name) if BUDGET_S > 0 else None
+    if subject is None or _raised(subject[0], args, kwargs) is not None:
         return None
     wanted = _error_key(error)
     deadline = time.monotonic() + BUDGET_S
-    for mutant in mutants(function):
+    for mutant, runner in subject[1]:
         if time.monotonic() > deadline:
             return None
-        raised = _raised(mutant.function, args, kwargs)
+        raised = _raised(runner, args, kwargs)
         if raised is None or _error_key(raised) != wanted or not _raised_at(raised, mutant.line):
+            continue
+        if learner_shapes and not _same_shapes(raised, learner_shapes):
             continue
         if mutant.names & learner_names:
             return mutant.message.replace(
                 "is what the right computation gives", "The right computation raises it", 1
             )
     return None
+
+
+def _same_shapes(raised: BaseException, learner_shapes: dict[str, tuple[int, ...]]) -> bool:
+    """Whether the tensors of the mutant's raising frame have the shapes of the learner's of the same name."""
+    frames = [tb for tb in _tracebacks(raised) if tb.tb_frame.f_code.co_filename.startswith("<mutant of")]
+    if not frames:
+        return True
+    scope = frames[-1].tb_frame.f_locals
+    shared = [n for n in learner_shapes if isinstance(scope.get(n), torch.Tensor)]
+    return all(tuple(scope[n].shape) == learner_shapes[n] for n in shared)
+
+
+def _tracebacks(error: BaseException) -> list[Any]:
+    entries, tb = [], error.__traceback__
+    while tb is not None:
+        entries.append(tb)
+        tb = tb.tb_next
+    return entries
 
 
 def _error_key(error: BaseException) -> tuple[type, str, tuple[int, ...]]:
@@ -313,8 +361,10 @@ def _call(
     function: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> tuple[Any, BaseException | None]:
     """(result, None), or (None, the error) where it raises: on fresh copies of the tensor arguments."""
-    fresh = [a.detach().clone() if isinstance(a, torch.Tensor) else a for a in args]
-    fresh_kwargs = {k: v.detach().clone() if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
+    fresh = [a.detach().clone() if isinstance(a, torch.Tensor) else _snapshot(a) for a in args]
+    fresh_kwargs = {
+        k: v.detach().clone() if isinstance(v, torch.Tensor) else _snapshot(v) for k, v in kwargs.items()
+    }
     try:
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -359,6 +409,55 @@ def _item(out: Any, index: int) -> torch.Tensor | None:
 
 
 _CACHE: dict[Callable[..., Any], list[Mutant]] = {}
+_DEEP_CACHE: dict[Callable[..., Any], list[Mutant]] = {}
+
+
+def deep_mutants(function: Callable[..., Any]) -> list[Mutant]:
+    """The function's own mutants, then those of each course function it calls by name, one level down.
+
+    A mistake inside a step the reference delegates (`merge_heads(out)`, `attention(q, k, v)`) is
+    one change of that helper: the caller runs with the changed helper in place of the real one,
+    and the message says inside which helper the change is.
+    """
+    if function not in _DEEP_CACHE:
+        found = list(mutants(function))
+        for helper in _helpers(function):
+            for mutant in mutants(helper):
+                caller = types.FunctionType(
+                    function.__code__,
+                    {**function.__globals__, helper.__name__: mutant.function},
+                    function.__name__,
+                    function.__defaults__,
+                    function.__closure__,
+                )
+                caller.__kwdefaults__ = function.__kwdefaults__
+                message = mutant.message.replace(
+                    "with one change", f"with one change inside `{helper.__name__}`", 1
+                )
+                found.append(Mutant(message, caller, mutant.line, mutant.names))
+        _DEEP_CACHE[function] = found
+    return _DEEP_CACHE[function]
+
+
+def _helpers(function: Callable[..., Any]) -> list[Callable[..., Any]]:
+    """The course's plain functions that `function` calls by a global name (not the checks, not itself)."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
+    except (OSError, TypeError, SyntaxError):
+        return []
+    names = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+    helpers: list[Callable[..., Any]] = []
+    for name in sorted(names):
+        value = function.__globals__.get(name)
+        module = getattr(value, "__module__", "") or ""
+        if (
+            inspect.isfunction(value)
+            and value is not function
+            and module.startswith("attn_course")
+            and not module.startswith("attn_course.checks")
+        ):
+            helpers.append(value)
+    return helpers
 
 
 def mutants(function: Callable[..., Any]) -> list[Mutant]:
@@ -388,11 +487,13 @@ def _build(function: Callable[..., Any]) -> Iterator[Mutant]:
     nodes = list(ast.walk(definition))
     parents = {child: node for node in nodes for child in ast.iter_child_nodes(node)}
     siblings = _siblings(definition)
+    targets = [t.id for n in nodes if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)]
+    updated = {name for name in targets if targets.count(name) > 1}  # a state a loop carries (m = m_new)
     seen: set[str] = set()
     for index, node in enumerate(nodes):
         if node is definition or _in_docstring_or_annotation(node, parents):
             continue
-        for replacement, change in _changes(node, parameters, parents, siblings):
+        for replacement, change in _changes(node, parameters, parents, siblings, updated):
             statement = _statement(node, parents)
             changed = _replace(definition, index, replacement)
             if changed is None:
@@ -491,7 +592,11 @@ def _siblings(definition: ast.FunctionDef) -> dict[str, list[str]]:
 
 
 def _changes(
-    node: ast.AST, parameters: list[str], parents: dict[ast.AST, ast.AST], siblings: dict[str, list[str]]
+    node: ast.AST,
+    parameters: list[str],
+    parents: dict[ast.AST, ast.AST],
+    siblings: dict[str, list[str]],
+    updated: Collection[str] = (),
 ) -> Iterator[tuple[ast.AST | None, str]]:
     """(replacement, the change in words) for each generic mutation that applies at `node`."""
     if isinstance(node, ast.BinOp):
@@ -530,7 +635,9 @@ def _changes(
             yield ast.Constant(pattern), f"the pattern `{pattern}` where it should be `{node.value}`"
     elif isinstance(node, ast.Constant) and type(node.value) is bool:
         yield ast.Constant(not node.value), f"`{not node.value}` where it should be `{node.value}`"
-    elif isinstance(node, ast.Assign | ast.AugAssign) and _reassigns(node, parents):
+    elif isinstance(node, ast.Assign | ast.AugAssign) and (
+        _reassigns(node, parents) or _updates(node, updated)
+    ):
         yield None, f"the step `{_code(node)}` left out"
 
 
@@ -561,6 +668,14 @@ def _reassigns(node: ast.Assign | ast.AugAssign, parents: dict[ast.AST, ast.AST]
     return len(targets) == 1 and targets[0] in used
 
 
+def _updates(node: ast.Assign | ast.AugAssign, updated: Collection[str]) -> bool:
+    """`m = m_new` where m is assigned elsewhere too (a loop's state): leaving it out skips an update."""
+    if not isinstance(node, ast.Assign) or len(node.targets) != 1:
+        return False
+    target = node.targets[0]
+    return isinstance(target, ast.Name) and target.id in updated and isinstance(node.value, ast.Name)
+
+
 def _binop_changes(node: ast.BinOp) -> Iterator[tuple[ast.AST, str]]:
     left, right, op = node.left, node.right, type(node.op)
     if op is ast.Mult:
@@ -581,6 +696,10 @@ def _binop_changes(node: ast.BinOp) -> Iterator[tuple[ast.AST, str]]:
                 ast.BinOp(left, ast.Div(), root),
                 f"a division by √(`{_code(right)}`) where it divides by `{_code(right)}`",
             )
+    elif op is ast.FloorDiv:
+        yield left, f"no division by `{_code(right)}` in `{_code(node)}`"
+        yield right, f"`{_code(right)}` alone where it should be `{_code(node)}`"
+        yield ast.BinOp(right, ast.FloorDiv(), left), f"`{_code(node)}` the other way round"
     elif op in (ast.Add, ast.Sub):
         yield left, f"the term `{_code(right)}` left out of `{_code(node)}`"
         if op is ast.Add:

@@ -44,15 +44,18 @@ def check_triton_add(candidate: Callable[..., Any]) -> str:
     mode = kernel_mode("triton_add", candidate)
     dtype = torch.float16 if mode.gpu else torch.float32
     lengths = (1000, 1, 4096, 37)
-    shapes: list[tuple[tuple[int, ...], bool]] = [((n,), False) for n in lengths] + [
-        ((7, 33), False),
-        ((7, 33), True),
+    shapes: list[tuple[tuple[int, ...], str]] = [((n,), "") for n in lengths] + [
+        ((7, 33), ""),
+        ((7, 33), "x"),
+        ((7, 33), "y"),
     ]
     for shape, transposed in shapes:
         x = guarded(*shape, device=mode.device, dtype=dtype)
         y = guarded(*shape, device=mode.device, dtype=dtype)
-        if transposed:  # x a (33, 7) tensor's transpose: the same shape as y, another memory order
+        if transposed == "x":  # a (33, 7) tensor's transpose: the same shape as y, another memory order
             x = guarded(*shape[::-1], device=mode.device, dtype=dtype).t()
+        if transposed == "y":  # either input may be a view: both must be made contiguous
+            y = guarded(*shape[::-1], device=mode.device, dtype=dtype).t()
         result, trace = traced_call("triton_add", candidate, mode, x, y)
         expect_launched("triton_add", trace)
         expect_in_bounds("triton_add", trace, _ADD_BOUNDS_HINT)
@@ -65,29 +68,34 @@ def check_triton_add(candidate: Callable[..., Any]) -> str:
         out = expect_result("triton_add", result, x, "triton_add(x, y)")
         expect_all_written(trace, out, _add_coverage_hint(trace, out))
         mistakes = [Mistake(message, functools.partial(wrong, x, y)) for message, wrong in _ADD_MISTAKES]
-        if not x.is_contiguous():
+        if transposed:
             mistakes.append(
                 Mistake(
-                    "adds x and y in memory order, but x is a transposed view (its memory holds it column by "
-                    "column): make both contiguous first, x, y = x.contiguous(), y.contiguous().",
+                    f"adds x and y in memory order, but {transposed} is a transposed view (its memory holds "
+                    "it column by column): make both contiguous first, "
+                    "x, y = x.contiguous(), y.contiguous().",
                     functools.partial(_in_memory_order, x, y),
                 )
             )
-        shown = describe_args((x, y), {}) + (", x a transposed view" if not x.is_contiguous() else "")
+        shown = describe_args((x, y), {}) + (f", {transposed} a transposed view" if transposed else "")
         compare("`triton_add`", out, x + y, mode, mistakes, shown)
     blocks = _block_shapes(trace)
     detail = f" (blocks of {blocks[0][0]})" if blocks else ""
     sizes = ", ".join(map(str, lengths))
     return (
-        f"x + y for lengths {sizes}, a 7×33 matrix and a transposed view{detail}, every element written, "
+        f"x + y for lengths {sizes}, a 7×33 matrix, x or y a transposed view{detail}, every element written, "
         "no access out of bounds."
     )
 
 
 def _in_memory_order(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """What adding the memory of x and y element by element gives, in the layout of empty_like(x)."""
-    flat = x.t().contiguous().flatten() + y.contiguous().flatten()  # x's memory order, then y's
-    return torch.as_strided(flat, x.shape, x.stride())
+
+    def memory(t: torch.Tensor) -> torch.Tensor:  # (numel,): the elements in the order memory holds them
+        return t.flatten() if t.is_contiguous() else t.t().contiguous().flatten()
+
+    flat = memory(x) + memory(y)  # (numel,)
+    return torch.as_strided(flat, x.shape, torch.empty_like(x).stride())
 
 
 _ADD_MISTAKES: list[tuple[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]]] = [
