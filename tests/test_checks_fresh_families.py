@@ -5,7 +5,8 @@ sets' texts): a result of the wrong shape read as axes merged, reduced or sized 
 argument (`_shapes.py`); arguments passed in another order than the function takes them
 (`_calls.py`); a layer whose one changed step a reference layer with the learner's own weights
 reproduces (`_mutants._twin`); a product transposed; a tensor of the failing line whose shape its
-namesake in the right computation never has. Right answers must still pass.
+namesake in the right computation never has; the learner's own line changed once so that it passes
+(`_repairs.py`). Right answers must still pass.
 """
 
 from __future__ import annotations
@@ -15,15 +16,17 @@ import math
 import pytest
 import torch
 from check_assertions import assert_accepted, assert_rejected
-from learner_code import CACHED, FLASH, MERGE, MHA, ONLINE_SOFTMAX, PADDING, SPLIT, learner
+from learner_code import CACHED, FLASH, MERGE, MHA, ONLINE_SOFTMAX, PADDING, SCORES, SPLIT, learner
 from learner_mistakes_blind_a import load
 from learner_mistakes_blind_b import HOLDOUT_B
 
 from attn_course.checks import (
     _mutants,
+    _repairs,
     check_attention,
     check_attention_backward,
     check_cached_attention,
+    check_dot_product_scores,
     check_flash_attention,
     check_GroupedQueryAttention,
     check_merge_heads,
@@ -204,3 +207,55 @@ def test_a_layers_error_is_not_named_by_a_change_that_raises_it_from_other_tenso
         check_GroupedQueryAttention(load(mistake, tmp_path))
     assert "into 2 heads of 8" in str(failure.value)
     assert "used where the right computation uses" not in str(failure.value)
+
+
+# ---------------------------------------------------------------------------------------------
+# The learner's own line, changed once so that it passes (checks/_repairs.py)
+
+
+def test_a_wrong_value_is_shown_as_the_learners_line_and_the_line_that_passes(capsys):
+    wrong = learner(
+        SCORES,
+        "dot_product_scores",
+        ("q @ k.transpose(-2, -1)", "(q @ k.transpose(-2, -1)).roll(1, dims=-1)"),
+    )
+    assert_rejected(
+        check_dot_product_scores,
+        wrong,
+        "passes this check written `return (q @ k.transpose(-2, -1)).roll(0, dims=-1)`",
+        capsys,
+    )
+
+
+def test_an_error_is_shown_as_the_line_that_feeds_it_and_the_line_that_passes(capsys):
+    wrong = learner(
+        ONLINE_SOFTMAX,
+        "online_softmax",
+        ("block.max(dim=-1, keepdim=True).values", "block.max(dim=-1).values"),
+    )
+    assert_rejected(
+        check_online_softmax,
+        wrong,
+        "passes this check written `m_new = torch.maximum(m, block.max(dim=-1, keepdim=True).values)`",
+        capsys,
+    )
+
+
+def test_a_change_fitted_to_the_checks_sizes_is_not_offered(capsys):
+    """k[:1] -> k[:2] passes where the batch is 2: a shifted index is never offered as the fix."""
+    wrong = learner(SCORES, "dot_product_scores", ("q @ k.transpose(-2, -1)", "q @ k[:1].transpose(-2, -1)"))
+    with pytest.raises(AssertionError) as failure:
+        check_dot_product_scores(wrong)
+    assert "passes this check" not in str(failure.value)
+
+
+def test_with_no_budget_the_repair_layer_is_silent(monkeypatch):
+    monkeypatch.setattr(_repairs, "BUDGET_S", 0.0)
+    wrong = learner(
+        SCORES,
+        "dot_product_scores",
+        ("q @ k.transpose(-2, -1)", "(q @ k.transpose(-2, -1)).roll(1, dims=-1)"),
+    )
+    with pytest.raises(AssertionError) as failure:
+        check_dot_product_scores(wrong)
+    assert "passes this check" not in str(failure.value)

@@ -7,6 +7,7 @@ Everything that goes wrong becomes a `CheckFailed` with a message in the learner
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import importlib.util
 import inspect
@@ -35,6 +36,7 @@ from attn_course.checks._mutants import (
     note_call,
     reference_shapes,
 )
+from attn_course.checks._repairs import begin_check, name_by_repair
 from attn_course.checks._shapes import explain_shape
 from attn_course.progress import record_failure, record_pass
 
@@ -140,6 +142,7 @@ def check(body: Callable[[Callable[..., Any]], str]) -> Callable[[Any], None]:
             )
         failure: Exception | None = None
         forget_calls()
+        begin_check(body, candidate)
         try:
             with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -669,6 +672,10 @@ def learner_raised(what: str, error: BaseException, hint: str = "") -> CheckFail
     misplaced = _misplaced_on_failing_lines(error) or _unlike_reference(error)
     if misplaced:
         explanation = f"{misplaced}\n{explanation}" if explanation else misplaced
+    tb = _learner_traceback(error)
+    repair = name_by_repair(line=tb.tb_lineno) if tb is not None else None
+    if repair:
+        explanation = f"{repair}\n{explanation}" if explanation else repair
     first = " ".join(str(error).split())[:400]
     return CheckFailed(
         f"{what} raised {type(error).__name__}: {first}{_learner_location(error)}"
@@ -852,14 +859,15 @@ def expect_close(
                 continue
         if not close(wrong, expected) and close(actual, wrong):
             raise CheckFailed(f"{what} {mistake.message}{where}")
-    derived = name_by_mutation(
-        actual, expected, close
-    )  # first: a diagnosis may call the learner's code again
-    found = diagnose(actual, expected) if diagnose is not None else None
+    derived = name_by_mutation(actual, expected, close)
+    # A diagnosis may call the learner's code again: in a context of its own, the check's last call stays.
+    found = contextvars.copy_context().run(diagnose, actual, expected) if diagnose is not None else None
     if found:  # the check's own reading first; a one-change mutant that gives the same result says how
         raise CheckFailed(f"{what} {found}" + (f"\nIt {derived}" if derived else "") + where)
     if derived:
         raise CheckFailed(f"{what} {derived}{where}")
+    repair = name_by_repair(expected, close)
+    where = f"\n{repair}{where}" if repair else where  # the learner's own line, after what is wrong
     misplaced = misplaced_in_last()
     if misplaced:
         raise CheckFailed(f"{what} is wrong. {misplaced}{where}")

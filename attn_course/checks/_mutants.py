@@ -40,6 +40,9 @@ _LAST_CALL: contextvars.ContextVar[tuple[str, tuple[Any, ...], dict[str, Any]] |
     contextvars.ContextVar("last_call", default=None)
 )
 
+_QUIET: contextvars.ContextVar[bool] = contextvars.ContextVar("quiet", default=False)
+"""True while the repair layer (`_repairs.py`) runs a check on a changed copy of the learner's code."""
+
 BUDGET_S = 10.0
 """Seconds the layer may spend running mutants for one comparison (0 turns the layer off)."""
 
@@ -51,6 +54,17 @@ _AXIS_METHODS = {
 }  # fmt: skip
 _REDUCTIONS = {"sum", "mean", "amax", "amin", "max", "min", "logsumexp", "argmax", "argmin", "var", "std"}
 _SQRT = {"sqrt"}
+_LAYOUT_METHODS = {
+    "transpose",
+    "permute",
+    "t",
+    "contiguous",
+    "unsqueeze",
+    "squeeze",
+    "flatten",
+    "reshape",
+    "view",
+}
 _UNSAFE = ("triton", "[grid]", "as_strided", "data_ptr", "ctypes")
 """Words of a source that may touch raw memory: such functions get no mutants."""
 _OPS = {ast.Mult: "*", ast.Div: "/", ast.Add: "+", ast.Sub: "-", ast.Pow: "**", ast.MatMult: "@"}
@@ -73,6 +87,12 @@ class Mutant:
     """The changed statement's line in the mutant's source (None: the statement was left out)."""
     names: frozenset[str] = frozenset()
     """What the changed code calls (or, calling nothing, the names it reads)."""
+    before: str = ""
+    """The changed statement's first line as written."""
+    after: str = ""
+    """That line with the change ("" where the statement was left out)."""
+    index_shift: bool = False
+    """Whether the change shifts a constant inside an index or slice (k[:1] -> k[:2])."""
 
 
 _LAST_MODULE: contextvars.ContextVar[torch.nn.Module | None] = contextvars.ContextVar(
@@ -134,6 +154,7 @@ def name_by_mutation(
     last = _LAST_CALL.get()
     if (
         BUDGET_S <= 0
+        or _QUIET.get()
         or last is None
         or not isinstance(actual, torch.Tensor)
         or actual.shape != expected.shape
@@ -245,7 +266,7 @@ def name_error_by_mutation(
     the learner's error about q split into the wrong number of heads, from other tensors.
     """
     learner_names = set(re.findall(r"[A-Za-z_]\w*", learner_line))
-    subject = _subject(name) if BUDGET_S > 0 else None
+    subject = _subject(name) if BUDGET_S > 0 and not _QUIET.get() else None
     if subject is None or _raised(subject[0], args, kwargs) is not None:
         return None
     wanted = _error_key(error)
@@ -325,7 +346,9 @@ def _repeats(
 def name_shape_by_mutation(actual: Any, shape: tuple[int, ...]) -> str | None:
     """The message of the first mutant whose result has the learner's (wrong) shape and values."""
     last = _LAST_CALL.get()
-    if BUDGET_S <= 0 or last is None or not isinstance(actual, torch.Tensor) or tuple(actual.shape) == shape:
+    if _QUIET.get() or BUDGET_S <= 0 or last is None or not isinstance(actual, torch.Tensor):
+        return None
+    if tuple(actual.shape) == shape:
         return None
     name, args, kwargs = last
     function = _reference(name)
@@ -472,7 +495,9 @@ def _build(function: Callable[..., Any]) -> Iterator[Mutant]:
         source = textwrap.dedent(inspect.getsource(function))
     except (OSError, TypeError):
         return
-    if any(word in source for word in _UNSAFE) or function.__module__.startswith("attn_course.triton_flash"):
+    if any(word in source for word in _UNSAFE) or (function.__module__ or "").startswith(
+        "attn_course.triton_flash"
+    ):
         return  # a kernel launched with a changed grid or stride writes outside its tensors
     tree = ast.parse(source)
     definition = tree.body[0]
@@ -509,7 +534,21 @@ def _build(function: Callable[..., Any]) -> Iterator[Mutant]:
                 where = f", in the step `{step}`" if step else ""
                 line = statement.lineno if statement is not None and replacement is not None else None
                 message = f"is what the right computation gives with one change{where}: {change}."
-                yield Mutant(message, compiled, line, _site_names(node))
+                before = ast.unparse(statement).splitlines()[0] if statement is not None else ""
+                after = ""
+                if statement is not None and replacement is not None:
+                    after = ast.unparse(list(ast.walk(changed))[nodes.index(statement)]).splitlines()[0]
+                shift = isinstance(node, ast.Constant) and any(
+                    isinstance(p, ast.Subscript | ast.Slice) for p in _ancestors(node, parents)
+                )
+                yield Mutant(message, compiled, line, _site_names(node), before, after, shift)
+
+
+def _ancestors(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> Iterator[ast.AST]:
+    parent = parents.get(node)
+    while parent is not None and not isinstance(parent, ast.stmt):
+        yield parent
+        parent = parents.get(parent)
 
 
 def _in_docstring_or_annotation(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:
@@ -735,8 +774,17 @@ def _call_changes(node: ast.Call) -> Iterator[tuple[ast.AST, str]]:
     method = _method(node)
     if len(node.args) == 1 and not node.keywords and not isinstance(node.args[0], ast.Starred):
         yield node.args[0], f"`{_code(node.func)}` not applied in `{_code(node)}`"
-    elif not node.args and not node.keywords and isinstance(node.func, ast.Attribute):
-        yield node.func.value, f"`.{node.func.attr}()` left out of `{_code(node)}`"
+    elif isinstance(node.func, ast.Attribute) and (
+        (not node.args and not node.keywords) or node.func.attr in _LAYOUT_METHODS
+    ):
+        yield node.func.value, f"`.{node.func.attr}(...)` left out of `{_code(node)}`"
+    if (
+        method in _REDUCTIONS
+        and not any(kw.arg == "keepdim" for kw in node.keywords)
+        and (node.args or any(kw.arg == "dim" for kw in node.keywords))
+    ):
+        keywords = [*node.keywords, ast.keyword("keepdim", ast.Constant(True))]
+        yield ast.Call(node.func, node.args, keywords), f"`{method}` with keepdim=True"
     if method in _SQRT and node.args:
         yield node.args[0], f"no square root in `{_code(node)}`"
     if method in _AXIS_METHODS:
@@ -842,7 +890,7 @@ def reference_shapes() -> dict[str, set[tuple[int, ...]]]:
     whose shape no tensor of that name ever has in the right computation is where their code departs.
     """
     last = _LAST_CALL.get()
-    function = None if last is None else _reference(last[0])
+    function = None if last is None or _QUIET.get() else _reference(last[0])
     if last is None or function is None or any(word in _source(function) for word in _UNSAFE):
         return {}
     _, args, kwargs = last

@@ -32,6 +32,7 @@ from attn_course.checks._harness import (
     randn,
 )
 from attn_course.checks._mutants import name_by_mutation
+from attn_course.checks._repairs import name_by_repair
 from attn_course.checks.flash import _FUSED, _OpRecorder
 
 Grads = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
@@ -340,6 +341,9 @@ def _diagnose(
         if derived
         else _locate(actual, expected, inputs, is_causal, blocks)
     )
+    repair = None if derived or not wrong_grads else name_by_repair(expected[wrong_grads[0]], is_close)
+    if repair:
+        found += f"\n{repair}"
     if is_causal and plain_passed:
         found += (
             "\nThe cases with is_causal=False passed, so the mistake is in the causal part: the mask inside "

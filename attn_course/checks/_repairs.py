@@ -1,0 +1,183 @@
+"""One change to the learner's own code that makes it pass: their mistake, shown in their own lines.
+
+The reference's mutants name a mistake in the reference's words, and a learner's code is seldom
+written as the reference is (other names, the notebook's skeleton, another loop). This layer turns
+the search round: it applies the same generic one-site changes to the learner's function (or to
+each method of their layer), keeps those whose result on the failing call is the right one, and
+runs the whole check on each of them; a change after which the learner's code passes the check is
+shown as the line they wrote and the line that passes ("Line 57 of your code, `if ks >= qe:`,
+passes this check written `if ks > qe:`"). It runs only after a check has failed, with every other
+layer silent inside it, so it can never refuse a right answer, and what it says has been run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import copy
+import inspect
+import io
+import time
+import types
+import warnings
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+from attn_course.checks import _mutants
+
+BUDGET_S = 4.0
+"""Seconds the layer may spend on one failing check (0 turns it off)."""
+
+_CHECK: contextvars.ContextVar[tuple[Callable[[Any], str], Any] | None] = contextvars.ContextVar(
+    "check", default=None
+)
+
+
+def begin_check(body: Callable[[Any], str], candidate: Any) -> None:
+    """Remember the check now running (its body) and what the learner handed it."""
+    _CHECK.set((body, candidate))
+
+
+def name_by_repair(
+    expected: torch.Tensor | None = None,
+    close: Callable[[torch.Tensor, torch.Tensor], bool] | None = None,
+    line: int | None = None,
+) -> str | None:
+    """The learner's line and the same line changed once so that their code passes this check, if one does.
+
+    With `expected` and `close`, a change is first run on the check's last call and kept only where
+    its result is `expected`. With `line` (where an error was raised), the changes on that line are
+    tried first, then those on the lines before it, nearest first: what feeds the failing line. The
+    shorter of two changed lines is tried first (a transpose left out before one added), and a
+    reduction of the whole tensor last: it passes where a shift by any constant does, but it is
+    rarely what the learner meant.
+    """
+    current = _CHECK.get()
+    if current is None or _mutants._QUIET.get() or BUDGET_S <= 0:
+        return None
+    try:
+        return _search(*current, expected, close, line)
+    except Exception:  # noqa: BLE001 - a layer that only adds to a message must never fail the check
+        return None
+
+
+def _search(
+    body: Callable[[Any], str],
+    top: Any,
+    expected: torch.Tensor | None,
+    close: Callable[[torch.Tensor, torch.Tensor], bool] | None,
+    line: int | None,
+) -> str | None:
+    deadline = time.monotonic() + (
+        BUDGET_S if line is None else BUDGET_S / 2
+    )  # an error: what feeds its line
+
+    def order(variant: tuple[Any, Any, _mutants.Mutant, int]) -> tuple[int, bool, int]:
+        mutant, start = variant[2], variant[3]
+        at = None if mutant.line is None else mutant.line + start - 1
+        distance = 0 if line is None or at is None else line - at if at <= line else 10_000 + at
+        whole = "of the whole tensor" in mutant.message
+        return distance, whole, len(mutant.after) - len(mutant.before)
+
+    for repaired, runner, mutant, start in sorted(_variants(top), key=order):
+        if time.monotonic() > deadline:
+            return None
+        if mutant.index_shift:
+            continue  # k[:1] -> k[:2] passes where the batch is 2: a fix fitted to the check's sizes
+        lineno = None if mutant.line is None else mutant.line + start - 1
+        if expected is not None and close is not None and not _gives(runner, expected, close):
+            continue
+        if expected is None and not _returns(runner):
+            continue  # still raises on the failing call: no need to run the whole check
+        if _passes(body, repaired):
+            if not mutant.after:
+                return f"Your code passes this check without its line {lineno}, `{mutant.before}`."
+            return (
+                f"Line {lineno} of your code, `{_short(mutant.before)}`, passes this check written "
+                f"`{_short(mutant.after)}`."
+            )
+    return None
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= 100 else text[:97] + "..."
+
+
+def _variants(top: Any) -> Iterator[tuple[Any, Callable[..., Any] | None, _mutants.Mutant, int]]:
+    """(repaired candidate, what runs the failing call on it, the mutant, its source's first line)."""
+    last_module = _mutants._LAST_MODULE.get()
+    if inspect.isfunction(top):
+        start = _first_line(top)
+        if start is None:
+            return
+        for mutant in _mutants.mutants(top):
+            yield mutant.function, mutant.function, mutant, start
+    elif inspect.isclass(top) and issubclass(top, torch.nn.Module):
+        for attribute, method in vars(top).items():
+            start = _first_line(method) if inspect.isfunction(method) else None
+            if start is None or attribute == "__init__":
+                continue
+            for mutant in _mutants.mutants(method):
+                repaired = type(top.__name__, (top,), {attribute: mutant.function})
+                runner = None
+                if isinstance(last_module, top):
+                    runner = copy.copy(last_module)
+                    runner.__dict__[attribute] = types.MethodType(mutant.function, runner)
+                yield repaired, runner, mutant, start
+
+
+def _first_line(function: Callable[..., Any]) -> int | None:
+    try:
+        return inspect.getsourcelines(function)[1]
+    except (OSError, TypeError):
+        return None
+
+
+def _gives(
+    runner: Callable[..., Any] | None,
+    expected: torch.Tensor,
+    close: Callable[[torch.Tensor, torch.Tensor], bool],
+) -> bool:
+    """Whether the changed code, on the check's last call, gives `expected` (as the result or one item)."""
+    last = _mutants._LAST_CALL.get()
+    if runner is None or last is None:
+        return True  # nothing to try it on first: the whole check decides
+    _, args, kwargs = last
+    result = _mutants._run(runner, args, kwargs)
+    items = list(result) if isinstance(result, tuple | list) else [result]
+    return any(
+        isinstance(x, torch.Tensor) and x.shape == expected.shape and bool(close(x, expected)) for x in items
+    )
+
+
+def _returns(runner: Callable[..., Any] | None) -> bool:
+    """Whether the changed code returns (raises nothing) on the check's last call."""
+    last = _mutants._LAST_CALL.get()
+    if runner is None or last is None:
+        return True
+    _, args, kwargs = last
+    return _mutants._call(runner, args, kwargs)[1] is None
+
+
+def _passes(body: Callable[[Any], str], candidate: Any) -> bool:
+    """Whether the check's body accepts `candidate`: quietly, seeded as the check is, in its own context."""
+
+    def run() -> bool:
+        _mutants._QUIET.set(True)
+        try:
+            with (
+                torch.random.fork_rng(devices=[]),
+                warnings.catch_warnings(),
+                contextlib.redirect_stdout(io.StringIO()),
+                contextlib.redirect_stderr(io.StringIO()),
+            ):
+                warnings.simplefilter("ignore")
+                torch.manual_seed(0)
+                body(candidate)
+        except Exception:  # noqa: BLE001 - a repair that fails the check in any way is no repair
+            return False
+        return True
+
+    return contextvars.copy_context().run(run)
