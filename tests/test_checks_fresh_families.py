@@ -75,6 +75,7 @@ def test_heads_averaged_instead_of_concatenated_are_read_as_parts_reduced(capsys
         ((2, 3, 5, 4), (2, 3, 20), "is split into"),
         ((2, 5), (2, 3, 5), "Axis 1 of the right shape, of size 3, is missing"),
         ((2, 6), (2, 5), "off by one"),
+        ((2, 0, 5, 4), (2, 6, 5, 4), "a size computed as 0"),  # n_heads // n_kv_heads the wrong way round
     ],
 )
 def test_shape_readings(actual, expected, phrase):
@@ -259,3 +260,22 @@ def test_with_no_budget_the_repair_layer_is_silent(monkeypatch):
     with pytest.raises(AssertionError) as failure:
         check_dot_product_scores(wrong)
     assert "passes this check" not in str(failure.value)
+
+
+def attention_nan_hidden_by_nan_to_num(q, k, v, mask=None, is_causal=False):
+    """Right values, rows with no key included, but the softmax of such a row is NaN before nan_to_num."""
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if is_causal:
+        t_q, t_k = q.shape[-2], k.shape[-2]
+        allowed = torch.ones(t_q, t_k, dtype=torch.bool).tril(t_k - t_q)
+        mask = allowed if mask is None else mask & allowed
+    if mask is not None:
+        scores = scores + torch.zeros_like(scores).masked_fill(~mask, -math.inf)
+    weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
+    return weights @ v, weights
+
+
+def test_a_gradient_made_nan_behind_a_right_value_is_explained(capsys):
+    assert_rejected(
+        check_attention, attention_nan_hidden_by_nan_to_num, "is hidden in the values by nan_to_num", capsys
+    )

@@ -1108,6 +1108,15 @@ def expect_gradients(
     for label, got, want in zip(labels, grads[0], grads[1], strict=True):
 
         def diagnose(got: torch.Tensor, want: torch.Tensor, label: str = label) -> str:
+            bad = ~torch.isfinite(got.detach()) & torch.isfinite(want.detach())
+            if bool(bad.any()):
+                return (
+                    f"holds NaN or inf in {int(bad.sum())} of {bad.numel()} entries, though the values of "
+                    "your function are right: a NaN made on the way (a softmax of a row of only -inf, "
+                    "0 · inf, a log or a division by 0) is hidden in the values by nan_to_num, where or "
+                    "masked_fill, but backward still multiplies through it. Keep every intermediate "
+                    "finite: fill masked scores so that no row is all -inf, or compute such rows apart."
+                )
             return (
                 "is wrong, though the values of your function are right: part of the computation is cut "
                 "off from autograd or changed behind its back (.detach(), .data, torch.no_grad(), an "

@@ -97,6 +97,8 @@ def _size_note(axis: int, got: int, want: int, sources: dict[int, list[str]]) ->
     """Why axis `axis` may have `got` where `want` is right."""
     got_from, want_from = sources.get(got, []), sources.get(want, [])
     where = f"Axis {axis} has {got}"
+    if got == 0 or want == 0:
+        return f"{where} where it should have {want}: a size computed as 0 (a division the wrong way round?)."
     parts = want // got if want % got == 0 else 0
     if parts > 1 and parts in sources:
         return (
