@@ -79,10 +79,6 @@ AFTER_THE_MERGE = {
     "test_checks_blind.py::test_every_blind_alternative_passes[B33-alibi_score_mod]": "alibi",
     "test_checks_blind.py::test_each_mistake_is_wrong_and_each_alternative_right_against_the_reference"
     "[B-alternative33-alibi_score_mod]": "alibi",
-    "test_checks_blind.py::test_each_mistake_is_wrong_and_each_alternative_right_against_the_reference"
-    "[A-alternative16-flash_attention]": "no key",
-    "test_checks_blind.py::test_each_mistake_is_wrong_and_each_alternative_right_against_the_reference"
-    "[B-alternative16-flash_attention]": "no key",
     "test_checks_blind_a.py::test_blind_a_mistakes_first_unnamed_are_named_now[#96]": "no key",
     "test_checks_blind_a.py::test_the_reconstructed_solution_cells_pass": "split",
     "test_checks_triton_backward.py::test_kernel_checks_name_each_mistake"
@@ -91,8 +87,8 @@ AFTER_THE_MERGE = {
 """Tests that three branches landed together broke, each an open item of issue 27 (not strict xfails):
 'split' — notebook 09's Exercise 5 became three steps, so a blind edit no longer finds its text in the
 wrapper's cell and the kernels have no blind mistakes yet; 'alibi' — alibi_score_mod now biases future
-keys as alibi_bias does; 'no key' — rows that see no key are now 0, as SDPA, where notebook 06's own
-solution still gives NaN; 'harness' — the learner-raised message of the new harness names this
+keys as alibi_bias does; 'no key' — rows that see no key are now 0, as SDPA (notebook 06's solution
+too, since 2026-12-05); 'harness' — the learner-raised message of the new harness names this
 dK/dV mistake otherwise."""
 _REASONS = {
     "split": "notebook 09's Exercise 5 split into three steps: the blind edits and tables to re-target",

@@ -483,6 +483,8 @@ ALTERNATIVES_C: tuple[BlindAlternative, ...] = (
       '            denom = alpha * denom + p.sum(dim=-1, keepdim=True)  # (..., Bq, 1)\n'
       '            acc = alpha * acc + p @ v[..., ks:ke, :]  # (..., Bq, d_v)\n'
       '            m = m_new\n'
+      "        denom = torch.where(denom == 0, 1.0, denom)  # (..., Bq, 1): a row that sees no key gets"
+      " out 0, lse -inf\n"  # the line the solution gained on 2026-12-05, given outside the markers
       "        # 3. the block's rows of out and lse, from its final running state\n"
       '        out[..., qs:qe, :] = acc / denom  # (..., Bq, d_v)\n'
       '        lse[..., qs:qe] = (m + torch.log(denom)).squeeze(-1)  # (..., Bq): after the last'
