@@ -730,13 +730,15 @@ _FLASH_CASES = [  # (q shape, T_k, d_v, is_causal, block_size)
     ((1, 2, 32, 8), 32, 8, True, 8),
     ((1, 2, 37, 8), 37, 8, True, 8),
     ((2, 21, 8), 45, 4, True, 8),
+    ((2, 19, 8), 30, 6, True, 8),  # T_k - T_q = 11: the diagonal enters a key block mid-way
     ((3, 20, 4), 20, 4, True, 1),
     ((2, 20, 8), 20, 8, True, 64),
     ((30, 8), 30, 8, True, 7),
 ]
-"""Square tiles, ragged tails, T_q < T_k (causal bottom-right) and T_q > T_k, block_size 1 and
-longer than the sequence, and no batch axis; the cases without the causal mask first, so that a
-mistake in the causal part alone is seen as such."""
+"""Square tiles, ragged tails, T_q < T_k (causal bottom-right, also with T_k - T_q no multiple of the
+block, so that a skip decided by a block's first row instead of its last drops a tile) and T_q > T_k,
+block_size 1 and longer than the sequence, and no batch axis; the cases without the causal mask first,
+so that a mistake in the causal part alone is seen as such."""
 
 _FLASH_HINT = (
     "Each tile needs the lse, D and grad_out of its query rows (lse[..., qs:qe]) and the keys and "
@@ -757,7 +759,7 @@ def check_flash_attention_backward(candidate: Callable[..., Any]) -> str:
     _compare_flash(candidate, q, k, v, grad_out, True, 8, plain_passed=True)
     _expect_tiled(candidate)
     _expect_runs_on_cuda(candidate)
-    return "9 shapes (ragged, T_q ≠ T_k, causal, block_size 1 and > T), float32, never T_q×T_k"
+    return "10 shapes (ragged, T_q ≠ T_k, causal, block_size 1 and > T), float32, never T_q×T_k"
 
 
 def _compare_flash(
