@@ -18,6 +18,7 @@ reference, run on those arguments, gives the expected result.
 from __future__ import annotations
 
 import ast
+import contextlib
 import contextvars
 import copy
 import functools
@@ -514,34 +515,70 @@ def _build(function: Callable[..., Any]) -> Iterator[Mutant]:
     siblings = _siblings(definition)
     targets = [t.id for n in nodes if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)]
     updated = {name for name in targets if targets.count(name) > 1}  # a state a loop carries (m = m_new)
-    seen: set[str] = set()
-    for index, node in enumerate(nodes):
+    seen: set[tuple[int, str]] = set()
+    for node in nodes:
         if node is definition or _in_docstring_or_annotation(node, parents):
             continue
+        statement = _statement(node, parents)
+        before = ast.unparse(statement).splitlines()[0] if statement is not None else ""
+        shift = isinstance(node, ast.Constant) and any(
+            isinstance(p, ast.Subscript | ast.Slice) for p in _ancestors(node, parents)
+        )
         for replacement, change in _changes(node, parameters, parents, siblings, updated):
-            statement = _statement(node, parents)
-            changed = _replace(definition, index, replacement)
-            if changed is None:
-                continue
-            text = ast.unparse(changed)
-            if text in seen:
-                continue
-            seen.add(text)
-            compiled = _compile(changed, function)
+            with _swapped(node, replacement, parents) as swapped:
+                if not swapped:
+                    continue
+                after = ast.unparse(statement) if statement is not None and replacement is not None else ""
+                key = (id(statement), after) if replacement is not None else (id(node), "")
+                if key in seen:
+                    continue
+                seen.add(key)
+                compiled = _compile(definition, function)
             if compiled is not None:
-                step = ast.unparse(statement).splitlines()[0] if statement is not None else ""
-                step = step if len(step) <= 100 else step[:97] + "..."
+                step = before if len(before) <= 100 else before[:97] + "..."
                 where = f", in the step `{step}`" if step else ""
                 line = statement.lineno if statement is not None and replacement is not None else None
                 message = f"is what the right computation gives with one change{where}: {change}."
-                before = ast.unparse(statement).splitlines()[0] if statement is not None else ""
-                after = ""
-                if statement is not None and replacement is not None:
-                    after = ast.unparse(list(ast.walk(changed))[nodes.index(statement)]).splitlines()[0]
-                shift = isinstance(node, ast.Constant) and any(
-                    isinstance(p, ast.Subscript | ast.Slice) for p in _ancestors(node, parents)
-                )
-                yield Mutant(message, compiled, line, _site_names(node), before, after, shift)
+                first_after = after.splitlines()[0] if after else ""
+                yield Mutant(message, compiled, line, _site_names(node), before, first_after, shift)
+
+
+@contextlib.contextmanager
+def _swapped(target: ast.AST, replacement: ast.AST | None, parents: dict[ast.AST, ast.AST]) -> Iterator[bool]:
+    """The tree with `target` replaced (None: deleted) while the block runs, then as it was."""
+    parent = parents.get(target)
+    if parent is None:
+        yield False
+        return
+    if replacement is not None:
+        if not hasattr(replacement, "lineno"):
+            ast.copy_location(replacement, target)
+        ast.fix_missing_locations(replacement)
+    for field, value in ast.iter_fields(parent):
+        if value is target:
+            if replacement is None:
+                yield False
+                return
+            setattr(parent, field, replacement)
+            try:
+                yield True
+            finally:
+                setattr(parent, field, value)
+            return
+        if isinstance(value, list) and any(item is target for item in value):
+            items = [item for item in value if item is not target] if replacement is None else [
+                replacement if item is target else item for item in value
+            ]  # fmt: skip
+            if not items:
+                yield False
+                return
+            setattr(parent, field, items)
+            try:
+                yield True
+            finally:
+                setattr(parent, field, value)
+            return
+    yield False
 
 
 def _ancestors(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> Iterator[ast.AST]:
@@ -570,29 +607,6 @@ def _statement(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> ast.stmt | Non
     while node is not None and not isinstance(node, ast.stmt):
         node = parents.get(node)  # type: ignore[assignment]
     return node if not isinstance(node, ast.FunctionDef) else None
-
-
-def _replace(definition: ast.FunctionDef, index: int, replacement: ast.AST | None) -> ast.FunctionDef | None:
-    """A copy of the definition with its index-th node (ast.walk order) replaced (None: deleted)."""
-    changed = copy.deepcopy(definition)
-    nodes = list(ast.walk(changed))
-    target = nodes[index]
-    for parent in nodes:
-        for field, value in ast.iter_fields(parent):
-            if value is target:
-                if replacement is None:
-                    return None
-                setattr(parent, field, replacement)
-                return ast.fix_missing_locations(changed)
-            if isinstance(value, list) and any(item is target for item in value):
-                items = [item for item in value if item is not target] if replacement is None else [
-                    replacement if item is target else item for item in value
-                ]  # fmt: skip
-                if not items:
-                    return None
-                setattr(parent, field, items)
-                return ast.fix_missing_locations(changed)
-    return None
 
 
 def _compile(definition: ast.FunctionDef, original: Callable[..., Any]) -> Callable[..., Any] | None:
