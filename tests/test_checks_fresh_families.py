@@ -279,3 +279,16 @@ def test_a_gradient_made_nan_behind_a_right_value_is_explained(capsys):
     assert_rejected(
         check_attention, attention_nan_hidden_by_nan_to_num, "is hidden in the values by nan_to_num", capsys
     )
+
+
+def test_a_squeeze_of_every_axis_is_repaired_to_the_last_one(capsys):
+    """m (b, Bq, 1, 1 after a broadcast slip) squeezed whole: right for a batch of one only."""
+    wrong = learner(
+        FLASH,
+        "flash_attention",
+        (
+            "lse[..., qs:qe] = (m + torch.log(l)).squeeze(-1)",
+            "lse[..., qs:qe] = torch.log(l).squeeze(-1) + m.squeeze()",
+        ),
+    )
+    assert_rejected(check_flash_attention, wrong, "+ m.squeeze(-1)`", capsys)

@@ -793,6 +793,14 @@ def _call_changes(node: ast.Call) -> Iterator[tuple[ast.AST, str]]:
     ):
         yield node.func.value, f"`.{node.func.attr}(...)` left out of `{_code(node)}`"
     if (
+        method in _AXIS_METHODS
+        and not node.args
+        and not node.keywords
+        and isinstance(node.func, ast.Attribute)
+    ):
+        one_axis = ast.Call(node.func, [ast.UnaryOp(ast.USub(), ast.Constant(1))], [])
+        yield one_axis, f"`{method}` over every axis where it should take dim -1 only"
+    if (
         method in _REDUCTIONS
         and not any(kw.arg == "keepdim" for kw in node.keywords)
         and (node.args or any(kw.arg == "dim" for kw in node.keywords))
