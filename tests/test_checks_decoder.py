@@ -95,6 +95,10 @@ WRONG = [
                  "it zeroed columns 6–11 and left nonzero columns 12–17", id="ablate-probe-head-minus-one"),
     pytest.param("ablate_heads", ABLATE, [(ONE, "weight[:, head * d_head:(head + 1) * d_head + 1] = 0")],
                  "it zeroed columns 18 (of shape (24, 24))", id="ablate-probe-one-column-too-many"),
+    pytest.param("ablate_heads", ABLATE, [
+        ("weight = new_model.blocks[layer].attn.out.weight", "weight = new_model.blocks[layer].attn.qkv.weight"),
+        (ONE, "weight[2 * model.config.d_model + head * d_head:2 * model.config.d_model + (head + 1) * d_head] = 0"),
+    ], "zeroed: the values of the head. Its values keep their bias", id="ablate-probe-value-weights"),
 ]  # fmt: skip
 """(exercise, learner source, text edits, the phrase the check's message must contain)."""
 

@@ -406,6 +406,12 @@ def _parameter_difference(ablated: torch.nn.Module, right: torch.nn.Module) -> s
                     "That head's scores become 0, so it attends uniformly instead of falling silent; zero "
                     "its columns of attn.out.weight, what the head adds to the output."
                 )
+            if part == "values":
+                return (
+                    f"come from a copy whose {name} has rows {_ranges(rows)} zeroed: the values of the head. "
+                    "Its values keep their bias, so the head still adds that bias, mixed by W^O, to the "
+                    "output instead of falling silent; zero its columns of attn.out.weight, what it adds."
+                )
         return None
     for name, want in ours.items():
         got = theirs.get(name)
