@@ -10,25 +10,11 @@ arguments out of order, and said so with the function's signature.
 from __future__ import annotations
 
 import ast
-import contextvars
 import inspect
 import itertools
 import textwrap
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
-
-_CANDIDATE: contextvars.ContextVar[Any] = contextvars.ContextVar("candidate", default=None)
-
-
-def note_candidate(candidate: Any) -> None:
-    """Remember the learner's function the check called last, for `misplaced_in_last`."""
-    _CANDIDATE.set(candidate)
-
-
-def misplaced_in_last() -> str:
-    """`misplaced_in` the learner's function the check called last ("" if none)."""
-    candidate = _CANDIDATE.get()
-    return misplaced_in(candidate) if candidate is not None else ""
 
 
 def misplaced_arguments(source: str, namespace: Mapping[str, Any], line_offset: int = 0) -> str:

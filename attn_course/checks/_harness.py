@@ -26,10 +26,11 @@ from typing import Any
 
 import torch
 
-from attn_course.checks._calls import misplaced_arguments, misplaced_in_last, note_candidate
+from attn_course.checks._calls import misplaced_arguments, misplaced_in
 from attn_course.checks._mutants import (
     call_arguments,
     forget_calls,
+    last_candidate,
     name_by_mutation,
     name_error_by_mutation,
     name_shape_by_mutation,
@@ -242,7 +243,6 @@ def call(name: str, candidate: Callable[..., Any], *args: Any, hint: str = "", *
     """
     before = [(a, a.detach().clone()) for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
     note_call(name.strip("`"), args, kwargs, candidate)
-    note_candidate(candidate)
     try:
         result = candidate(*args, **kwargs)
     except Exception as raised:
@@ -868,7 +868,8 @@ def expect_close(
         raise CheckFailed(f"{what} {derived}{where}")
     repair = name_by_repair(expected, close)
     where = f"\n{repair}{where}" if repair else where  # the learner's own line, after what is wrong
-    misplaced = misplaced_in_last()
+    candidate = last_candidate()
+    misplaced = misplaced_in(candidate) if candidate is not None else ""
     if misplaced:
         raise CheckFailed(f"{what} is wrong. {misplaced}{where}")
     source = _equal_argument(actual, expected)

@@ -96,9 +96,8 @@ class Mutant:
     """Whether the change shifts a constant inside an index or slice (k[:1] -> k[:2])."""
 
 
-_LAST_MODULE: contextvars.ContextVar[torch.nn.Module | None] = contextvars.ContextVar(
-    "last_module", default=None
-)
+_LAST_CANDIDATE: contextvars.ContextVar[Any] = contextvars.ContextVar("last_candidate", default=None)
+"""The learner's function or layer the check called last: for the twin, the repairs, the argument reader."""
 
 
 def note_call(name: str, args: tuple[Any, ...], kwargs: dict[str, Any], candidate: Any = None) -> None:
@@ -106,7 +105,7 @@ def note_call(name: str, args: tuple[Any, ...], kwargs: dict[str, Any], candidat
     args = tuple(_snapshot(a) for a in args)  # a cache the learner's call appends to, as it was before
     kwargs = {k: _snapshot(v) for k, v in kwargs.items()}
     _LAST_CALL.set((name, args, kwargs))
-    _LAST_MODULE.set(candidate if isinstance(candidate, torch.nn.Module) else None)
+    _LAST_CANDIDATE.set(candidate)
 
 
 def _stateful(value: Any) -> bool:
@@ -125,6 +124,17 @@ def _snapshot(value: Any) -> Any:
         return copy.deepcopy(value)
     except Exception:  # noqa: BLE001 - what cannot be copied is passed as it is
         return value
+
+
+def last_candidate() -> Any:
+    """The learner's function or layer the check called last (None before any call)."""
+    return _LAST_CANDIDATE.get()
+
+
+def last_module() -> torch.nn.Module | None:
+    """The learner's layer the check called last, if the last call was a layer's."""
+    candidate = _LAST_CANDIDATE.get()
+    return candidate if isinstance(candidate, torch.nn.Module) else None
 
 
 def call_arguments() -> dict[str, Any]:
@@ -146,6 +156,7 @@ def call_arguments() -> dict[str, Any]:
 def forget_calls() -> None:
     """Start a check with no call remembered."""
     _LAST_CALL.set(None)
+    _LAST_CANDIDATE.set(None)
 
 
 def name_by_mutation(
@@ -207,7 +218,7 @@ def _twin(name: str) -> torch.nn.Module | None:
     """The reference layer of the learner's last-called layer, with its sizes and parameters, if one loads."""
     from attn_course import reference
 
-    layer = _LAST_MODULE.get()
+    layer = last_module()
     cls = getattr(reference, re.split(r"\W", name)[0], None)  # "GroupedQueryAttention(16, 4, 2).forward"
     if layer is None or not (inspect.isclass(cls) and issubclass(cls, torch.nn.Module)):
         return None

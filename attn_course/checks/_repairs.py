@@ -107,7 +107,7 @@ def _short(text: str) -> str:
 
 def _variants(top: Any) -> Iterator[tuple[Any, Callable[..., Any] | None, _mutants.Mutant, int]]:
     """(repaired candidate, what runs the failing call on it, the mutant, its source's first line)."""
-    last_module = _mutants._LAST_MODULE.get()
+    last_module = _mutants.last_module()
     if inspect.isfunction(top):
         start = _first_line(top)
         if start is None:
