@@ -72,6 +72,11 @@ def test_softmax_backward_accepts_right_answers(candidate, capsys):
         (lambda p, grad_p, dim=-1: p * (grad_p - (grad_p * p).sum(-1, keepdim=True)), "instead of the `dim`"),
         (lambda p, grad_p, dim=-1: p * (grad_p - (grad_p * p).sum(dim)), "keepdim=True"),
         (lambda p, grad_p, dim=-1: (grad_p * p).sum(dim), "one number per row"),
+        (lambda p, grad_p, dim=-1: grad_p * (p - p**2), "as if each output depended on its own input only"),
+        (
+            lambda p, grad_p, dim=-1: torch.where(p > 0.5, p * grad_p, p * (1 - p) * grad_p),
+            "its own input only",
+        ),
     ],
 )
 def test_softmax_backward_names_each_mistake(candidate, phrase, capsys):
@@ -337,6 +342,28 @@ FLASH_REJECTED = {
     "tail dropped": (
         [("for ks in range(0, T_k, block_size)", "for ks in range(0, T_k - T_k % block_size, block_size)")],
         "drops the ragged last key block",
+    ),
+    "D scaled like the scores": (
+        [
+            (
+                "D = (grad_out * out).sum(dim=-1, keepdim=True)",
+                "D = (grad_out * out).sum(dim=-1, keepdim=True) * scale",
+            )
+        ],
+        "off by exactly what another D gives",
+    ),
+    "D from the output alone": (
+        [("D = (grad_out * out).sum(dim=-1, keepdim=True)", "D = out.sum(dim=-1, keepdim=True)")],
+        "the factor `grad_out` left out of `grad_out * out`",
+    ),
+    "D plus the lse: another number": (
+        [
+            (
+                "D = (grad_out * out).sum(dim=-1, keepdim=True)",
+                "D = (grad_out * out).sum(dim=-1, keepdim=True) + lse[..., None]",
+            )
+        ],
+        "Yours is another number",
     ),
     "strict mask: only causal": ([("cols > rows", "cols >= rows")], "The cases with is_causal=False passed"),
     "dv halved: located": (

@@ -292,3 +292,35 @@ def test_a_squeeze_of_every_axis_is_repaired_to_the_last_one(capsys):
         ),
     )
     assert_rejected(check_flash_attention, wrong, "+ m.squeeze(-1)`", capsys)
+
+
+# ---------------------------------------------------------------------------------------------
+# Where a NaN is made
+
+
+def _softmax_of_masked_rows(s):
+    m = s.amax(dim=-1, keepdim=True)  # -inf for a row with every key masked
+    return torch.exp(s - m)
+
+
+def _weights_of_empty_rows(s):
+    p = torch.exp(s.clamp(max=0)) * (s > 0)  # a row with no positive score sums to 0
+    return p / p.sum(dim=-1, keepdim=True)
+
+
+@pytest.mark.parametrize(
+    ("function", "operation", "code"),
+    [
+        (_softmax_of_masked_rows, "sub", "return torch.exp(s - m)"),
+        (_weights_of_empty_rows, "div", "return p / p.sum(dim=-1, keepdim=True)"),
+    ],
+)
+def test_the_first_nan_is_found_at_the_line_and_operation_that_make_it(function, operation, code):
+    from attn_course.checks._harness import library_dirs
+    from attn_course.checks._nan_origin import first_nan
+
+    s = torch.tensor([[0.5, -1.0], [-math.inf, -math.inf]])  # (2, 2): row 1 has no key
+    s = s if operation == "sub" else torch.tensor([[0.5, 2.0], [-1.0, -3.0]])
+    found = first_nan(function, (s,), {}, library_dirs())
+    assert found is not None and found[0] == operation and found[2] == code
+    assert first_nan(torch.exp, (torch.zeros(2),), {}, library_dirs()) is None

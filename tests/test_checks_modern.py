@@ -239,7 +239,9 @@ def window_flash(*edits: tuple[str, str]):
         assert old in source, old
         source = source.replace(old, new)
     namespace = {"torch": torch, "math": math, "F": F}
-    exec(source, namespace)
+    filename = f"<learner's sliding_window_flash_attention {len(linecache.cache)}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)  # as IPython
+    exec(compile(source, filename, "exec"), namespace)
     return namespace["sliding_window_flash_attention"]
 
 
@@ -632,6 +634,22 @@ WRONG = [
         "fused attention",
         id="window-flash-sdpa",
     ),
+    pytest.param(
+        check_sliding_window_flash_attention,
+        window_flash(
+            ("            m_safe = torch.where(m_new == -math.inf, 0.0, m_new)\n", ""),
+            ("torch.exp(s - m_safe)", "torch.exp(s - m_new)"),
+            ("torch.exp(m - m_safe)", "torch.exp(m - m_new)"),
+        ),
+        "The first NaN is made at line 23 of your code, `p = torch.exp(s - m_new)`: −inf − (−inf)",
+        id="window-flash-unguarded-max",  # NaN read as "attends nothing" before (blind set D, #100)
+    ),
+    pytest.param(
+        check_GroupedQueryAttention,
+        gqa_class(("n_rep = self.n_heads // self.n_kv_heads", "n_rep = self.n_heads")),
+        "the shared heads were repeated too often",
+        id="gqa-repeated-n-heads-times",
+    ),
     pytest.param(check_alibi_score_mod, not_implemented, "not implemented yet", id="alibi-stub"),
     pytest.param(check_alibi_score_mod, alibi_wrong_sign, "wrong sign", id="alibi-sign"),
     pytest.param(check_alibi_score_mod, alibi_one_slope, "same slope for every head", id="alibi-one-slope"),
@@ -681,3 +699,15 @@ def test_gqa_check_rejects_a_layer_instead_of_the_class(capsys):
     assert_rejected(
         check_GroupedQueryAttention, reference.GroupedQueryAttention(16, 4, 2), "your class itself", capsys
     )
+
+
+def test_no_repair_turns_a_rows_maximum_into_the_whole_tensors():
+    """`s.amax()` for `s.amax(dim=-1, keepdim=True)` removes the NaN by a shared shift, which is no fix."""
+    unguarded = window_flash(
+        ("            m_safe = torch.where(m_new == -math.inf, 0.0, m_new)\n", ""),
+        ("torch.exp(s - m_safe)", "torch.exp(s - m_new)"),
+        ("torch.exp(m - m_safe)", "torch.exp(m - m_new)"),
+    )
+    with pytest.raises(AssertionError) as failure:
+        check_sliding_window_flash_attention(unguarded)
+    assert "passes this check written" not in str(failure.value)

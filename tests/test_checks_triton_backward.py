@@ -288,6 +288,11 @@ WRAPPER_REJECTED = {
           "delta = grad_out.float().sum(-1).contiguous()")],
         "D = (grad_out * out).sum(-1) in float32",
     ),
+    "D from the output alone": (
+        [("delta = (grad_out.float() * out.float()).sum(-1).contiguous()",
+          "delta = out.float().sum(-1).contiguous()")],
+        "Yours is rowsum(O): dO is left out of dO ∘ O",
+    ),
     "D summed over the rows": (
         [("delta = (grad_out.float() * out.float()).sum(-1).contiguous()",
           "delta = (grad_out.float() * out.float()).sum(-2).contiguous()")],

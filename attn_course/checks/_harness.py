@@ -37,6 +37,7 @@ from attn_course.checks._mutants import (
     note_call,
     reference_shapes,
 )
+from attn_course.checks._nan_origin import nan_origin
 from attn_course.checks._repairs import begin_check, name_by_repair
 from attn_course.checks._shapes import explain_shape
 from attn_course.progress import record_failure, record_pass
@@ -219,6 +220,11 @@ def _library_dirs() -> tuple[str, ...]:
 
 
 _LIBRARY_DIRS = _library_dirs()
+
+
+def library_dirs() -> tuple[str, ...]:
+    """The folders whose frames are never the learner's (see `_library_dirs`)."""
+    return _LIBRARY_DIRS
 
 
 def _learner_location(error: BaseException) -> str:
@@ -461,10 +467,22 @@ def _explain_broadcast(
     )
 
 
-def _heads_differ(tensors: list[tuple[str, torch.Tensor]]) -> str:
+def _heads_differ(tensors: list[tuple[str, torch.Tensor]], scope: dict[str, Any] | None = None) -> str:
     """Two (b, h, t, d) tensors of the line split into different numbers of heads, explained, or ""."""
     wide = [(n, t) for n, t in tensors if t.dim() == 4 and t.dtype != torch.bool]
     for (name_x, x), (name_y, y) in itertools.combinations(wide, 2):
+        if x.shape[1] != y.shape[1] and x.shape[0] == y.shape[0] and x.shape[-1] == y.shape[-1]:
+            (name_q, q), (name_kv, kv) = sorted([(name_x, x), (name_y, y)], key=lambda p: p[0] != "q")
+            factor = kv.shape[1] / q.shape[1]
+            named = _named_ints(scope or {}, round(factor)) if factor == round(factor) else ""
+            return (
+                f"`{name_kv}` {_shape(kv)} has {kv.shape[1]} heads and `{name_q}` {_shape(q)} has "
+                f"{q.shape[1]}, both of width {q.shape[-1]}: the widths agree, but the shared heads "
+                f"were repeated {'too often' if factor > 1 else 'too rarely'}. Each query head reads one "
+                f"key/value head, so after the repeat there are as many as query heads: repeat each "
+                f"n_heads // n_kv_heads times (the group size), not n_kv_heads or n_heads times."
+                + (f" Yours are {kv.shape[1]} = {q.shape[1]} × {round(factor)} ({named})." if named else "")
+            )
         if x.shape[1] != y.shape[1] and x.shape[0] == y.shape[0]:
             return (
                 f"`{name_y}` {_shape(y)} is split into {y.shape[1]} heads of {y.shape[-1]}, `{name_x}` "
@@ -506,6 +524,16 @@ def _sizes_in_frame(scope: dict[str, Any], a: int, b: int, lengths_only: bool = 
                     "for the width"
                 )
     return ""
+
+
+def _named_ints(scope: dict[str, Any], value: int) -> str:
+    """'4 is `n_rep`, `self.n_kv_heads`': the integers of the frame (and of its `self`) equal to value."""
+    found = [(k, v) for k, v in scope.items() if not k.startswith("_")]
+    owner = scope.get("self")
+    if owner is not None:
+        found += [(f"self.{k}", v) for k, v in vars(owner).items() if not k.startswith("_")]
+    names = [f"`{k}`" for k, v in found if type(v) is int and v == value][:3]
+    return f"{value} is {', '.join(names)}" if names and value > 1 else ""
 
 
 def _named_sizes(scope: dict[str, Any], a: int, b: int) -> str:
@@ -659,7 +687,8 @@ def explain_error(error: BaseException) -> str:
             f"Index {m[1]} is past the end of an axis of {m[3]}: a position counted in the other length (T_k "
             "for T_q) or a range that ends one too late." + (f" On that line: {shapes}." if shapes else "")
         )
-    if heads := _heads_differ(tensors):
+    frame = _learner_traceback(error)
+    if heads := _heads_differ(tensors, {} if frame is None else dict(frame.tb_frame.f_locals)):
         return heads
     if shapes and re.search(r"size|shape|dimension|dims", text, re.IGNORECASE):
         return f"On that line: {shapes}."
@@ -877,9 +906,13 @@ def expect_close(
         raise CheckFailed(f"{what} {source}{where}")
     if actual.is_floating_point() and not torch.isfinite(actual).all() and torch.isfinite(expected).all():
         bad = "NaN" if torch.isnan(actual).any() else "inf"
+        origin = nan_origin(_LIBRARY_DIRS) if bad == "NaN" else ""
         raise CheckFailed(
             f"{what} contains {bad} values where the right answer is finite (the inputs are finite): "
-            f"{_where_nonfinite(actual)}." + (f" {nonfinite_hint}" if nonfinite_hint else "") + where
+            f"{_where_nonfinite(actual)}."
+            + (f" {origin}" if origin else "")
+            + (f" {nonfinite_hint}" if nonfinite_hint else "")
+            + where
         )
     raise CheckFailed(f"{what} is wrong: {describe_error(actual, expected)}{where}")
 

@@ -86,6 +86,8 @@ def _search(
             return None
         if mutant.index_shift:
             continue  # k[:1] -> k[:2] passes where the batch is 2: a fix fitted to the check's sizes
+        if _whole_shift(mutant):
+            continue  # a row's max made the whole tensor's: any shared shift passes, it is no fix
         lineno = None if mutant.line is None else mutant.line + start - 1
         if expected is not None and close is not None and not _gives(runner, expected, close):
             continue
@@ -99,6 +101,13 @@ def _search(
                 f"`{_short(mutant.after)}`."
             )
     return None
+
+
+def _whole_shift(mutant: _mutants.Mutant) -> bool:
+    """Whether the change turns a per-axis max or min (a softmax's shift) into the whole tensor's."""
+    return "of the whole tensor" in mutant.message and any(
+        f"`{method}`" in mutant.message for method in ("max", "amax", "min", "amin")
+    )
 
 
 def _short(text: str) -> str:

@@ -367,6 +367,8 @@ def _locate(
     or dk and dv); the others are neither compared nor named.
     """
     wrong = [i for i in owned if not is_close(actual[i], expected[i].to(actual[i].dtype))]
+    if other_d := _wrong_d(actual, expected, inputs, is_causal, wrong, owned):
+        return other_d
     right = [NAMES[i] for i in owned if i not in wrong]
     first = wrong[0]
     a, e = actual[first], expected[first]
@@ -412,6 +414,66 @@ def _locate(
         )
         return f"{head}: {NAMES[first]} is {scale} times the right one. {why}"
     return f"{head}: {verb} wrong {place}. For {NAMES[first]}, {describe_error(a, e)}"
+
+
+def _wrong_d(
+    actual: Grads,
+    expected: Grads,
+    inputs: tuple[torch.Tensor, ...],
+    is_causal: bool,
+    wrong: Sequence[int],
+    owned: Sequence[int],
+) -> str:
+    """When dq (and dk) are off by exactly what another D gives, dv right: which D the code used, or "".
+
+    dS = P ∘ (dP − D), so a D off by e_i in query row i moves dQ's row i by −e_i·(P K)_i/√d: e is
+    read from dq by least squares, row by row, and kept only if it explains dq (and dk) entirely.
+    """
+    if wrong[:1] != [0] or 2 in wrong or 2 not in owned:
+        return ""
+    q, k, v, grad_out = (x.detach().to("cpu", torch.float64) for x in inputs[:4])
+    t_q, t_k = q.shape[-2], k.shape[-2]
+    scale = q.shape[-1] ** -0.5
+    scores = q @ k.mT * scale  # (..., T_q, T_k)
+    if is_causal:
+        future = torch.ones(t_q, t_k, dtype=torch.bool).triu(t_k - t_q + 1)  # (T_q, T_k)
+        scores = scores.masked_fill(future, -math.inf)
+    p = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # (..., T_q, T_k)
+    out = p @ v  # (..., T_q, d_v)
+    d_right = (grad_out * out).sum(-1, keepdim=True)  # (..., T_q, 1)
+    p_k = p @ k  # (..., T_q, d)
+    moved = actual[0].detach().to("cpu", torch.float64) - expected[0]  # (..., T_q, d)
+    weight = (p_k * p_k).sum(-1, keepdim=True)  # (..., T_q, 1)
+    e = -(moved * p_k).sum(-1, keepdim=True) / (scale * weight).clamp_min(1e-300)  # (..., T_q, 1)
+    e = torch.where(weight > 1e-20, e, 0.0)
+
+    def explained(got: torch.Tensor, want: torch.Tensor) -> bool:
+        return float((got - want).norm()) <= 2e-2 * float(want.norm()) + 1e-6
+
+    if not explained(moved, -scale * e * p_k):
+        return ""
+    if 1 in owned:
+        moved_k = actual[1].detach().to("cpu", torch.float64) - expected[1]  # (..., T_k, d)
+        if not explained(moved_k, -scale * (p * e).mT @ q):
+            return ""
+    used = d_right + e  # (..., T_q, 1): the D the code subtracted
+    candidates = (
+        ("0: D is left out, dS = P ∘ dP", torch.zeros_like(d_right)),
+        ("rowsum(dO): the output O is left out of dO ∘ O", grad_out.sum(-1, keepdim=True)),
+        ("rowsum(O): dO is left out of dO ∘ O", out.sum(-1, keepdim=True)),
+        ("−rowsum(dO ∘ O): its sign is flipped", -d_right),
+        ("rowsum(dO ∘ O)/√d: D carries no scale", d_right * scale),
+        ("rowsum(dO ∘ O)·√d: D carries no scale", d_right / scale),
+    )
+    which = next((words for words, value in candidates if explained(used, value)), "")
+    rows = torch.nonzero(e.abs().reshape(-1, t_q).amax(0) > 1e-6 * (1 + d_right.abs().max())).flatten()
+    some = f" (in query rows {int(rows[0])}–{int(rows[-1])} of {t_q})" if 0 < len(rows) < t_q else ""
+    return (
+        f"gives the wrong {' and '.join(NAMES[i] for i in wrong)} while dv is right, and they are off by "
+        f"exactly what another D gives: dS = P ∘ (dP − D) with D_i = Σ_j dO_ij O_ij = rowsum(dO ∘ O), one "
+        f"number per query row{some}. "
+        + (f"Yours is {which}." if which else "Yours is another number: look at how D is computed.")
+    )
 
 
 def _scale_factor(actual: torch.Tensor, expected: torch.Tensor, d: int) -> str:
@@ -652,6 +714,13 @@ def check_softmax_backward(candidate: Callable[..., Any]) -> str:
             wrong = _softmax_slip(kind)(p, grad_p, dim)
             if not is_close(wrong, expected) and is_close(out, wrong):
                 raise CheckFailed(f"{what} {message}")
+        if _elementwise(candidate, p, grad_p, dim, out):
+            raise CheckFailed(
+                f"{what} treats softmax as if each output depended on its own input only: each entry of "
+                "your dx moves with its own grad_p entry and no other, a diagonal Jacobian (p(1 − p) is "
+                "only its diagonal). Every p_j depends on every x_i, J = diag(p) − p pᵀ, so "
+                "dx = p ∘ (grad_p − D), D = Σ_j grad_p_j p_j per row, over dim (keepdim=True)."
+            )
         sums = out.detach().double().sum(dim=dim)
         if not torch.allclose(sums, torch.zeros_like(sums), atol=1e-4):
             raise CheckFailed(
@@ -662,6 +731,24 @@ def check_softmax_backward(candidate: Callable[..., Any]) -> str:
             )
         raise CheckFailed(f"{what} is wrong: {difference(out, expected)}")
     return "4 shapes, dim=-1, 1 and 0, float32 and float64, against autograd"
+
+
+def _elementwise(
+    candidate: Callable[..., Any], p: torch.Tensor, grad_p: torch.Tensor, dim: int, out: torch.Tensor
+) -> bool:
+    """Whether the candidate's dx moves only where grad_p is changed (one entry): a diagonal Jacobian."""
+    if p.shape[dim] < 2:
+        return False
+    nudged = grad_p.clone()
+    nudged.view(-1)[0] += 1.0
+    try:
+        moved = candidate(p.clone(), nudged, dim=dim)
+    except Exception:  # noqa: BLE001 - the property is only looked for, never required
+        return False
+    if not isinstance(moved, torch.Tensor) or moved.shape != out.shape:
+        return False
+    changed = (moved.detach() - out.detach()).abs() > 1e-9  # (same shape as p)
+    return bool(changed.view(-1)[0]) and int(changed.sum()) == 1
 
 
 # ---------------------------------------------------------------------------------------------

@@ -23,8 +23,10 @@ from attn_course.checks._harness import (
     expect_tensor,
     is_close,
     learner_raised,
+    library_dirs,
     randn,
 )
+from attn_course.checks._nan_origin import first_nan
 from attn_course.checks._probe import Heads, diagnose_heads, merged_input
 from attn_course.checks.flash import _FUSED, _OpRecorder
 from attn_course.checks.masking import _expect_bool_mask
@@ -544,8 +546,9 @@ def check_sliding_window_flash_attention(candidate: Callable[..., Any]) -> str:
             mistakes=_FLASH_WINDOW_MISTAKES,
             args=(q, k, v, window),
             kwargs=kwargs,
-            nonfinite_hint="Every query here sees at least itself: NaN usually comes from "
-            "exp(-inf - (-inf)) in a row that has seen only masked keys so far.",
+            nonfinite_hint="Every query here sees at least itself, but a row can meet a whole block of "
+            "keys outside its window first (the block is chosen for the query block's first row): guard "
+            "its -inf maximum as in notebook 06, m_safe = torch.where(m_new == -inf, 0.0, m_new).",
             diagnose=functools.partial(_diagnose_window_support, candidate, q, k, window, block_size),
         )
     _expect_window_work(candidate)
@@ -571,6 +574,10 @@ def _diagnose_window_support(
         return None
     if not isinstance(weights, torch.Tensor) or weights.shape != (*q.shape[:-2], t_q, t_k):
         return None
+    if not bool(torch.isfinite(weights).all()):
+        found = first_nan(candidate, (q, k, eye, window), {"block_size": block_size}, library_dirs())
+        if found is None or found[0] != "div":
+            return None  # not 0/0 from a row that attended nothing: the harness says where it is made
     seen = (weights.detach().nan_to_num(0.0).abs() > 1e-12).reshape(-1, t_q, t_k).any(0)  # (T_q, T_k)
     allowed = reference.sliding_window_mask(t_q, t_k, window)  # (T_q, T_k)
     positions = torch.arange(t_q)[:, None] + (t_k - t_q)

@@ -1,0 +1,106 @@
+"""Where the learner's first NaN was born: the line of their code and the operation that made it.
+
+A NaN in a result says little by itself: in a tiled softmax it comes either from exp(−inf − (−inf))
+(a row whose running maximum is still −inf) or from 0/0 (a row that met no key at all), and the
+fixes differ. The check's last call is run again under a torch function mode that watches every
+operation; the first whose result holds NaN while none of its inputs did is where it was born.
+"""
+
+from __future__ import annotations
+
+import linecache
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from attn_course.checks import _mutants
+
+_WHY = {
+    "sub": "−inf − (−inf), a row whose maximum is still −inf (every key so far masked)",
+    "add": "inf + (−inf), a masked score meeting an opposite infinity",
+    "div": "0/0, a row whose sum is 0 (it met no key at all)",
+    "mul": "0 · inf, an infinity scaled by 0",
+    "matmul": "0 · inf inside a product: an infinity among the weights or the values",
+    "log": "the log of a negative number",
+    "sqrt": "the square root of a negative number",
+}
+
+
+class _Origin(TorchFunctionMode):
+    """Remembers the first operation whose result has NaN while its inputs have none."""
+
+    def __init__(self, library_dirs: tuple[str, ...]) -> None:
+        super().__init__()
+        self.library_dirs = library_dirs
+        self.found: tuple[str, int, str, str] | None = None
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        result = func(*args, **(kwargs or {}))
+        if self.found is None and _has_nan(result) and not any(_has_nan(a) for a in _tensors(args, kwargs)):
+            self.found = self._where(getattr(func, "__name__", str(func)))
+        return result
+
+    def _where(self, operation: str) -> tuple[str, int, str, str] | None:
+        frame = sys._getframe(2)
+        while frame is not None:
+            filename = frame.f_code.co_filename
+            if not str(Path(filename).resolve()).startswith(self.library_dirs):
+                code = linecache.getline(filename, frame.f_lineno).strip()
+                return _plain(operation), frame.f_lineno, code, filename
+            frame = frame.f_back  # type: ignore[assignment]
+        return None
+
+
+_SPELLINGS = {"truediv": "div", "true_divide": "div", "divide": "div", "subtract": "sub", "multiply": "mul",
+              "einsum": "matmul", "bmm": "matmul", "mm": "matmul"}  # fmt: skip
+
+
+def _plain(operation: str) -> str:
+    """'sub' for __sub__, __rsub__, sub_, subtract; 'div' for __truediv__; 'matmul' for einsum."""
+    name = operation.strip("_")
+    if name.startswith("r") and (name[1:] in _WHY or name[1:] in _SPELLINGS):
+        name = name[1:]
+    return _SPELLINGS.get(name, name)
+
+
+def _has_nan(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and value.is_floating_point() and bool(torch.isnan(value).any())
+
+
+def _tensors(args: Any, kwargs: Any) -> Iterator[torch.Tensor]:
+    for value in [*args, *(kwargs or {}).values()]:
+        if isinstance(value, torch.Tensor):
+            yield value
+        elif isinstance(value, list | tuple):
+            yield from (v for v in value if isinstance(v, torch.Tensor))
+
+
+def first_nan(
+    function: Any, args: tuple[Any, ...], kwargs: dict[str, Any], library_dirs: tuple[str, ...]
+) -> tuple[str, int, str, str] | None:
+    """(operation, line, code, file) of the first NaN that function(*args, **kwargs) makes, or None."""
+    origin = _Origin(library_dirs)
+    try:
+        with origin:
+            _mutants._call(function, args, kwargs)
+    except Exception:  # noqa: BLE001 - a reading that only adds to a message must never fail the check
+        return None
+    return origin.found
+
+
+def nan_origin(library_dirs: tuple[str, ...]) -> str:
+    """'The first NaN is made at line N of your code, `…`: why', from the check's last call, or ""."""
+    last, candidate = _mutants._LAST_CALL.get(), _mutants.last_candidate()
+    if last is None or candidate is None or not callable(candidate):
+        return ""
+    found = first_nan(candidate, last[1], last[2], library_dirs)
+    if found is None:
+        return ""
+    operation, line, code, _ = found
+    why = _WHY.get(operation, "")
+    shown = f", `{code}`" if code else ""
+    return f"The first NaN is made at line {line} of your code{shown}" + (f": {why}." if why else ".")
