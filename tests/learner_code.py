@@ -238,12 +238,14 @@ def flash_attention(q, k, v, is_causal=False, block_size=64, return_lse=False):
                 cols = torch.arange(ks, ke, device=q.device)[None, :]
                 s = s.masked_fill(cols > rows, float("-inf"))
             m_new = torch.maximum(m, s.max(dim=-1, keepdim=True).values)
+            m_new = torch.where(m_new == -math.inf, 0.0, m_new)  # a row whose keys so far are all masked
             p = torch.exp(s - m_new)
             alpha = torch.exp(m - m_new)
             l = l * alpha + p.sum(dim=-1, keepdim=True)
             acc = acc * alpha + p @ v[..., ks:ke, :]
             m = m_new
         out[..., qs:qe, :] = acc / l
+        out[..., qs:qe, :].masked_fill_(l == 0, 0.0)  # a row with no key at all: 0, as attention
         lse[..., qs:qe] = (m + torch.log(l)).squeeze(-1)
     if return_lse:
         return out, lse
@@ -278,6 +280,7 @@ def flash_attention(q, k, v, is_causal=False, block_size=64, return_lse=False):
             denom = alpha * denom + p.sum(dim=-1, keepdim=True)
             acc = alpha * acc + p @ v[..., ks:ke, :]
             m = m_new
+        denom = torch.where(denom == 0, 1.0, denom)  # given: a row that sees no key gets out 0, lse -inf
         out[..., qs:qe, :] = acc / denom
         lse[..., qs:qe] = (m + torch.log(denom)).squeeze(-1)
     return (out, lse) if return_lse else out
@@ -359,7 +362,8 @@ def generate_with_cache(model, prompt, n_new, pick, cache, attend):
     for i in range(n_new):
         next_token = pick(logits[:, -1])
         tokens = torch.cat([tokens, next_token], dim=1)
-        logits = model.step(next_token, cache, attend)
+        if i < n_new - 1:  # the last token needs no step: nothing reads its logits
+            logits = model.step(next_token, cache, attend)
     return tokens
 """
 

@@ -111,11 +111,12 @@ that day's fixes; tests/blind_first_run_c.json) stated its idea, judged by readi
 UNCAUGHT_C = {
     11: "score_variance returning a 0-d tensor: accepted on purpose, its value is right",
     34: "rope_frequencies in float32: accepted on purpose (tests/test_checks_rope.py)",
-    64: "generate_with_cache feeding the last token too: accepted on purpose, the tokens are right",
 }
-"""Mistakes of set C that the checks let pass (the first run also let 44 and 72 pass). 11, 34 and 64 are
-accepted on purpose: the check converts a one-number tensor to a float, float32 frequencies are accepted
-(tests/test_checks_rope.py), and feeding the last token too leaves the tokens right and the cache complete."""
+"""Mistakes of set C that the checks let pass (the first run also let 44, 64 and 72 pass). 11 and 34 are
+accepted on purpose: the check converts a one-number tensor to a float, and float32 frequencies are
+accepted (tests/test_checks_rope.py). 64, feeding the last token too, was accepted until blind set E's
+writer made it a third time: notebook 07's contract says the last token needs no step, and the check now
+counts it."""
 
 REFUSED_C: dict[int, str] = {
     12: "apply_rope through view_as_complex raises on the bfloat16 input the check gives (the notebook's "
@@ -142,11 +143,10 @@ NAMED_D_FIRST_RUN = (
 """Per mistake of HOLDOUT_D: whether the first run's message (main at daba58a, before that day's fixes;
 tests/blind_first_run_d.json) stated its idea: 101 of 110."""
 
-UNCAUGHT_D = {
-    65: "generate_with_cache feeding the last token too: accepted on purpose, the tokens are right",
-}
-"""Mistakes of set D that the checks let pass (the first run also let 41, 43 and 84 pass; 84, a causal
-skip decided by a block's first row, is caught since the check's case with T_k - T_q = 11)."""
+UNCAUGHT_D: dict[int, str] = {}
+"""Mistakes of set D that the checks let pass (the first run also let 41, 43, 65 and 84 pass; 84, a causal
+skip decided by a block's first row, is caught since the check's case with T_k - T_q = 11; 65, the last
+token fed too, since the check counts that step)."""
 
 REFUSED_D: dict[int, str] = {
     7: "attention with an additive -inf bias and nan_to_num: right values, but its gradient is NaN for a "

@@ -250,6 +250,7 @@ def keys_outer_all_queries(q, k, v, is_causal=False, block_size=64, return_lse=F
         denom = alpha * denom + p.sum(-1, keepdim=True)
         acc = alpha * acc + p @ v[..., ks : ks + block_size, :]
         m = m_new
+    denom = torch.where(denom == 0, 1.0, denom)  # a row with no key: out 0, lse -inf
     lse = (m + denom.log()).squeeze(-1)  # (..., T_q)
     return (acc / denom, lse) if return_lse else acc / denom
 
@@ -272,13 +273,15 @@ def einsum_preallocated(q, k, v, is_causal=False, block_size=64, return_lse=Fals
                 cols = torch.arange(ks, ks + s.shape[-1])
                 s = torch.where(cols[None, :] <= rows[:, None], s, -math.inf)
             m_new = torch.maximum(m, s.amax(-1))
-            p = torch.exp(s - m_new[..., None])
-            alpha = torch.exp(m - m_new)
+            safe = torch.where(m_new == -math.inf, 0.0, m_new)
+            p = torch.exp(s - safe[..., None])
+            alpha = torch.exp(m - safe)
             denom = alpha * denom + p.sum(-1)
             acc = alpha[..., None] * acc + einsum(
                 p, v[..., ks : ks + block_size, :], "... i j, ... j e -> ... i e"
             )
             m = m_new
+        denom = torch.where(denom == 0, 1.0, denom)
         out[..., qs : qs + block_size, :] = acc / denom[..., None]
         lse[..., qs : qs + block_size] = m + torch.log(denom)
     return (out, lse) if return_lse else out
@@ -305,6 +308,7 @@ def exp2_every_block_masked(q, k, v, is_causal=False, block_size=64, return_lse=
             denom = denom * alpha + p.sum(-1, keepdim=True)
             acc = acc * alpha + p @ v[..., ks : ks + block_size, :]
             m = m_new
+        denom = torch.where(denom == 0, 1.0, denom)
         outs.append(acc / denom)
         lses.append((m + torch.log2(denom)).squeeze(-1) * math.log(2))  # base 2 back to natural log
     out = torch.cat(outs, dim=-2)
@@ -350,6 +354,7 @@ def full_mask_then_tiles(q, k, v, is_causal=False, block_size=64):
                 acc * alpha + p @ v[..., ks : ks + block_size, :],
             )
             m = m_new
+        denom = torch.where(denom == 0, 1.0, denom)
         outs.append(acc / denom)
     return torch.cat(outs, dim=-2)
 
@@ -366,6 +371,7 @@ def no_running_max(q, k, v, is_causal=False, block_size=64):
                 s = s.masked_fill(torch.arange(ks, ks + s.shape[-1]) > rows, -math.inf)
             p = torch.exp(s)
             denom, acc = denom + p.sum(-1, keepdim=True), acc + p @ v[..., ks : ks + block_size, :]
+        denom = torch.where(denom == 0, 1.0, denom)
         outs.append(acc / denom)
     return torch.cat(outs, dim=-2)
 
@@ -452,6 +458,7 @@ FLASH_MISTAKES = [  # learner code with one edit, and the phrase of the table's 
             ("            l = l * alpha + p.sum(dim=-1, keepdim=True)\n", "            parts.append(torch.softmax(s, dim=-1) @ v[..., ks:ke, :])\n"),
             ("            acc = acc * alpha + p @ v[..., ks:ke, :]\n", ""),
             ("        out[..., qs:qe, :] = acc / l", "        out[..., qs:qe, :] = torch.stack(parts).mean(dim=0)"),
+            ("        out[..., qs:qe, :].masked_fill_(l == 0, 0.0)", "        pass"),
             ("        acc = torch.zeros(", "        parts = []\n        acc = torch.zeros("),
         ],
         "averages a softmax per key block",
@@ -473,7 +480,8 @@ FLASH_MISTAKES = [  # learner code with one edit, and the phrase of the table's 
 LSE = "lse[..., qs:qe] = (m + torch.log(l)).squeeze(-1)"
 
 LSE_MISTAKES = [  # learner code whose output is right and whose lse is not, and the phrase it must get
-    ([(LSE, "lse[..., qs:qe] = (m + torch.log(p.sum(dim=-1, keepdim=True))).squeeze(-1)")], "the log-sum-exp of the last key block only"),
+    ([(LSE, "lse[..., qs:qe] = (m + torch.log(last)).squeeze(-1)"), ("        l = torch.zeros_like(m)\n", "        l = torch.zeros_like(m)\n        last = torch.zeros_like(m)\n"), ("            m = m_new\n", "            m = m_new\n            last = p.sum(dim=-1, keepdim=True)\n")], "the log-sum-exp of the last key block only"),
+    ([(LSE, "lse[..., qs:qe] = (m + torch.log(p.sum(dim=-1, keepdim=True))).squeeze(-1)")], "`p` is set only inside the loop at line"),
     ([(LSE, "lse[..., qs:qe] = m.squeeze(-1)")], "the running maximum m without the log of the sum"),
     ([(LSE, "lse[..., qs:qe] = (m + torch.log2(l)).squeeze(-1)")], "mixes natural log and log2"),
     ([(LSE, "lse[..., qs:qe] = (m + torch.log(l)).squeeze(-1) * math.log2(math.e)")], "is in base 2"),

@@ -268,9 +268,11 @@ def tiled_attention_mistakes(
     causal mask's kind), True for the others (which a caller tries for each block shape).
     """
     return [
-        Mistake(message, functools.partial(simulate, **knobs))
+        Mistake(message, functools.partial(simulate, **knobs, **guard))
         for knobs, message in tiled_attention_table(causal, python=python)
         if blocked is None or (knobs in _BLOCK_FREE) != blocked
+        # each with and without notebook 06's given guard: a row the slip leaves with no key gives 0 or NaN
+        for guard in ([{}] if "guarded" in knobs else [{}, {"guarded": True}])
     ]
 
 

@@ -415,8 +415,10 @@ _ATTENTION_CASES = [  # (q shape, T_k, d_v, is_causal, block_size)
     ((3, 20, 4), 20, 4, True, 1),
     ((2, 20, 8), 20, 8, True, 64),
     ((30, 8), 30, 8, True, 7),
+    ((2, 30, 8), 12, 4, True, 8),
 ]
-"""Ragged tails, T_q < T_k and T_q > T_k (not causal: some rows would attend no key), causal with
+"""Ragged tails, T_q < T_k and T_q > T_k (causal last: its first 18 rows attend no key, and give 0 as
+attention and SDPA do, with an lse of -inf), causal with
 a diagonal that falls inside blocks, a causal offset T_k - T_q that is not a multiple of the block
 size (26 = 3·8 + 2) before one that is (24: there a top-left mask in the diagonal tiles looks like a
 loop that stops a block early, so the ragged offset must come first to name it), block_size 1 and
@@ -441,7 +443,8 @@ def check_flash_attention(candidate: Callable[..., Any]) -> str:
     for case in outputs:  # the output is right: now the log-sum-exp that return_lse=True gives with it
         _compare_lse(candidate, *case)
     return (
-        "7 shapes (ragged, T_q != T_k, block_size 1 and > T), causal, float32, never T_q×T_k; "
+        "8 shapes (ragged, T_q != T_k, block_size 1 and > T, rows with no key), causal, float32, never "
+        "T_q×T_k; "
         "with return_lse=True the log-sum-exp of every row"
     )
 
@@ -493,12 +496,22 @@ def _compare(
         mistakes=mistakes,
         called_as=describe_args((q, k, v), kwargs),
         diagnose=functools.partial(_diagnose_blocks, block_size=block_size, is_causal=is_causal),
-        nonfinite_hint="Every query here may attend at least one key. NaN often comes from "
+        nan_means_unknown=is_causal and t_q > t_k,  # a slip that leaves the rows with no key NaN is not named
+        nonfinite_hint=_NO_KEY_HINT
+        if is_causal and t_q > t_k
+        else "Every query here may attend at least one key. NaN often comes from "
         "exp(-inf - (-inf)) when a row has seen only masked keys so far: use a running maximum that "
         "starts at -inf and replace it by 0 where it is still -inf before subtracting; inf comes from exp "
         "of unshifted scores.",
     )
     return out
+
+
+_NO_KEY_HINT = (
+    "With is_causal and T_q > T_k the first T_q − T_k query rows may attend no key: attention (and "
+    "torch's SDPA) gives 0 there, so such a row ends with l = 0 and acc = 0; keep the given line "
+    "denom = torch.where(denom == 0, 1.0, denom) before acc / denom (and subtract m_safe, not -inf)."
+)
 
 
 def _compare_lse(
@@ -549,7 +562,9 @@ def _compare_lse(
         mistakes=tiled_lse_mistakes(simulate),
         called_as="",
         diagnose=functools.partial(_diagnose_lse_rows, block_size=block_size),
-        nonfinite_hint="Every query here may attend at least one key, so its lse m + log(l) is finite.",
+        nonfinite_hint="A row that attends no key has the lse -inf (log 0); any other row's is finite."
+        if is_causal and q.shape[-2] > k.shape[-2]
+        else "Every query here may attend at least one key, so its lse m + log(l) is finite.",
     )
 
 

@@ -159,6 +159,12 @@ def _sharpness(
     fitted = 1 / (sum(slopes) / len(slopes))  # T'
     if abs(fitted / temperature - 1) < 0.05:
         return None
+    if counts is not None:  # draws: the fitted temperature must explain them within their noise
+        masked = logits.masked_fill(p == 0, -math.inf)
+        tempered = torch.softmax(masked / fitted, dim=-1)  # (b, vocab)
+        sigma = (tempered * (1 - tempered) / counts).sqrt().clamp_min(1 / counts)
+        if float(((p - tempered).abs() / sigma).max()) > 6:
+            return None  # not a softmax at any one temperature: another way of drawing
     named = {
         temperature**2: "divides by the temperature twice (logits / T / T)",
         1 / temperature: "multiplies the logits by the temperature instead of dividing (logits * T)",
@@ -457,7 +463,9 @@ def _diagnose_draws(
         return (
             f"do not fit the probabilities: token {token} of row {row} was drawn with frequency "
             f"{float(frequencies[row, token]):.4f} for a probability of {float(probs[row, token]):.4f}, "
-            f"{float(gap[row, token]) / sigma:.0f} standard deviations away."
+            f"{float(gap[row, token]) / sigma:.0f} standard deviations away. A draw picks token i with "
+            "probability probs[i], which torch.multinomial(probs, 1, generator=generator) does; an argmax "
+            "(of noisy probabilities too) or a draw from other weights does not."
         )
 
     return diagnose
@@ -624,7 +632,14 @@ def _expect_generation(
         )
     if not attended:
         raise CheckFailed(f"{shown} did not pass `attend` on: call model.step(idx, cache, attend).")
-    if not (steps and steps[0] == t and len(steps) in (n_new, n_new + 1)):
+    if steps and steps[0] == t and len(steps) == n_new + 1:
+        raise CheckFailed(
+            f"{shown} fed the last token to the model too: model.step ran {len(steps)} times, the prefill "
+            f"and one step per new token. Nothing reads the logits of the last token, so that step is a "
+            f"whole pass of the model for nothing: stop after picking it, {n_new} calls in all (the prefill, "
+            "then each new token but the last)."
+        )
+    if not (steps and steps[0] == t and len(steps) == n_new):
         raise CheckFailed(
             f"{shown} called model.step {len(steps)} times, with {steps} new positions: once for the "
             f"prompt ({t}), then once with each new token but the last, {n_new} calls in all."

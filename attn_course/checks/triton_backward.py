@@ -59,8 +59,10 @@ _CASES = (  # (B, H, T_q, T_k, d, is_causal, strided)
     (1, 1, 50, 37, 16, False, False),
     (1, 1, 130, 130, 16, True, False),
     (2, 2, 40, 40, 32, True, True),
+    (1, 1, 100, 30, 16, False, False),
 )
-"""Square and ragged lengths, causal with T_q < T_k, T_q > T_k, several blocks, (B, T, H, d) views."""
+"""Square and ragged lengths, causal with T_q < T_k, T_q > T_k, several blocks, (B, T, H, d) views, and
+T_q more than a block above T_k (a grid sized by the other length leaves rows unwritten)."""
 
 _KERNEL_CASES = (  # (B, H, T_q, T_k, d, is_causal, strided), (BLOCK_M, BLOCK_N)
     ((1, 1, 64, 64, 32, False, False), (32, 32)),
