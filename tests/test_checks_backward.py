@@ -365,7 +365,18 @@ FLASH_REJECTED = {
         ],
         "Yours is another number",
     ),
-    "strict mask: only causal": ([("cols > rows", "cols >= rows")], "The cases with is_causal=False passed"),
+    "dV overwritten by each query block": (
+        [("dv_acc += p", "dv_acc = p")],
+        "overwrites what the loop adds up, where it accumulates with `+=`",
+    ),
+    "tiles skipped by the block's first row": (
+        [("if is_causal and ks > qe - 1 + offset:", "if is_causal and ks > qs + offset:")],
+        "passes this check written `if is_causal and ks > qe + offset:`",
+    ),
+    "strict mask: only causal": (
+        [("cols > rows", "cols >= rows")],
+        "passes this check written `s = s.masked_fill(cols > rows",
+    ),
     "dv halved: located": (
         [("dv_acc += p.transpose(-1, -2) @ dob", "dv_acc += p.transpose(-1, -2) @ dob / 2")],
         "gives the wrong dv (dq and dk are right): it is wrong in every key row",
@@ -387,6 +398,19 @@ def test_flash_attention_backward_names_each_mistake(name, folder, capsys):
     pairs, phrase = FLASH_REJECTED[name]
     candidate = variant(FLASH_BACKWARD, folder, "flash_attention_backward", *pairs)
     assert_rejected(check_flash_attention_backward, candidate, phrase, capsys)
+
+
+def attention_backward_of_the_sum(q, k, v, grad_out, is_causal=False):  # as if the loss were out.sum()
+    return learner_attention_backward(q, k, v, torch.ones_like(grad_out), is_causal)
+
+
+def test_gradients_of_another_upstream_gradient_are_named(capsys):
+    assert_rejected(
+        check_attention_backward,
+        attention_backward_of_the_sum,
+        "an upstream gradient of 1 everywhere",
+        capsys,
+    )
 
 
 def flash_backward_through_naive_attention(q, k, v, out, lse, grad_out, is_causal=False, block_size=64):

@@ -16,13 +16,26 @@ import math
 import pytest
 import torch
 from check_assertions import assert_accepted, assert_rejected
-from learner_code import CACHED, FLASH, MERGE, MHA, ONLINE_SOFTMAX, PADDING, SCORES, SPLIT, learner
+from learner_code import (
+    ABLATE,
+    CACHED,
+    FLASH,
+    MERGE,
+    MHA,
+    ONLINE_SOFTMAX,
+    PADDING,
+    SAMPLE,
+    SCORES,
+    SPLIT,
+    learner,
+)
 from learner_mistakes_blind_a import load
 from learner_mistakes_blind_b import HOLDOUT_B
 
 from attn_course.checks import (
     _mutants,
     _repairs,
+    check_ablate_heads,
     check_attention,
     check_attention_backward,
     check_cached_attention,
@@ -33,6 +46,7 @@ from attn_course.checks import (
     check_MultiHeadAttention,
     check_online_softmax,
     check_padding_mask,
+    check_sample_next,
     check_split_heads,
 )
 from attn_course.checks._calls import misplaced_arguments
@@ -324,3 +338,33 @@ def test_the_first_nan_is_found_at_the_line_and_operation_that_make_it(function,
     found = first_nan(function, (s,), {}, library_dirs())
     assert found is not None and found[0] == operation and found[2] == code
     assert first_nan(torch.exp, (torch.zeros(2),), {}, library_dirs()) is None
+
+
+# ---------------------------------------------------------------------------------------------
+# Set E's families, in spellings of my own
+
+
+def test_pairs_unpacked_the_other_way_round_are_named(capsys):
+    wrong = learner(ABLATE, "ablate_heads", ("for layer, head in heads:", "for head, layer in heads:"))
+    assert_rejected(check_ablate_heads, wrong, "yours were read as (head, layer)", capsys)
+
+
+def test_a_draw_that_follows_no_softmax_is_not_blamed_on_the_temperature(capsys):
+    """Probabilities times uniform noise, then the argmax: no temperature explains those frequencies."""
+    draw = "return torch.multinomial(probs, num_samples=1, generator=generator)"
+    noisy = (
+        "noise = torch.rand(probs.shape, generator=generator, dtype=probs.dtype)\n"
+        "    return (probs * noise).argmax(-1, keepdim=True)"
+    )
+    wrong = learner(SAMPLE, "sample_next", (draw, noisy))
+    with pytest.raises(AssertionError) as failure:
+        check_sample_next(wrong)
+    assert "torch.multinomial(probs, 1, generator=generator) does" in str(failure.value)
+    assert "fit a temperature" not in str(failure.value)
+
+
+def test_an_einsum_letter_on_the_wrong_axes_is_placed_on_both(capsys):
+    wrong = learner(
+        SCORES, "dot_product_scores", ("q @ k.transpose(-2, -1)", 'torch.einsum("...iq,...ik->...qk", q, k)')
+    )
+    assert_rejected(check_dot_product_scores, wrong, "The letter i stands on axis -2 of `q`", capsys)

@@ -97,6 +97,10 @@ class GroupedQueryAttention(nn.Module):
 """
 
 
+def repeat_kv_by_heads(x, n_rep):  # the repeat count read off the tensor
+    return x.repeat_interleave(x.shape[1], dim=1)
+
+
 def gqa_class(*edits: tuple[str, str]) -> type:
     """The learner's class, with each (old, new) text replacement made (each must apply)."""
     source = GQA_SOURCE
@@ -265,6 +269,17 @@ def paper_slopes(n):  # the ALiBi paper's get_slopes, as a learner copies it fro
     closest_power_of_2 = 2 ** math.floor(math.log2(n))
     extra = paper_slopes(2 * closest_power_of_2)[0::2][: n - closest_power_of_2]
     return get_slopes_power_of_2(closest_power_of_2) + extra
+
+
+def alibi_odd_extra_slopes(n_heads):  # the extra heads' slopes from 2n's list, starting at the second
+    n = 2 ** math.floor(math.log2(n_heads))
+    slopes = paper_slopes(n) if n == n_heads else paper_slopes(n) + paper_slopes(2 * n)[1::2][: n_heads - n]
+    table = torch.tensor(slopes)
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        return score + table[h] * (kv_idx - q_idx)
+
+    return score_mod
 
 
 def alibi_tensor_slopes(n_heads):
@@ -643,6 +658,27 @@ WRONG = [
         ),
         "The first NaN is made at line 23 of your code, `p = torch.exp(s - m_new)`: −inf − (−inf)",
         id="window-flash-unguarded-max",  # NaN read as "attends nothing" before (blind set D, #100)
+    ),
+    pytest.param(
+        check_GroupedQueryAttention,
+        gqa_class(('"b h t d -> b t (h d)"', '"b h t d -> b t (d h)"')),
+        "merges them as (d h)",
+        id="gqa-merged-feature-first",
+    ),
+    pytest.param(
+        check_sliding_window_flash_attention,
+        window_flash(
+            (
+                "rows = torch.arange(qs, qs + q_blk.shape[-2]) + offset",
+                "rows = torch.arange(qs, qs + block_size) + offset",
+            )
+        ),
+        "is the length of the last, ragged block (37 = 4 × 8 + 5)",
+        id="window-flash-full-last-block",
+    ),
+    pytest.param(check_repeat_kv, repeat_kv_by_heads, "the factor 2 (`n_rep`", id="repeat-kv-by-heads"),
+    pytest.param(
+        check_alibi_score_mod, alibi_odd_extra_slopes, "take the slopes at positions [1]", id="alibi-odd"
     ),
     pytest.param(
         check_GroupedQueryAttention,

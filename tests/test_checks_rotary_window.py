@@ -261,8 +261,24 @@ def python_if_in_mask(layer, x, window, positions=None):
     return layer.out(merge_heads(flex_attention(q, k, v, block_mask=mask, enable_gqa=True)))
 
 
+def mod_indices_reversed(layer, x, window, positions=None):  # the mod's indices named key first
+    t = x.shape[1]
+    q = apply_rope(split_heads(layer.q(x), layer.n_heads), positions)
+    k = apply_rope(split_heads(layer.k(x), layer.n_kv_heads), positions)
+    v = split_heads(layer.v(x), layer.n_kv_heads)
+
+    def near(batch, head, key, query):
+        return (key <= query) & (query - key < window)
+
+    mask = create_block_mask(near, None, None, t, t, device="cpu")
+    return layer.out(merge_heads(flex_attention(q, k, v, block_mask=mask, enable_gqa=True)))
+
+
 WRONG = [
     pytest.param(not_implemented, "not implemented yet", id="stub"),
+    pytest.param(
+        mod_indices_reversed, "passes this check written `def near(batch, head, query, key):`", id="mod-order"
+    ),
     pytest.param(forgot_rope, "has no rotary positions", id="no-rope"),
     pytest.param(rope_on_queries_only, "rotates the queries but not the keys", id="rope-q-only"),
     pytest.param(rope_on_everything, "rotates the values too", id="rope-v"),

@@ -7,6 +7,7 @@ Everything that goes wrong becomes a `CheckFailed` with a message in the learner
 
 from __future__ import annotations
 
+import ast
 import contextvars
 import functools
 import importlib.util
@@ -17,6 +18,7 @@ import math
 import os
 import re
 import sysconfig
+import textwrap
 import traceback
 import warnings
 from collections.abc import Callable, Sequence
@@ -38,7 +40,7 @@ from attn_course.checks._mutants import (
     reference_shapes,
 )
 from attn_course.checks._nan_origin import nan_origin
-from attn_course.checks._repairs import begin_check, name_by_repair
+from attn_course.checks._repairs import begin_check, foreign_step, name_by_repair
 from attn_course.checks._shapes import explain_shape
 from attn_course.progress import record_failure, record_pass
 
@@ -540,7 +542,24 @@ def _named_sizes(scope: dict[str, Any], a: int, b: int) -> str:
     """' (8 is `block_size`)' for sizes that equal an integer of the frame."""
     named = [f"{n} is `{k}`" for n in (a, b) for k, v in scope.items()
              if type(v) is int and v == n and not k.startswith("_") and n > 1][:2]  # fmt: skip
-    return f" ({', '.join(named)})" if named else ""
+    return (f" ({', '.join(named)})" if named else "") + _ragged(scope, a, b)
+
+
+def _ragged(scope: dict[str, Any], a: int, b: int) -> str:
+    """' 5 is the length of the last, ragged block: 37 = 4 × 8 + 5 …' where one size is the block's."""
+    blocks = {v for k, v in scope.items() if type(v) is int and "block" in k.lower() and v > 1}
+    lengths = {
+        int(s) for v in scope.values() if isinstance(v, torch.Tensor) and v.dim() >= 2 for s in v.shape[-2:]
+    }
+    for full, short in ((a, b), (b, a)):
+        for length in sorted(lengths):
+            if full in blocks and 0 < short == length % full and length > full:
+                return (
+                    f". {short} is the length of the last, ragged block ({length} = {length // full} × "
+                    f"{full} + {short}): size what a block holds from its slice (q_blk.shape[-2]), not from "
+                    "the block size."
+                )
+    return ""
 
 
 def _earlier_reduction(tb: Any, tensors: list[tuple[str, torch.Tensor]]) -> str:
@@ -563,6 +582,72 @@ def _earlier_reduction(tb: Any, tensors: list[tuple[str, torch.Tensor]]) -> str:
     return ""
 
 
+def _einsum_letter(tb: Any, letter: str) -> str:
+    """' The letter d stands on axis -2 of `q` (3) and of `k` (5); the axis they share is -1 (6).'"""
+    if tb is None:
+        return ""
+    code = linecache.getline(tb.tb_frame.f_code.co_filename, tb.tb_lineno)
+    call = re.search(r"einsum\(\s*[\"']([^\"']+)[\"']\s*,\s*([^)]*)\)", code)
+    if call is None or "->" not in call[1]:
+        return ""
+    inputs = call[1].split("->")[0].replace(" ", "").split(",")
+    names = [n.strip() for n in call[2].split(",")]
+    scope = tb.tb_frame.f_locals
+    tensors = [scope.get(n) for n in names]
+    if len(inputs) != len(tensors) or not all(isinstance(t, torch.Tensor) for t in tensors):
+        return ""
+    places = []
+    for sub, name, tensor in zip(inputs, names, tensors, strict=True):
+        letters = sub.replace("...", "")
+        if letter in letters:
+            axis = letters.index(letter) - len(letters)  # from the right, as '...' leaves the front
+            places.append((name, axis, int(tensor.shape[axis])))
+    if len(places) < 2:
+        return ""
+    where = " and ".join(f"axis {axis} of `{name}` ({size})" for name, axis, size in places)
+    shared = [
+        axis
+        for axis in range(-min(t.dim() for t in tensors), 0)
+        if len({int(t.shape[axis]) for t in tensors}) == 1
+    ]
+    return f" The letter {letter} stands on {where}" + (
+        f"; the axis the operands share is {shared[-1]} ({int(tensors[0].shape[shared[-1]])}): is that the "
+        "one to sum over?"
+        if shared and all(axis != shared[-1] for _, axis, _ in places)
+        else "."
+    )
+
+
+def _set_only_in_a_loop(error: UnboundLocalError) -> str:
+    """'`p` is set only inside the loop at line N, which ran zero times', for the learner's function."""
+    tb, named = _learner_traceback(error), re.search(r"local variable '(\w+)'", str(error))
+    if tb is None or named is None:
+        return ""
+    name = named[1]
+    try:
+        lines, first = inspect.getsourcelines(tb.tb_frame.f_code)
+        tree = ast.parse(textwrap.dedent("".join(lines)))
+    except (OSError, TypeError, SyntaxError):
+        return ""
+    loops = [node for node in ast.walk(tree) if isinstance(node, ast.For | ast.While)]
+    stores = [
+        n for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store)
+    ]
+    if not stores or not loops:
+        return ""
+    holding = [
+        loop for loop in loops if {id(s) for s in stores} <= {id(n) for b in loop.body for n in ast.walk(b)}
+    ]
+    for loop in sorted(holding, key=lambda loop: -loop.lineno)[:1]:  # the innermost
+        return (
+            f"`{name}` is set only inside the loop at line {loop.lineno + first - 1}, and that loop ran "
+            "zero times on this call (an empty range: in a tiled loop, a query block with no key to visit, "
+            "as causal attention with T_q > T_k has): give it a value before the loop, or use only what "
+            "exists whether the loop ran or not (the running state set before it)."
+        )
+    return ""
+
+
 _BROADCAST = re.compile(
     r"size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\) at non-singleton dimension (\d+)"
 )
@@ -577,6 +662,8 @@ def explain_error(error: BaseException) -> str:
     Names the tensors of the learner's line with their shapes where it can, and the usual cause.
     """
     text = str(error)
+    if isinstance(error, UnboundLocalError) and (unbound := _set_only_in_a_loop(error)):
+        return unbound
     tensors = _line_tensors(_learner_traceback(error))
     shapes = ", ".join(f"`{n}` {_shape(t)}" for n, t in tensors)
     if m := _BROADCAST.search(text):
@@ -646,7 +733,9 @@ def explain_error(error: BaseException) -> str:
         return (
             f"In your einsum the letter {m[1]} names an axis of size {m[4]} in one operand and {m[2]} in "
             f"operand {m[3]}: a letter must name axes of one size. Check each operand's letters against its "
-            "shape, in order." + (f" On that line: {shapes}." if shapes else "")
+            "shape, in order."
+            + (f" On that line: {shapes}." if shapes else "")
+            + _einsum_letter(_learner_traceback(error), m[1])
         )
     if m := re.search(r"can't divide axis of length (\d+) in chunks of (\d+)", text):
         return (
@@ -893,8 +982,9 @@ def expect_close(
     found = contextvars.copy_context().run(diagnose, actual, expected) if diagnose is not None else None
     if found:  # the check's own reading first; a one-change mutant that gives the same result says how
         raise CheckFailed(f"{what} {found}" + (f"\nIt {derived}" if derived else "") + where)
-    if derived:
-        raise CheckFailed(f"{what} {derived}{where}")
+    if derived:  # in the learner's own line too, where the reference's step is not one of theirs
+        repair = name_by_repair(expected, close) if foreign_step(derived) else None
+        raise CheckFailed(f"{what} {derived}" + (f"\n{repair}" if repair else "") + where)
     repair = name_by_repair(expected, close)
     where = f"\n{repair}{where}" if repair else where  # the learner's own line, after what is wrong
     candidate = last_candidate()

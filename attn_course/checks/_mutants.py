@@ -524,22 +524,24 @@ def _build(function: Callable[..., Any]) -> Iterator[Mutant]:
     nodes = list(ast.walk(definition))
     parents = {child: node for node in nodes for child in ast.iter_child_nodes(node)}
     siblings = _siblings(definition)
+    pairs = _pairs(definition)  # qs and qe, t_q and t_k: a block's two ends, two lengths
     targets = [t.id for n in nodes if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)]
     updated = {name for name in targets if targets.count(name) > 1}  # a state a loop carries (m = m_new)
     seen: set[tuple[int, str]] = set()
     for node in nodes:
         if node is definition or _in_docstring_or_annotation(node, parents):
             continue
-        statement = _statement(node, parents)
+        statement = node if isinstance(node, ast.FunctionDef) else _statement(node, parents)  # a nested def
         before = ast.unparse(statement).splitlines()[0] if statement is not None else ""
         shift = isinstance(node, ast.Constant) and any(
             isinstance(p, ast.Subscript | ast.Slice) for p in _ancestors(node, parents)
         )
-        for replacement, change in _changes(node, parameters, parents, siblings, updated):
+        for replacement, change in _changes(node, parameters, parents, siblings, updated, pairs):
             with _swapped(node, replacement, parents) as swapped:
                 if not swapped:
                     continue
-                after = ast.unparse(statement) if statement is not None and replacement is not None else ""
+                shown = replacement if statement is node else statement  # a statement replaced whole
+                after = ast.unparse(shown) if shown is not None and replacement is not None else ""
                 key = (id(statement), after) if replacement is not None else (id(node), "")
                 if key in seen:
                     continue
@@ -655,14 +657,35 @@ def _siblings(definition: ast.FunctionDef) -> dict[str, list[str]]:
     return found
 
 
+def _pairs(definition: ast.FunctionDef) -> dict[str, list[str]]:
+    """Local names of two or more characters that differ in one place only (qs, qe; t_q, t_k)."""
+    local = sorted(
+        {n.id for n in ast.walk(definition) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    )
+    pairs: dict[str, list[str]] = {}
+    for a, b in itertools.combinations([n for n in local if len(n) >= 2], 2):
+        if len(a) == len(b) and sum(x != y for x, y in zip(a, b, strict=True)) == 1:
+            pairs.setdefault(a, []).append(b)
+            pairs.setdefault(b, []).append(a)
+    return pairs
+
+
 def _changes(
     node: ast.AST,
     parameters: list[str],
     parents: dict[ast.AST, ast.AST],
     siblings: dict[str, list[str]],
     updated: Collection[str] = (),
+    pairs: dict[str, list[str]] | None = None,
 ) -> Iterator[tuple[ast.AST | None, str]]:
     """(replacement, the change in words) for each generic mutation that applies at `node`."""
+    if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and pairs and node.id in pairs:
+        statement = _statement(node, parents)
+        present = {n.id for n in ast.walk(statement) if isinstance(n, ast.Name)} if statement else set()
+        for name in pairs[node.id]:
+            if name not in present and name not in siblings.get(node.id, []):  # never x > x + c
+                change = f"`{name}` used where the right computation uses `{node.id}`"
+                yield ast.Name(name, ast.Load()), change
     if isinstance(node, ast.BinOp):
         yield from _binop_changes(node)
     elif isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in _COMPARE_SWAPS:
@@ -703,6 +726,30 @@ def _changes(
         _reassigns(node, parents) or _updates(node, updated)
     ):
         yield None, f"the step `{_code(node)}` left out"
+    if isinstance(node, ast.FunctionDef) and parents.get(node) is not None:  # a mod or helper defined inside
+        names = [a.arg for a in node.args.args]
+        for i in range(len(names) - 1):
+            order = [*names[:i], names[i + 1], names[i], *names[i + 2 :]]
+            arguments = copy.copy(node.args)
+            arguments.args = [ast.arg(name) for name in order]
+            changed = ast.copy_location(copy.copy(node), node)
+            changed.args = arguments
+            yield (
+                changed,
+                (
+                    f"the parameters of `{node.name}` in the order ({', '.join(order)}), where it takes them "
+                    f"as ({', '.join(names)}): its caller passes them by position"
+                ),
+            )
+    if isinstance(node, ast.AugAssign) and isinstance(node.op, ast.Add) and _in_loop(node, parents):
+        assign = ast.copy_location(ast.Assign([node.target], node.value), node)
+        yield assign, f"`{_code(assign)}` overwrites what the loop adds up, where it accumulates with `+=`"
+    if _overwrites_in_loop(node, parents, updated):
+        assert isinstance(node, ast.Assign)  # as _overwrites_in_loop found
+        target = node.targets[0]
+        assert isinstance(target, ast.Name | ast.Subscript)  # as _overwrites_in_loop found
+        added = ast.copy_location(ast.AugAssign(target, ast.Add(), node.value), node)
+        yield added, f"`{_code(added)}` adds up over the loop, where it overwrites with `=`"
 
 
 def _is_axis(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:
@@ -721,6 +768,34 @@ def _method(call: ast.Call) -> str | None:
     if isinstance(call.func, ast.Name):
         return call.func.id
     return None
+
+
+def _in_loop(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:
+    """Whether the statement sits inside a for or while loop of its function."""
+    parent = parents.get(node)
+    while parent is not None and not isinstance(parent, ast.FunctionDef):
+        if isinstance(parent, ast.For | ast.While):
+            return True
+        parent = parents.get(parent)
+    return False
+
+
+def _overwrites_in_loop(node: ast.AST, parents: dict[ast.AST, ast.AST], updated: Collection[str]) -> bool:
+    """`acc = f(...)` inside a loop, for a name also set elsewhere, whose value does not read it."""
+    if not isinstance(node, ast.Assign) or len(node.targets) != 1:
+        return False
+    target = node.targets[0]
+    if not isinstance(target, ast.Name) and not isinstance(target, ast.Subscript):
+        return False
+    name = target.id if isinstance(target, ast.Name) else _code(target.value)
+    kinds = ast.Name | ast.Subscript | ast.Attribute
+    reads = {_code(n) for n in ast.walk(node.value) if isinstance(n, kinds)}
+    return (
+        _in_loop(node, parents)
+        and (name in updated or isinstance(target, ast.Subscript))
+        and name not in reads
+        and not isinstance(node.value, ast.Name)
+    )
 
 
 def _reassigns(node: ast.Assign | ast.AugAssign, parents: dict[ast.AST, ast.AST]) -> bool:

@@ -9,6 +9,7 @@ operation; the first whose result holds NaN while none of its inputs did is wher
 from __future__ import annotations
 
 import linecache
+import math
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +23,9 @@ from attn_course.checks import _mutants
 _WHY = {
     "sub": "−inf − (−inf), a row whose maximum is still −inf (every key so far masked)",
     "add": "inf + (−inf), a masked score meeting an opposite infinity",
-    "div": "0/0, a row whose sum is 0 (it met no key at all)",
+    "div": "0/0, a row whose sum is 0 (it attended no key, or every exponential in it underflowed to 0)",
+    "div-inf": "inf/inf, a sum of exponentials that overflowed (exp of scores not shifted by their maximum)",
+    "sub-inf": "inf − inf, exponentials that overflowed",
     "mul": "0 · inf, an infinity scaled by 0",
     "matmul": "0 · inf inside a product: an infinity among the weights or the values",
     "log": "the log of a negative number",
@@ -40,8 +43,13 @@ class _Origin(TorchFunctionMode):
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         result = func(*args, **(kwargs or {}))
-        if self.found is None and _has_nan(result) and not any(_has_nan(a) for a in _tensors(args, kwargs)):
-            self.found = self._where(getattr(func, "__name__", str(func)))
+        inputs = list(_tensors(args, kwargs))
+        if self.found is None and _has_nan(result) and not any(_has_nan(a) for a in inputs):
+            operation = _plain(getattr(func, "__name__", str(func)))
+            positive_inf = any(a.is_floating_point() and bool((a == math.inf).any()) for a in inputs)
+            if operation in {"div", "sub"} and positive_inf:
+                operation += "-inf"
+            self.found = self._where(operation)
         return result
 
     def _where(self, operation: str) -> tuple[str, int, str, str] | None:
@@ -50,7 +58,7 @@ class _Origin(TorchFunctionMode):
             filename = frame.f_code.co_filename
             if not str(Path(filename).resolve()).startswith(self.library_dirs):
                 code = linecache.getline(filename, frame.f_lineno).strip()
-                return _plain(operation), frame.f_lineno, code, filename
+                return operation, frame.f_lineno, code, filename
             frame = frame.f_back  # type: ignore[assignment]
         return None
 

@@ -92,6 +92,8 @@ def diagnose_heads(merged: torch.Tensor | None, ref: Heads, out_name: str = "sel
     if merged.shape != (b, t_q, h * d):
         return None
     o = rearrange(merged.to(expected.dtype), "b t (h d) -> b h t d", h=h)  # (b, h, t_q, d)
+    if layout := _merge_layout(merged.to(expected.dtype), expected, out_name):
+        return layout
     if _close(o, expected):
         return (
             f"is right up to {out_name}: the merged heads it is given are the right ones. What goes wrong "
@@ -120,6 +122,25 @@ def diagnose_heads(merged: torch.Tensor | None, ref: Heads, out_name: str = "sel
         return found_in + heads
     found = _read_weights(weights, ref)
     return found + heads if found else None
+
+
+def _merge_layout(merged: torch.Tensor, expected: torch.Tensor, out_name: str) -> str | None:
+    """The heads' outputs right, but merged back in another layout than (h d) after the tokens."""
+    b, h, t_q, d = expected.shape
+    if h == 1:
+        return None
+    readings = (
+        (rearrange(merged, "b t (d h) -> b h t d", h=h), "(d h), feature i of every head, then i + 1"),
+        (merged.reshape(b, h, t_q, d), "straight from (b, h, t, d), the heads still before the tokens"),
+    )
+    for read, words in readings:
+        if _close(read, expected):
+            return (
+                f"computes every head right, then merges them as {words}. Before {out_name} the heads go "
+                "back behind the tokens, head 0's d features, then head 1's, …: rearrange(out, "
+                '"b h t d -> b t (h d)"), or out.transpose(1, 2).reshape(b, t, h * d).'
+            )
+    return None
 
 
 def _read_weights(weights: torch.Tensor, ref: Heads) -> str | None:

@@ -17,6 +17,7 @@ import contextvars
 import copy
 import inspect
 import io
+import re
 import time
 import types
 import warnings
@@ -61,6 +62,25 @@ def name_by_repair(
         return _search(*current, expected, close, line)
     except Exception:  # noqa: BLE001 - a layer that only adds to a message must never fail the check
         return None
+
+
+def foreign_step(derived: str | None) -> bool:
+    """Whether a mutant's message names a step the learner's own code does not contain (another layout).
+
+    Then the learner's own line, changed once, says more than the reference's: the caller tries the
+    repairs first and keeps the mutant's message only where no repair passes.
+    """
+    step = re.search(r"in the step `([^`]*)`", derived or "")
+    candidate = _mutants.last_candidate()
+    if step is None or candidate is None:
+        return False
+    target = candidate if inspect.isfunction(candidate) or inspect.isclass(candidate) else type(candidate)
+    try:
+        source = inspect.getsource(target)
+    except (OSError, TypeError):
+        return False
+    text = step[1].removesuffix("...")  # a long step is shown cut short
+    return "".join(text.split()) not in "".join(source.split())
 
 
 def _search(

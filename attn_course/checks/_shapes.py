@@ -106,6 +106,8 @@ def _size_note(axis: int, got: int, want: int, sources: dict[int, list[str]]) ->
             f"{parts} parts, or the {parts} parts summed or averaged, where they belong side by side "
             "(all the heads concatenated, or all of q, k and v)."
         )
+    if factor := _factor_note(where, got, want, sources):
+        return factor
     if got_from and not set(got_from) & set(want_from):
         right = f", which is {_either(want_from)}" if want_from else ""
         return (
@@ -127,8 +129,24 @@ def _size_note(axis: int, got: int, want: int, sources: dict[int, list[str]]) ->
     return ""
 
 
+def _factor_note(where: str, got: int, want: int, sources: dict[int, list[str]]) -> str:
+    """'Axis 1 has 9 = 3 × 3 where 6 = 3 × 2 is right: the factor 2 (`n_rep`) is 3 (`x.shape[-3]`)'."""
+    for common in sorted(sources, reverse=True):
+        if common < 2 or want % common or got % common:
+            continue
+        right, wrong = want // common, got // common
+        if right != wrong and right in sources and wrong in sources and wrong > 1:
+            return (
+                f"{where} = {common} × {wrong}, where it should have {want} = {common} × {right}: the factor "
+                f"{right} ({_either(sources[right])}) is {wrong} there, which is {_either(sources[wrong])}: "
+                "the count is taken from the wrong argument or axis."
+            )
+    return ""
+
+
 def _either(texts: list[str]) -> str:
-    return " or ".join(texts[:2])
+    plain_first = sorted(texts, key=lambda text: "." in text)  # `n_rep` before `x.shape[-4]`
+    return " or ".join(plain_first[:2])
 
 
 def _shape(sizes: tuple[int, ...]) -> str:

@@ -32,7 +32,7 @@ from attn_course.checks._harness import (
     randn,
 )
 from attn_course.checks._mutants import name_by_mutation
-from attn_course.checks._repairs import name_by_repair
+from attn_course.checks._repairs import foreign_step, name_by_repair
 from attn_course.checks.flash import _FUSED, _OpRecorder
 
 Grads = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
@@ -341,10 +341,11 @@ def _diagnose(
         if derived
         else _locate(actual, expected, inputs, is_causal, blocks)
     )
-    repair = None if derived or not wrong_grads else name_by_repair(expected[wrong_grads[0]], is_close)
+    own_line = not derived or foreign_step(derived)  # the learner's line says more than a foreign step
+    repair = name_by_repair(expected[wrong_grads[0]], is_close) if wrong_grads and own_line else None
     if repair:
         found += f"\n{repair}"
-    if is_causal and plain_passed:
+    if is_causal and plain_passed and not repair:
         found += (
             "\nThe cases with is_causal=False passed, so the mistake is in the causal part: the mask inside "
             "the tiles that cross the diagonal (key j allowed when j <= i + T_k − T_q, the scores of the "
@@ -369,6 +370,8 @@ def _locate(
     wrong = [i for i in owned if not is_close(actual[i], expected[i].to(actual[i].dtype))]
     if other_d := _wrong_d(actual, expected, inputs, is_causal, wrong, owned):
         return other_d
+    if upstream := _upstream_ignored(actual, inputs, is_causal, wrong):
+        return upstream
     right = [NAMES[i] for i in owned if i not in wrong]
     first = wrong[0]
     a, e = actual[first], expected[first]
@@ -414,6 +417,29 @@ def _locate(
         )
         return f"{head}: {NAMES[first]} is {scale} times the right one. {why}"
     return f"{head}: {verb} wrong {place}. For {NAMES[first]}, {describe_error(a, e)}"
+
+
+def _upstream_ignored(
+    actual: Grads, inputs: tuple[torch.Tensor, ...], is_causal: bool, wrong: Sequence[int]
+) -> str:
+    """When the wrong gradients are those of an upstream gradient of ones (or of zeros): say so, or ""."""
+    q, k, v, grad_out = inputs[:4]
+    for words, stand_in in (
+        ("1 everywhere (torch.ones_like)", torch.ones_like(grad_out)),
+        ("the output itself", None),
+    ):
+        if stand_in is None:
+            with torch.enable_grad():
+                leaves = [x.detach().to("cpu", torch.float64).requires_grad_(True) for x in (q, k, v)]
+                stand_in = reference.attention(*leaves, is_causal=is_causal)[0].detach()
+        grads = _autograd_grads(q, k, v, stand_in, is_causal)
+        if all(is_close(actual[i], grads[i].to(actual[i].dtype)) for i in wrong):
+            return (
+                f"gives the gradients of an upstream gradient of {words}, not of grad_out: dO is what the "
+                "loss says about the output, and it must reach every gradient (dV = Pᵀ dO, dP = dO Vᵀ). "
+                "Pass grad_out on as it is."
+            )
+    return ""
 
 
 def _wrong_d(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -388,6 +389,32 @@ def _diagnose_ablation(
     return diagnose
 
 
+def _silenced(state: dict[str, torch.Tensor]) -> set[tuple[int, int]]:
+    """The (layer, head) pairs whose columns of attn.out.weight are all zero in a state dict."""
+    d_k = _CONFIG.d_model // _CONFIG.n_heads
+    found = set()
+    for name, weight in state.items():
+        m = re.fullmatch(r"blocks\.(\d+)\.attn\.out\.weight", name)
+        if m is None or weight.dim() != 2:
+            continue
+        for head in range(weight.shape[1] // d_k):
+            if not weight[:, head * d_k : (head + 1) * d_k].any():
+                found.add((int(m[1]), head))
+    return found
+
+
+def _pairs_reversed(theirs: dict[str, torch.Tensor], ours: dict[str, torch.Tensor]) -> str | None:
+    """The heads switched off are the asked ones with each pair read the other way round, (head, layer)."""
+    asked, silenced = _silenced(dict(ours)), _silenced(theirs)
+    if asked and silenced != asked and silenced == {(head, layer) for layer, head in asked}:
+        return (
+            f"come from a copy that switched off {sorted(silenced)} for the pairs {sorted(asked)}: each "
+            "pair is (layer, head), and yours were read as (head, layer). Unpack them as "
+            "`for layer, head in heads`."
+        )
+    return None
+
+
 def _parameter_difference(ablated: torch.nn.Module, right: torch.nn.Module) -> str | None:
     """Where the learner's ablated copy's parameters differ from the right copy's, in rows and columns."""
     theirs = dict(ablated.state_dict())
@@ -413,6 +440,8 @@ def _parameter_difference(ablated: torch.nn.Module, right: torch.nn.Module) -> s
                     "output instead of falling silent; zero its columns of attn.out.weight, what it adds."
                 )
         return None
+    if order := _pairs_reversed(theirs, ours):
+        return order
     for name, want in ours.items():
         got = theirs.get(name)
         if got is None or got.shape != want.shape or torch.equal(got, want):

@@ -26,8 +26,10 @@ from attn_course.checks._harness import (
     library_dirs,
     randn,
 )
+from attn_course.checks._mutants import name_by_mutation
 from attn_course.checks._nan_origin import first_nan
 from attn_course.checks._probe import Heads, diagnose_heads, merged_input
+from attn_course.checks._repairs import name_by_repair
 from attn_course.checks.flash import _FUSED, _OpRecorder
 from attn_course.checks.masking import _expect_bool_mask
 from attn_course.heads import merge_heads, split_heads
@@ -321,7 +323,13 @@ def check_GroupedQueryAttention(candidate: Any) -> str:  # noqa: N802 (exercise 
                 if passed_mha
                 else ""
             )
-            raise CheckFailed(f"{what} is wrong: {difference(out, expected)}{where}")
+            derived = name_by_mutation(out, expected, is_close)  # one change to the reference layer
+            if derived:
+                raise CheckFailed(f"{what} {derived}")
+            repair = name_by_repair(expected, is_close)  # one change to the learner's own layer
+            raise CheckFailed(
+                f"{what} is wrong: {difference(out, expected)}{where}" + (f"\n{repair}" if repair else "")
+            )
         passed_mha = passed_mha or n_heads == n_kv_heads
     layer = _gqa_layer(candidate, 16, 4, 2).double()
     q_proj = cast(nn.Linear, layer.q)  # the learner's layer projects with nn.Linear, as the reference does
@@ -729,6 +737,25 @@ _ALIBI_MISTAKES = [
 ]
 
 
+def _extra_slopes_from(slopes: torch.Tensor, n_heads: int, heads: list[int]) -> str:
+    """Where the wrong heads' slopes sit in the list of 2n heads, when the head count is no power of two."""
+    n = 2 ** int(math.log2(n_heads))
+    if n == n_heads or not heads or min(heads) < n:
+        return ""
+    longer = flex.alibi_slopes(2 * n)  # (2n,): the list ALiBi takes every other slope of
+    places = []
+    for h in heads:
+        match = torch.isclose(longer, slopes[h].to(longer.dtype), rtol=1e-4).nonzero().flatten().tolist()
+        if not match:
+            return ""
+        places.append(match[0])
+    return (
+        f"\nYour heads {heads} take the slopes at positions {places} of the {2 * n}-head list; ALiBi takes "
+        f"every other one from the first, slopes({2 * n})[0::2][:{n_heads - n}], positions "
+        f"{list(range(0, 2 * (n_heads - n), 2))}: the odd positions repeat slopes the first {n} heads have."
+    )
+
+
 @check
 def check_alibi_score_mod(candidate: Callable[..., Any]) -> str:
     """The mod, evaluated on every (head, query, key) as flex_attention does, at and before the diagonal."""
@@ -757,7 +784,7 @@ def check_alibi_score_mod(candidate: Callable[..., Any]) -> str:
             f"{what} are wrong in heads {heads}. One position back (q_idx=1, kv_idx=0) your mod adds "
             f"{[round(b, 5) for b in bias.tolist()]} per head, ALiBi adds -slope_h = "
             f"{[round(-s, 5) for s in flex.alibi_slopes(n_heads).tolist()]}; "
-            f"{difference(got_past, expected_past)}"
+            f"{difference(got_past, expected_past)}" + _extra_slopes_from(-bias, n_heads, heads)
         )
     return (
         "4, 8 and 2 heads (slopes 2^(-8(h+1)/n_heads)), 3, 6 and 12 heads (the paper's interleaved "

@@ -11,6 +11,7 @@ import torch
 
 from attn_course.checks._harness import CheckFailed, call, check, difference, expect_tensor, is_close, randn
 from attn_course.checks._probe import Heads, diagnose_heads, merged_input
+from attn_course.checks._repairs import name_by_repair
 from attn_course.gqa import GroupedQueryAttention
 from attn_course.heads import merge_heads, split_heads
 from attn_course.rope import apply_rope, apply_rope_rotate_half
@@ -281,11 +282,13 @@ def check_rotary_window_attention(candidate: Callable[..., Any]) -> str:
                 wrong = _dense(layer, x, window, positions, **knobs)
                 if not is_close(wrong, expected) and is_close(out, wrong):
                     raise CheckFailed(f"{what} {message}")
+        own_line = name_by_repair(expected, is_close)  # the learner's line changed once, on this call
         found = _properties(candidate, layer, t, window, what)
         found = found or _probe_heads(candidate, layer, x, window, what)
+        shown = f"\n{own_line}" if own_line else ""
         if found:
-            raise CheckFailed(f"{what} {found}")
-        raise CheckFailed(f"{what} is wrong: {difference(out, expected)}")
+            raise CheckFailed(f"{what} {found}{shown}")
+        raise CheckFailed(f"{what} is wrong: {difference(out, expected)}{shown}")
     return (
         "grouped (2 of 4, 3 of 6) and single key/value heads, windows of 1, 2, 3 and T, RoPE on q and k "
         "at default and gapped positions, against every score built densely"
