@@ -1,4 +1,4 @@
-"""The blind sets of issue 27 (tests/learner_mistakes_blind_a.py, _b.py) against today's checks.
+"""The blind sets of issue 27 (tests/learner_mistakes_blind_a.py … _f.py) against today's checks.
 
 Each set holds learner mistakes and right alternatives for every exercise of 01-10, written from
 the solution notebooks and topic modules only (no check, no test of a check, no earlier table
@@ -21,6 +21,11 @@ accepted) and once after (106 caught, 100 named), and no fix of that round looke
 is the held-out set of the second round (fixes from A, B and C): before the day's fixes 106/110 caught,
 101 named; after, 108 caught, 103 named (one fix, a checker crash on a size of 0, came from reading it).
 
+Sets E and F (tests/learner_mistakes_blind_e.py, _f.py, 2026-12-05, four mistakes per exercise in 07, 09
+and 10) were each written blind to every earlier set. E was measured after the day's first round (main at
+804e510: 129/133 caught, 118 named) and then fixed from; F, held out of that, was measured once after
+those fixes (main at 79854fd: 133/133 caught, 128 named, 34 of 35 alternatives accepted).
+
 Set A is the one to fix checks by: when a check learns to catch a mistake listed in UNCAUGHT or
 to accept an alternative listed in REFUSED, its xfail turns into a failure here, and the entry
 comes out of the set. NAMED_*_FIRST_RUN stays as it was measured; a later measurement is
@@ -33,15 +38,17 @@ import json
 from pathlib import Path
 
 import pytest
-from blind_compare import TOLERANCE, differs
+from blind_compare import CASES, TOLERANCE, differs
 from check_assertions import assert_accepted
 from learner_mistakes_blind_a import ALTERNATIVES_A, HOLDOUT_A, load
 from learner_mistakes_blind_b import ALTERNATIVES_B, HOLDOUT_B
 from learner_mistakes_blind_c import ALTERNATIVES_C, HOLDOUT_C
 from learner_mistakes_blind_d import ALTERNATIVES_D, HOLDOUT_D
+from learner_mistakes_blind_e import ALTERNATIVES_E, HOLDOUT_E
+from learner_mistakes_blind_f import ALTERNATIVES_F, HOLDOUT_F
 
 import attn_course.checks
-from attn_course.checks import CheckerError, CheckFailed
+from attn_course.checks import CheckerError, CheckFailed, _mutants, _repairs
 from attn_course.reference import EXERCISES
 
 HERE = Path(__file__).resolve().parent
@@ -154,11 +161,76 @@ REFUSED_D: dict[int, str] = {
 }
 """Alternatives of set D that the checks refuse: none is right (see the reason)."""
 
+NAMED_E_FIRST_RUN = (
+    True, True, False, True, True, True, True, True, True, True,  # 0-9
+    True, True, True, True, True, True, True, True, True, True,  # 10-19
+    True, True, True, True, True, True, True, True, True, True,  # 20-29
+    True, True, True, True, True, False, True, True, True, True,  # 30-39
+    True, True, True, True, True, True, True, True, True, True,  # 40-49
+    False, True, True, True, True, True, True, True, False, True,  # 50-59
+    True, True, True, True, True, True, True, True, False, True,  # 60-69
+    True, True, True, True, True, True, True, True, False, True,  # 70-79
+    True, True, True, True, True, True, True, True, True, True,  # 80-89
+    True, True, True, True, True, True, False, False, True, True,  # 90-99
+    True, False, True, True, False, True, True, False, True, True,  # 100-109
+    True, True, False, True, True, True, True, True, True, False,  # 110-119
+    True, True, True, True, False, True, True, True, True, True,  # 120-129
+    True, True, False,  # 130-132
+)  # fmt: skip
+"""Per mistake of HOLDOUT_E (tests/learner_mistakes_blind_e.py, written blind to A-D): whether the first run's
+message (main at 804e510, after the day's first round of fixes and before any fix made from E;
+tests/blind_first_run_e.json) stated its idea: 118 of 133. Unnamed though caught: 2 (einsum letters on the
+time axes), 58 ((layer, head) pairs read the other way), 78 (argmax of noisy probabilities, blamed on the
+temperature), 96 (a causal tile skip decided by a block's first row), 97 (dK overwritten), 101 (an
+upstream gradient of ones), 107 (a repeat count from the tensor), 112 (heads merged as (d h)), 119 (the
+last block assumed full), 124 (ALiBi's extra slopes from the odd positions), 132 (a mask_mod's indices
+in the other order)."""
+
+UNCAUGHT_E = {
+    35: "rope_frequencies in float32: accepted on purpose (tests/test_checks_rope.py)",
+}
+"""Mistakes of set E that the checks let pass (the first run also let 50, 68 and 104 pass: rows with no key,
+the last token stepped and a dQ grid sized by T_k, each now a case of its check)."""
+
+REFUSED_E: dict[int, str] = {}
+
+NAMED_F_FIRST_RUN = (
+    True, True, True, True, True, True, True, True, True, True,  # 0-9
+    True, True, True, True, True, True, True, True, True, True,  # 10-19
+    True, True, True, True, True, True, True, True, True, True,  # 20-29
+    True, True, True, True, True, True, True, True, True, True,  # 30-39
+    True, True, True, True, True, True, True, True, True, True,  # 40-49
+    True, True, True, True, True, True, True, True, True, True,  # 50-59
+    True, True, True, True, True, True, True, True, True, True,  # 60-69
+    True, True, True, True, True, True, True, True, True, True,  # 70-79
+    True, True, True, True, False, True, True, False, True, True,  # 80-89
+    True, True, True, True, True, True, True, True, True, True,  # 90-99
+    True, True, True, True, True, True, True, False, True, True,  # 100-109
+    True, True, True, True, True, True, False, True, True, True,  # 110-119
+    True, True, True, True, True, True, True, True, True, True,  # 120-129
+    True, True, False,  # 130-132
+)  # fmt: skip
+"""Per mistake of HOLDOUT_F (written blind to A-E): whether the first run's message (main at 79854fd, after
+the fixes made from E, before any made from F; tests/blind_first_run_f.json) stated its idea: 128 of 133.
+Unnamed though caught: 84 (q alone read as contiguous in triton_scores), 87 (softmax_backward's sign
+flipped), 107 (a repeat count divided to 0), 116 (a window mask laid out (t_k, t_q), read as a forward
+window), 132 (a window distance taken key minus query, read as no window)."""
+
+UNCAUGHT_F: dict[int, str] = {}
+
+REFUSED_F: dict[int, str] = {
+    12: "apply_rope through view_as_complex raises on the bfloat16 input the check gives (notebook 05's "
+    "section 7): torch's complex numbers have no bfloat16, as the message says, with the fix",
+}
+"""Alternatives of set F that the checks refuse: blind_compare has no bfloat16 input, the contract does."""
+
 SETS = {
     "A": (HOLDOUT_A, ALTERNATIVES_A, UNCAUGHT_A, REFUSED_A, NAMED_A_FIRST_RUN),
     "B": (HOLDOUT_B, ALTERNATIVES_B, UNCAUGHT_B, REFUSED_B, NAMED_B_FIRST_RUN),
     "C": (HOLDOUT_C, ALTERNATIVES_C, UNCAUGHT_C, REFUSED_C, NAMED_C_FIRST_RUN),
     "D": (HOLDOUT_D, ALTERNATIVES_D, UNCAUGHT_D, REFUSED_D, NAMED_D_FIRST_RUN),
+    "E": (HOLDOUT_E, ALTERNATIVES_E, UNCAUGHT_E, REFUSED_E, NAMED_E_FIRST_RUN),
+    "F": (HOLDOUT_F, ALTERNATIVES_F, UNCAUGHT_F, REFUSED_F, NAMED_F_FIRST_RUN),
 }
 
 TRITON = {name for name in EXERCISES["08_triton_flash_attention"]} | {"triton_flash_attention_backward"}
@@ -187,8 +259,12 @@ def _needs_triton(edit):
 
 
 @pytest.mark.parametrize("mistake", list(_params("mistake")))
-def test_every_blind_mistake_is_caught(mistake, folder, capsys):
+def test_every_blind_mistake_is_caught(mistake, folder, capsys, monkeypatch):
     _needs_triton(mistake)
+    # Whether it is caught does not depend on the naming layers, which run only after a check failed
+    # (their messages are measured by tests/blind_measure.py and recorded in NAMED_*): off, for time.
+    monkeypatch.setattr(_mutants, "BUDGET_S", 0.0)
+    monkeypatch.setattr(_repairs, "BUDGET_S", 0.0)
     with pytest.raises(CheckFailed) as failure:
         _check(mistake.exercise)(load(mistake, folder))
     assert not isinstance(failure.value, CheckerError)
@@ -223,11 +299,12 @@ def test_each_mistake_is_wrong_and_each_alternative_right_against_the_reference(
 
 @pytest.mark.parametrize("name", sorted(SETS))
 def test_each_set_covers_every_exercise_of_01_to_10(name):
+    """Every exercise blind_compare can compare (all but fast_flash_attention and 09's two kernels)."""
     mistakes, alternatives, *_ = SETS[name]
-    exercises = {n for names in EXERCISES.values() for n in names}
+    exercises = {n for names in EXERCISES.values() for n in names} & set(CASES)
     per_exercise = {n: sum(m.exercise == n for m in mistakes) for n in exercises}
     assert all(per_exercise[n] >= 1 for n in exercises)
-    assert all(2 <= count <= 3 for n, count in per_exercise.items() if n not in TRITON)
+    assert all(2 <= count <= 4 for n, count in per_exercise.items() if n not in TRITON)
     assert {a.exercise for a in alternatives} <= exercises
 
 
@@ -253,5 +330,7 @@ FIRST_COUNTS = {
     "B": (104, 99, 70, 35, 35),
     "C": (110, 105, 99, 35, 32),
     "D": (110, 106, 101, 35, 34),
+    "E": (133, 129, 118, 35, 35),
+    "F": (133, 133, 128, 35, 34),
 }
 """(mistakes, caught, named, alternatives, accepted) at the first measurement of each set."""

@@ -368,3 +368,34 @@ def test_an_einsum_letter_on_the_wrong_axes_is_placed_on_both(capsys):
         SCORES, "dot_product_scores", ("q @ k.transpose(-2, -1)", 'torch.einsum("...iq,...ik->...qk", q, k)')
     )
     assert_rejected(check_dot_product_scores, wrong, "The letter i stands on axis -2 of `q`", capsys)
+
+
+# ---------------------------------------------------------------------------------------------
+# Set F's families, in spellings of my own
+
+
+def test_a_result_of_the_opposite_sign_is_named_as_such():
+    from attn_course.checks._harness import describe_error
+
+    expected = torch.randn(3, 4, dtype=torch.float64)
+    assert "the opposite sign" in describe_error(-expected, expected)
+
+
+def test_a_wrong_shape_is_shown_with_the_learners_line_that_gives_the_right_one(capsys):
+    from learner_code import learner as build
+
+    source = """
+def repeat_kv(x, n_rep):
+    return x.repeat_interleave(n_rep + 1, dim=1)
+"""
+    wrong = build(source, "repeat_kv")
+    from attn_course.checks import check_repeat_kv
+
+    assert_rejected(check_repeat_kv, wrong, "passes this check written", capsys)
+
+
+def test_a_difference_turned_round_is_a_mutation():
+    def gap(a, b):
+        return a - b
+
+    assert any("the difference turned round" in m.message for m in _mutants.mutants(gap))

@@ -197,6 +197,10 @@ def window_shifted_by_one_row(t_q, t_k, window):  # no known mistake: a row-wise
     return mask
 
 
+def window_keys_on_rows(t_q, t_k, window):  # the right mask built with the keys along the rows
+    return window_arange(t_q, t_k, window).T  # (t_k, t_q)
+
+
 def window_float(t_q, t_k, window):
     return window_arange(t_q, t_k, window).float()
 
@@ -583,6 +587,12 @@ WRONG = [
         ),
         "parameters besides",
         id="gqa-extra-parameter",
+    ),
+    pytest.param(
+        check_sliding_window_mask,
+        window_keys_on_rows,
+        "as the right mask transposed does",
+        id="window-keys-on-rows",
     ),
     pytest.param(check_sliding_window_mask, not_implemented, "not implemented yet", id="window-stub"),
     pytest.param(

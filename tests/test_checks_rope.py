@@ -328,7 +328,21 @@ CORRECT = [
     pytest.param(check_RotaryMultiHeadAttention, RotaryFromScratch, id="mha-from-scratch-cached"),
 ]
 
+
+def rope_complex_in_the_inputs_dtype(x, positions=None, base=10000.0):  # complex numbers of x as it comes
+    angles = _positions(x, positions).double()[:, None] * reference.rope_frequencies(x.shape[-1], base)
+    x_complex = torch.view_as_complex(x.reshape(*x.shape[:-1], -1, 2).contiguous())  # (..., T, d/2)
+    turned = torch.polar(torch.ones_like(angles), angles).to(x_complex.dtype)  # (T, d/2)
+    return torch.view_as_real(x_complex * turned).flatten(-2)
+
+
 WRONG = [
+    pytest.param(
+        check_apply_rope,
+        rope_complex_in_the_inputs_dtype,
+        "torch's complex numbers have no bfloat16",
+        id="rope-complex-bfloat16",
+    ),
     pytest.param(check_rope_frequencies, not_implemented, "is not implemented yet", id="frequencies-stub"),
     pytest.param(
         check_rope_frequencies,

@@ -283,6 +283,10 @@ SCORES_REJECTED = {
          ("offs_n[:, None] * skn + offs_d", "offs_n[:, None] * D + offs_d")],
         "reads q and k rows d elements apart",
     ),
+    "k alone read as contiguous": (
+        [("k.stride(0), k.stride(1), k.stride(2),", "H * T_k * D, T_k * D, D,")],
+        "as if it were contiguous",  # (naming k)
+    ),
     "k read with q's strides": (
         [("k.stride(0), k.stride(1), k.stride(2),", "q.stride(0), q.stride(1), q.stride(2),")],
         "reads k with q's strides",

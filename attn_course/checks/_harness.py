@@ -769,6 +769,11 @@ def explain_error(error: BaseException) -> str:
             "a Python `if`, `and`, `or`, `not` or `.item()` on them cannot be decided: write the condition "
             "with tensor operations, (q_idx >= kv_idx) & (q_idx - kv_idx < window), or torch.where."
         )
+    if "view_as_complex is only supported for" in text and "BFloat16" in text:
+        return (
+            "torch's complex numbers have no bfloat16, the dtype models run in: turn x into float32 (or "
+            "float64) before view_as_complex, x.float(), and cast the rotated result back, .to(x.dtype)."
+        )
     if "Expected all tensors to be on the same device" in text:
         return "Tensors on two devices meet: create new tensors on the inputs' device (device=q.device)."
     if m := re.search(r"index (-?\d+) is out of bounds for dimension (\d+) with size (\d+)", text):
@@ -902,7 +907,10 @@ def _derived_shape_hint(value: torch.Tensor, shape: tuple[int, ...]) -> str:
     derived = name_shape_by_mutation(value, shape)
     if derived:
         return f"It {derived}"
-    return explain_shape(tuple(value.shape), shape, call_arguments())
+    reading = explain_shape(tuple(value.shape), shape, call_arguments())
+    # the learner's own line changed once, after which this call has the right shape and the check passes
+    repair = name_by_repair(torch.empty(shape), lambda got, want: True)
+    return reading + (f"\n{repair}" if repair else "")
 
 
 def expect_finite(value: torch.Tensor, what: str, hint: str = "") -> None:
@@ -1094,6 +1102,8 @@ def _close(x: torch.Tensor, y: torch.Tensor) -> bool:
 def _error_property(a: torch.Tensor, e: torch.Tensor, wrong: torch.Tensor) -> str:
     """The first property that describes how `a` differs from `e` as a whole, or ""."""
     scale = float((a * e).sum() / (e * e).sum()) if float((e * e).sum()) > 0 else 0.0
+    if abs(scale + 1) < 1e-3 and _close(a, -e):
+        return "every entry has the opposite sign of the right one (-1 times it): a - b written b - a"
     if scale != 0.0 and abs(scale - 1) > 1e-3 and _close(a, scale * e):
         return f"every entry is {scale:.4g} times the right one (a missing or extra factor)"
     if a.dim() >= 2 and a.shape[-1] == a.shape[-2] and _close(a, e.transpose(-1, -2)):

@@ -846,6 +846,9 @@ def _binop_changes(node: ast.BinOp) -> Iterator[tuple[ast.AST, str]]:
         flipped = ast.Sub() if op is ast.Add else ast.Add()
         sign = "subtracted" if op is ast.Add else "added"
         yield ast.BinOp(left, flipped, right), f"`{_code(right)}` {sign} in `{_code(node)}`"
+        if op is ast.Sub:
+            turned = ast.BinOp(right, ast.Sub(), left)
+            yield turned, f"`{_code(turned)}` where it is `{_code(node)}` (the difference turned round)"
     elif op is ast.Pow:
         yield left, f"the power `{_code(right)}` left out of `{_code(node)}`"
         yield (

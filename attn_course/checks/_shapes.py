@@ -138,8 +138,8 @@ def _factor_note(where: str, got: int, want: int, sources: dict[int, list[str]])
         if right != wrong and right in sources and wrong in sources and wrong > 1:
             return (
                 f"{where} = {common} × {wrong}, where it should have {want} = {common} × {right}: the factor "
-                f"{right} ({_either(sources[right])}) is {wrong} there, which is {_either(sources[wrong])}: "
-                "the count is taken from the wrong argument or axis."
+                f"{right} ({_either(sources[right])}) is {wrong} there, as {_either(sources[wrong])} is: "
+                "is that count taken from the wrong argument or axis?"
             )
     return ""
 

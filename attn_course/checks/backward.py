@@ -755,7 +755,7 @@ def check_softmax_backward(candidate: Callable[..., Any]) -> str:
                 "dx = p ∘ (grad_p − D) does, with D = Σ_j grad_p_j p_j taken per row, over dim "
                 f"(keepdim=True). ({difference(out, expected)})"
             )
-        raise CheckFailed(f"{what} is wrong: {difference(out, expected)}")
+        raise CheckFailed(f"{what} is wrong: {describe_error(out, expected)}")
     return "4 shapes, dim=-1, 1 and 0, float32 and float64, against autograd"
 
 

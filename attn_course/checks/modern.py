@@ -377,7 +377,8 @@ def _window(
 _WINDOW_MISTAKES = [
     Mistake(
         "points the window forward: it keeps the keys j - p = 0 … window - 1 after the query (key minus "
-        "query), which are the future. The distance is how far BACK the key is, p - j (query minus key).",
+        "query), which are the future, as the right mask transposed does (keys on the rows). The distance is "
+        "how far BACK the key is, p - j (query minus key), with the queries on the rows, (t_q, t_k).",
         _forward_window,
     ),
     Mistake(

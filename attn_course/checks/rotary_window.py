@@ -283,9 +283,9 @@ def check_rotary_window_attention(candidate: Callable[..., Any]) -> str:
                 if not is_close(wrong, expected) and is_close(out, wrong):
                     raise CheckFailed(f"{what} {message}")
         own_line = name_by_repair(expected, is_close)  # the learner's line changed once, on this call
+        shown = f"\n{own_line}" if own_line else ""
         found = _properties(candidate, layer, t, window, what)
         found = found or _probe_heads(candidate, layer, x, window, what)
-        shown = f"\n{own_line}" if own_line else ""
         if found:
             raise CheckFailed(f"{what} {found}{shown}")
         raise CheckFailed(f"{what} is wrong: {difference(out, expected)}{shown}")

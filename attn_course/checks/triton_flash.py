@@ -173,6 +173,19 @@ def _scores_mistakes(q: torch.Tensor, k: torch.Tensor, case: _ScoresCase) -> lis
                 "them, or call .contiguous() first.",
                 lambda: _scores_of(_with_strides(q, contiguous_q), _with_strides(k, contiguous_k)),
             ),
+            *(
+                Mistake(
+                    f"reads {name} as if it were contiguous: {name}.transpose(1, 2) of a (B, T, H, d) tensor "
+                    "keeps its data in (B, T, H, d) order, and your kernel steps through it with the strides "
+                    f"of a (B, H, T, d) one. Pass {name}.stride(0), {name}.stride(1), {name}.stride(2) to "
+                    "the kernel, as you do for the other input.",
+                    reading,
+                )
+                for name, reading in (
+                    ("q", lambda: _scores_of(_with_strides(q, contiguous_q), k)),
+                    ("k", lambda: _scores_of(q, _with_strides(k, contiguous_k))),
+                )
+            ),
             Mistake(row_step, lambda: _scores_of(rows_d_apart(q), rows_d_apart(k))),
             Mistake(row_step, lambda: _scores_of(rows_d_apart(q), k)),
             Mistake(row_step, lambda: _scores_of(q, rows_d_apart(k))),
