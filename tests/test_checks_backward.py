@@ -537,6 +537,10 @@ def test_flash_attention_function_accepts_right_answers(candidate, capsys):
             "passes is_causal=False to the backward",
         ),
         (
+            _function(FORWARD, BACKWARD.replace("ctx.is_causal, ctx.block_size)", "ctx.block_size)")),
+            "Pass it by name, block_size=ctx.block_size, and give `is_causal` its own value",
+        ),
+        (
             _function(FORWARD, BACKWARD.replace("return dq, dk, dv", "return dk, dq, dv")),
             "returns dk before dq",
         ),

@@ -110,6 +110,11 @@ WRONG = [
                  "One token too many", id="gen-one-too-many"),
     pytest.param("generate_with_cache", GENERATE, [("        if i < n_new - 1:  # the last token needs no step: nothing reads its logits\n            " + STEP, "        " + STEP)],
                  "fed the last token to the model too", id="gen-steps-the-last-token"),
+    pytest.param("generate_with_cache", GENERATE, [(STEP, "new_logits = model.step(next_token, cache, attend)")],
+                 "gave pick the same logits at step after step", id="gen-stale-logits"),
+    pytest.param("sample_next", SAMPLE, [(DRAW, "u = torch.rand((), generator=generator, dtype=probs.dtype)\n"
+                                                "    return (probs.cumsum(dim=-1) < u).sum(dim=-1, keepdim=True)")],
+                 "one random number serves the whole batch", id="sample-one-uniform"),
     pytest.param("generate_with_cache", GENERATE, [(STEP, "logits = model(tokens)")],
                  "ran the whole model", id="gen-no-cache"),
     pytest.param("generate_with_cache", GENERATE,

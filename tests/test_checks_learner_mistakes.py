@@ -189,7 +189,7 @@ HOLD_OUT = [
     ('online_softmax', ONLINE_SOFTMAX, [('        m = m_new\n', '')], 'never updates the running maximum (m = m_new after each block)', False),
     ('online_softmax', ONLINE_SOFTMAX, [('torch.exp(block - m_safe).sum(dim=-1, keepdim=True)', 'torch.exp(block - m_safe).sum()')], 'he very exponentials you return (after subtracting the max).', True),
     ('flash_attention', FLASH, [('acc = acc * alpha + p @ v[..., ks:ke, :]', 'acc = acc * alpha + p @ v[..., qs:qs + (ke - ks), :]')], 'raised RuntimeError', False),
-    ('flash_attention', FLASH, [('s = s.masked_fill(cols > rows, float("-inf"))', 's = s.masked_fill(cols >= rows, float("-inf"))')], 'wn position. Keep key j when j <= i + T_k - T_q (<=, not <).', True),
+    ('flash_attention', FLASH, [('s = s.masked_fill(cols > rows, float("-inf"))', 's = s.masked_fill(cols >= rows, float("-inf"))')], 'wn position. Keep key j when j <= i + T_k - T_q (<=, not <), and let the key loop reach', True),
     ('flash_attention', FLASH, [('hi = min(t_k, qe + t_k - t_q) if is_causal else t_k', 'hi = min(t_k, qe) if is_causal else t_k')], '- 1 + T_k - T_q. Loop to min(T_k, (qs + block) + T_k - T_q).', False),
     ('KVCache', KV_CACHE, [('    def __init__(self):\n        self.keys = {}\n        self.values = {}\n', '    def __init__(self, keys={}, values={}):\n        self.keys = keys\n        self.values = values\n')], 'tributes (keys = {} in the class body) or default arguments.', True),
     ('KVCache', KV_CACHE, [('        return self.keys[layer].shape[-2]', '        return len(self.keys[layer])')], ': the time axis of (b, h, t, d_k) is dim -2, keys.shape[-2].', True),

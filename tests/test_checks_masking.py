@@ -42,6 +42,11 @@ def causal_top_left(t_q, t_k=None, device=None):
     return torch.ones(t_q, t_k, dtype=torch.bool, device=device).tril()
 
 
+def causal_keys_on_rows(t_q, t_k=None, device=None):  # the right mask with keys along the rows
+    t_k = t_q if t_k is None else t_k
+    return torch.ones(t_k, t_q, dtype=torch.bool, device=device).triu(t_q - t_k)
+
+
 def causal_inverted(t_q, t_k=None, device=None):
     return ~causal_tril(t_q, t_k, device)
 
@@ -204,6 +209,9 @@ CORRECT = [
 ]
 
 WRONG = [
+    pytest.param(
+        check_causal_mask, causal_keys_on_rows, "the right mask transposed", id="causal-keys-on-rows"
+    ),
     pytest.param(check_causal_mask, not_implemented, "is not implemented yet", id="causal-stub"),
     pytest.param(check_causal_mask, causal_top_left, "is aligned top-left", id="causal-top-left"),
     pytest.param(check_causal_mask, causal_inverted, "is inverted", id="causal-inverted"),

@@ -201,6 +201,12 @@ def window_keys_on_rows(t_q, t_k, window):  # the right mask built with the keys
     return window_arange(t_q, t_k, window).T  # (t_k, t_q)
 
 
+def window_without_itself(t_q, t_k, window):  # strictly before the query
+    query_pos = torch.arange(t_q)[:, None] + (t_k - t_q)
+    key_pos = torch.arange(t_k)[None, :]
+    return (key_pos < query_pos) & (key_pos > query_pos - window)
+
+
 def window_float(t_q, t_k, window):
     return window_arange(t_q, t_k, window).float()
 
@@ -337,6 +343,16 @@ def alibi_one_slope(n_heads):
 
     def score_mod(score, b, h, q_idx, kv_idx):
         return score + slope * (kv_idx - q_idx)
+
+    return score_mod
+
+
+def alibi_next_power_of_two(n_heads):  # any head count read as the power of two above it
+    n = 2 ** math.ceil(math.log2(n_heads))
+    slopes = torch.tensor([2 ** (-8 * (h + 1) / n) for h in range(n_heads)])
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        return score + slopes[h] * (kv_idx - q_idx)
 
     return score_mod
 
@@ -593,6 +609,29 @@ WRONG = [
         window_keys_on_rows,
         "as the right mask transposed does",
         id="window-keys-on-rows",
+    ),
+    pytest.param(
+        check_sliding_window_mask,
+        window_without_itself,
+        "leaves out each query's own key",
+        id="window-no-self",
+    ),
+    pytest.param(
+        check_alibi_score_mod,
+        alibi_next_power_of_two,
+        "the head count taken as the power of two 4",
+        id="alibi-ceil",
+    ),
+    pytest.param(
+        check_sliding_window_flash_attention,
+        window_flash(
+            (
+                "rows = torch.arange(qs, qs + q_blk.shape[-2]) + offset",
+                "rows = torch.arange(qs, qs + q_blk.shape[-2])",
+            )
+        ),
+        "so the rows' positions, the mask and the loop bound all carry that offset",
+        id="window-flash-rows-without-offset",
     ),
     pytest.param(check_sliding_window_mask, not_implemented, "not implemented yet", id="window-stub"),
     pytest.param(

@@ -274,8 +274,22 @@ def mod_indices_reversed(layer, x, window, positions=None):  # the mod's indices
     return layer.out(merge_heads(flex_attention(q, k, v, block_mask=mask, enable_gqa=True)))
 
 
+def rope_on_the_projections(layer, x, window, positions=None):  # rotated over d_model, then split
+    t = x.shape[1]
+    q = split_heads(apply_rope(layer.q(x), positions), layer.n_heads)
+    k = split_heads(apply_rope(layer.k(x), positions), layer.n_kv_heads)
+    v = split_heads(layer.v(x), layer.n_kv_heads)
+
+    def in_window(b, h, q_idx, kv_idx):
+        return (q_idx >= kv_idx) & (q_idx - kv_idx < window)
+
+    mask = create_block_mask(in_window, None, None, t, t, device="cpu")
+    return layer.out(merge_heads(flex_attention(q, k, v, block_mask=mask, enable_gqa=True)))
+
+
 WRONG = [
     pytest.param(not_implemented, "not implemented yet", id="stub"),
+    pytest.param(rope_on_the_projections, "applies RoPE before the split into heads", id="rope-before-split"),
     pytest.param(
         mod_indices_reversed, "passes this check written `def near(batch, head, query, key):`", id="mod-order"
     ),

@@ -48,6 +48,10 @@ ADD_ACCEPTED = {
 }
 
 ADD_REJECTED = {
+    "n from the last axis": (
+        [("    n = x.numel()", "    n = x.shape[-1]")],
+        "n counts every element, x.numel(), not one axis",
+    ),
     "no .contiguous() (blind set A, #72)": (
         [("    x, y = x.contiguous(), y.contiguous()\n", "")],
         "adds x and y in memory order, but x is a transposed view",
@@ -148,6 +152,10 @@ SOFTMAX_ACCEPTED = {
 }
 
 SOFTMAX_REJECTED = {
+    "a transposed x stepped through as rows": (
+        [("    x = x if x.stride(1) == 1 else x.contiguous()  # a row's elements next to each other\n", "")],
+        "is right for rows stored one after another but wrong for x.t()",
+    ),
     "sum not rescaled": (
         [("total = total * scale + ", "total = total + ")],
         "does not rescale the running sum",

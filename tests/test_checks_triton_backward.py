@@ -283,6 +283,15 @@ def test_kernel_checks_say_not_implemented_yet_for_the_stub(folder, capsys):
 # Exercise 5c once 5a and 5b passed: a wrapper mistake is pointed at the wrapper
 
 WRAPPER_REJECTED = {
+    "the scale squared": (
+        [("T_k, 1 / math.sqrt(d), **blocks)\n    grid_q", "T_k, d ** -1, **blocks)\n    grid_q"),
+         ("T_k, 1 / math.sqrt(d), **blocks)\n    return", "T_k, d ** -1, **blocks)\n    return")],
+        "gives the kernels sm_scale = 1/d",
+    ),
+    "lse handed over in base 2": (
+        [("lse = lse.float().contiguous()", "lse = (lse.float() / math.log(2)).contiguous()")],
+        "hands the kernels the lse already in base 2",
+    ),
     "D from dO alone": (
         [("delta = (grad_out.float() * out.float()).sum(-1).contiguous()",
           "delta = grad_out.float().sum(-1).contiguous()")],

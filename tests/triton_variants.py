@@ -65,6 +65,7 @@ def softmax_kernel(x_ptr, out_ptr, n_cols, x_stride, out_stride, BLOCK: tl.const
 
 
 def triton_softmax(x, block_size=64):
+    x = x if x.stride(1) == 1 else x.contiguous()  # a row's elements next to each other
     out = torch.empty_like(x)
     n_rows, n_cols = x.shape
     grid = (n_rows,)

@@ -41,11 +41,15 @@ def misplaced_arguments(source: str, namespace: Mapping[str, Any], line_offset: 
             passed = " and ".join(
                 f"`{argument}` as its parameter `{parameter}`" for argument, parameter in found
             )
-            by_name = ", ".join(f"{parameter}=..." for _, parameter in found)
-            return (
-                f"Line {line} passes {passed}: `{name}` takes ({', '.join(parameters)}), in that order. "
-                f"Pass the arguments in that order, or by name ({by_name})."
-            )
+            if len(found) == 1:  # one argument slid into an earlier slot: a positional one left out
+                argument, slot = found[0]
+                meant = _word(ast.parse(argument, mode="eval").body)
+                advice = f"Pass it by name, {meant}={argument}, and give `{slot}` its own value."
+            else:
+                by_name = ", ".join(f"{parameter}=..." for _, parameter in found)
+                advice = f"Pass the arguments in that order, or by name ({by_name})."
+            takes = ", ".join(parameters)
+            return f"Line {line} passes {passed}: `{name}` takes ({takes}), in that order. {advice}"
     return ""
 
 
@@ -109,10 +113,20 @@ def _word(argument: ast.expr) -> str | None:
 
 
 def _misplaced(call: ast.Call, parameters: list[str]) -> list[tuple[str, str]]:
-    """(argument, parameter) pairs where two arguments each carry the name of the other's parameter."""
+    """(argument, parameter) pairs where two arguments each carry the name of the other's parameter, or
+    one argument sits in an earlier slot than the parameter it is named for (a positional argument left
+    out before it)."""
     given = {kw.arg for kw in call.keywords}
     words = [_word(argument) for argument in call.args[: len(parameters)]]
     for i, j in itertools.combinations(range(len(words)), 2):
         if words[i] == parameters[j] and words[j] == parameters[i] and words[i] not in given:
             return [(ast.unparse(call.args[i]), parameters[i]), (ast.unparse(call.args[j]), parameters[j])]
+    for i, word in enumerate(words):  # one argument in the slot of a parameter it is not named for
+        if (
+            word in parameters
+            and parameters.index(word) > i
+            and word not in given
+            and words[i] != parameters[i]
+        ):
+            return [(ast.unparse(call.args[i]), parameters[i])]
     return []

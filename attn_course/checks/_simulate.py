@@ -349,7 +349,8 @@ def _causal_table(bound: str) -> list[tuple[dict[str, Any], str]]:
             (
                 {"mask": "strict", "guarded": guarded},
                 "masks the diagonal too: query i may attend key i + T_k - T_q, its own position. Keep "
-                "key j when j <= i + T_k - T_q (<=, not <).",
+                "key j when j <= i + T_k - T_q (<=, not <), and let the key loop reach that key (a bound one "
+                "short of it leaves it out the same way).",
             )
             for guarded in (False, True)  # a row left with no key: NaN, or 0 where l is guarded
         ),

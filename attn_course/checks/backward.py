@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from attn_course import flash, reference
+from attn_course.checks._calls import misplaced_in
 from attn_course.checks._harness import (
     CheckFailed,
     call,
@@ -31,7 +32,7 @@ from attn_course.checks._harness import (
     learner_raised,
     randn,
 )
-from attn_course.checks._mutants import name_by_mutation
+from attn_course.checks._mutants import last_candidate, name_by_mutation
 from attn_course.checks._repairs import foreign_step, name_by_repair
 from attn_course.checks.flash import _FUSED, _OpRecorder
 
@@ -66,6 +67,9 @@ def _tiled_backward(
     tail: bool = True,
     recompute_scale: bool = True,
     skip_offset: bool = True,
+    sm_scale: float | None = None,
+    lse_factor: float = 1.0,
+    do_for_kv: str = "grad_out",
 ) -> Grads:
     """(dq, dk, dv) of a tiled backward (key blocks outside, query blocks inside) with the given slips.
 
@@ -77,6 +81,9 @@ def _tiled_backward(
     "none" (no mask in the recomputation, every block visited), "blocks-only" (blocks above the
     diagonal skipped, none masked inside), "top-left" (j <= i), "top-left-all" (j <= i in the forward
     too), "ignored" (no mask in the forward either).
+    The wrapper's slips, what it hands the kernels: sm_scale (the scale the kernels use for S, dQ
+    and dK, 1/√d when None), lse_factor (the lse multiplied by it), do_for_kv ("grad_out", or "out":
+    the output given to the dK/dV pass in dO's place).
     With one block each way it is the naive backward.
     """
     q, k, v, grad_out = (x.detach().to("cpu", torch.float64) for x in (q, k, v, grad_out))
@@ -92,7 +99,8 @@ def _tiled_backward(
         scores = scores.masked_fill(~keep, -math.inf)
     lse = scores.logsumexp(dim=-1)  # (..., T_q)
     out = torch.softmax(scores, dim=-1) @ v  # (..., T_q, d_v)
-    lse = lse.unsqueeze(-1)  # (..., T_q, 1)
+    lse = lse.unsqueeze(-1) * lse_factor  # (..., T_q, 1)
+    scale = scale if sm_scale is None else sm_scale  # the scale the kernels are given
     dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
     stop = t_k if tail else t_k - t_k % block_n
     for ks in range(0, stop, block_n):
@@ -117,7 +125,8 @@ def _tiled_backward(
                 p = torch.softmax(s, dim=-1).nan_to_num(0.0)  # (..., Bq, Bk): rows sum to 1 in each tile
             else:
                 p = torch.exp(s)  # (..., Bq, Bk)
-            dv_tile = p.transpose(-1, -2) @ do_blk if transpose_p else p @ do_blk  # (..., Bk, d_v)
+            do_kv = out[..., qs:qe, :] if do_for_kv == "out" else do_blk  # what the dK/dV pass reads as dO
+            dv_tile = p.transpose(-1, -2) @ do_kv if transpose_p else p @ do_kv  # (..., Bk, d_v)
             dp = do_blk @ v_blk.transpose(-1, -2)  # (..., Bq, Bk)
             if delta == "out":
                 row_delta = (grad_out[..., qs:qe, :] * out[..., qs:qe, :]).sum(
@@ -132,7 +141,8 @@ def _tiled_backward(
             else:
                 row_delta = torch.zeros_like(dp[..., :1])  # (..., Bq, 1)
             ds = p * (dp - row_delta)  # (..., Bq, Bk)
-            ds_q, ds_k = (ds.transpose(-1, -2), ds) if transpose_ds else (ds, ds.transpose(-1, -2))
+            ds_kv = p * (do_kv @ v_blk.transpose(-1, -2) - row_delta)  # (..., Bq, Bk): the dK/dV pass's
+            ds_q, ds_k = (ds.transpose(-1, -2), ds_kv) if transpose_ds else (ds, ds_kv.transpose(-1, -2))
             dq_tile = ds_q @ k_blk * scale * scale_q  # (..., Bq, d)
             dk_tile = ds_k @ q_blk * scale * scale_k  # (..., Bk, d)
             if accumulate_q:
@@ -317,10 +327,12 @@ def _diagnose(
     blocks: tuple[int, int],
     called_as: str,
     plain_passed: bool = False,
+    candidate: Any = None,
 ) -> None:
     """Raise naming the first slip whose gradients `actual` matches; else say where `actual` is wrong.
 
-    `plain_passed`: the same function passed the cases without the causal mask.
+    `plain_passed`: the same function passed the cases without the causal mask. `candidate`: the
+    learner's function or class (else the one the check called last), read for misplaced arguments.
     """
     where = f"\n(Called as {called_as}.)"
     for message, slip in slips:
@@ -345,6 +357,8 @@ def _diagnose(
     repair = name_by_repair(expected[wrong_grads[0]], is_close) if wrong_grads and own_line else None
     if repair:
         found += f"\n{repair}"
+    elif not derived and (misplaced := misplaced_in(candidate or last_candidate())):
+        found += f"\n{misplaced}"
     if is_causal and plain_passed and not repair:
         found += (
             "\nThe cases with is_causal=False passed, so the mistake is in the causal part: the mask inside "
@@ -1124,6 +1138,7 @@ def _compare_function(
         is_causal,
         (min(block_size, q.shape[-2]), min(block_size, t_k)),
         called,
+        candidate=candidate,
     )
 
 

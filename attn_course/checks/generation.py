@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -445,6 +445,12 @@ def _diagnose_draws(
                 "hold the same token in every row of the batch at each draw: one draw is shared by all rows. "
                 "Draw one token per row, torch.multinomial(probs, 1) on the (b, vocab) probabilities."
             )
+        if draws is not None and bool((draws == draws[:1]).all()) and bool((probs < 1).all()):
+            return (
+                f"give each row the same token in all {draws.shape[0]:,} of its copies in the batch: one "
+                "random number serves the whole batch (or a draw is not random). Each row needs a draw of "
+                "its own, torch.multinomial(probs, 1, generator=generator), one per row."
+            )
         outside = (frequencies > 0) & (probs.cpu() == 0)
         if outside.any():
             row, token = (int(i) for i in outside.nonzero()[0])
@@ -668,7 +674,7 @@ def _expect_generation(
         tokens.cpu(),
         want,
         f"The tokens of {shown}",
-        diagnose=_diagnose_tokens(tokens.cpu(), want, t, argmax, chosen),
+        diagnose=_diagnose_tokens(tokens.cpu(), want, t, argmax, chosen, picks),
         called_as="",
     )
 
@@ -679,8 +685,16 @@ def _diagnose_tokens(
     t: int,
     argmax: torch.Tensor,
     chosen: list[torch.Tensor],
+    picks: Sequence[torch.Tensor] = (),
 ) -> Callable[..., str | None]:
     def diagnose(actual: torch.Tensor, expected: torch.Tensor) -> str | None:
+        repeated = sum(torch.equal(a, b) for a, b in zip(picks, picks[1:], strict=False))
+        if len(picks) > 2 and repeated >= max(2, len(picks) // 3):  # logits repeated from step to step
+            return (
+                "gave pick the same logits at step after step, the prefill's: keep what each "
+                "model.step returns, logits = model.step(next_token, cache, attend)[:, -1], for the next "
+                "pick."
+            )
         if not torch.equal(tokens[:, :t], want[:, :t]):
             return "do not start with the prompt: return torch.cat([prompt, new_tokens], dim=1)."
         new = tokens[:, t:]  # (b, n_new)

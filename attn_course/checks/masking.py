@@ -66,7 +66,8 @@ def _causal_mistakes() -> list[Mistake]:
         ),
         Mistake(
             "marks the future and the diagonal: True must mark the keys a query may attend (the "
-            "lower triangle with the diagonal), use torch.tril.",
+            "lower triangle with the diagonal), use torch.tril. (For a square mask that is also the right "
+            "mask transposed: keys on the rows, queries on the columns; rows are queries.)",
             lambda t_q, t_k: ~tril(t_q, t_k, t_k - t_q - 1),
         ),
         Mistake(

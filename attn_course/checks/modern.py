@@ -376,6 +376,11 @@ def _window(
 
 _WINDOW_MISTAKES = [
     Mistake(
+        "leaves out each query's own key (p - j = 0): the window counts the query itself, keys "
+        "p - window + 1 … p: keep key j when 0 <= p - j < window (>=, not >, on the near side).",
+        lambda t_q, t_k, w: _window(t_q, t_k, w, low=1),
+    ),
+    Mistake(
         "points the window forward: it keeps the keys j - p = 0 … window - 1 after the query (key minus "
         "query), which are the future, as the right mask transposed does (keys on the rows). The distance is "
         "how far BACK the key is, p - j (query minus key), with the queries on the rows, (t_q, t_k).",
@@ -605,6 +610,12 @@ def _diagnose_window_support(
         )
     if missing.any() and not extra.any():
         late = bool((keys[0][None, :].expand_as(missing) >= positions - window + 1)[missing].all())
+        if bool((keys == positions)[missing].any()) and t_q != t_k:
+            return (
+                f"never attends some keys of the window next to the query ({where}), with T_q = {t_q} and "
+                f"T_k = {t_k}: query i sits at position p = i + T_k − T_q, so the rows' positions, the "
+                "mask and the loop bound all carry that offset (the cases with T_q = T_k cannot show it)."
+            )
         if bool((keys == positions)[missing].any()):
             return (
                 f"never attends some keys of the window next to the query ({where}): the key loop stops a "
@@ -741,6 +752,16 @@ _ALIBI_MISTAKES = [
 def _extra_slopes_from(slopes: torch.Tensor, n_heads: int, heads: list[int]) -> str:
     """Where the wrong heads' slopes sit in the list of 2n heads, when the head count is no power of two."""
     n = 2 ** int(math.log2(n_heads))
+    if n != n_heads:  # the first H slopes of a power of two's list: the head count rounded
+        for m in (2 * n, n):
+            listed = flex.alibi_slopes(m)[:n_heads]  # (≤ H,)
+            if len(listed) == n_heads and torch.allclose(slopes.to(listed.dtype), listed, rtol=1e-4):
+                return (
+                    f"\nYour slopes are the first {n_heads} of {m} heads' list: the head count taken as the "
+                    f"power of two {m}. For {n_heads} heads ALiBi takes the {n} slopes of {n} heads, then "
+                    f"every other one of {2 * n} heads' list: "
+                    f"slopes({n}) + slopes({2 * n})[0::2][:{n_heads - n}]."
+                )
     if n == n_heads or not heads or min(heads) < n:
         return ""
     longer = flex.alibi_slopes(2 * n)  # (2n,): the list ALiBi takes every other slope of

@@ -61,11 +61,15 @@ def _dense(
     t, n_rep = x.shape[-2], n_heads // n_kv_heads
     rotate = apply_rope if pairing == "neighbours" else apply_rope_rotate_half
     at = positions if use_positions else None
-    q = split_heads(layer.q(x), n_heads)  # (b, h, t, d)
-    k, v = split_heads(layer.k(x), n_kv_heads), split_heads(layer.v(x), n_kv_heads)  # (b, h_kv, t, d)
-    q = rotate(q, at) if "q" in rope else q
-    k = rotate(k, at) if "k" in rope else k
-    v = rotate(v, at) if "v" in rope else v
+    if rope == "qk-before-split":  # the rotation over the whole projection, d_model channels
+        q = split_heads(rotate(layer.q(x), at), n_heads)  # (b, h, t, d)
+        k = split_heads(rotate(layer.k(x), at), n_kv_heads)  # (b, h_kv, t, d)
+    else:
+        q, k = split_heads(layer.q(x), n_heads), split_heads(layer.k(x), n_kv_heads)  # (b, h | h_kv, t, d)
+        q = rotate(q, at) if "q" in rope else q
+        k = rotate(k, at) if "k" in rope else k
+    v = split_heads(layer.v(x), n_kv_heads)  # (b, h_kv, t, d)
+    v = rotate(v, at) if "v" in rope and rope != "qk-before-split" else v
     if grouping == "grouped":
         k, v = k.repeat_interleave(n_rep, dim=1), v.repeat_interleave(n_rep, dim=1)  # (b, h, t, d)
     else:  # interleaved
@@ -85,6 +89,12 @@ _GROUPED = (
     "(x.repeat(1, n_rep, 1, 1))."
 )
 _MISTAKES: list[tuple[str, dict[str, Any]]] = [
+    (
+        "applies RoPE before the split into heads, on the whole projection: the frequencies then run over "
+        "all its channels instead of each head's d, and each head gets a slice of them. Split into heads "
+        "first, (b, h, t, d), then rotate q and k.",
+        {"rope": "qk-before-split"},
+    ),
     (
         "has no rotary positions: apply apply_rope to the queries and the keys of every head, after "
         "split_heads and before attending.",

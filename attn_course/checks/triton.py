@@ -18,6 +18,7 @@ from attn_course.checks._harness import CheckFailed, Mistake, check, describe_ar
 from attn_course.checks._simulate import STREAMING_SOFTMAX_MISTAKES
 from attn_course.checks._triton_harness import (
     Mode,
+    close,
     compare,
     expect_all_written,
     expect_in_bounds,
@@ -119,17 +120,25 @@ def _add_coverage_hint(trace: KernelTrace | None, out: torch.Tensor) -> str:
             "pid * BLOCK, i.e. `offsets = pid * BLOCK + tl.arange(0, BLOCK)`."
         )
     stores = trace.accesses_to(out, store=True)
+    written = len(set().union(*by_program.values())) if by_program else 0
+    sizes = [f"out.shape[{i}]" for i, size in enumerate(out.shape) if size == written]
+    count = (
+        f" It stored {written} elements, which is {sizes[0]}: n counts every element, x.numel(), not "
+        "one axis."
+        if sizes and written < out.numel()
+        else ""
+    )
     if trace.launches and stores:
         programs, block = trace.launches[0].grid[0], math.prod(stores[0].block_shape)
         if programs * block >= out.numel():
             return (
                 f"The grid covers all {out.numel()} elements ({programs} programs of {block}), so it is the "
                 "mask that leaves some out: every offset below n must be stored, mask=offsets < n (not "
-                "offsets < n - 1), the same mask for the loads and the store."
+                "offsets < n - 1), the same mask for the loads and the store." + count
             )
     return (
         "The grid needs enough programs to cover all n elements: triton.cdiv(n, BLOCK), "
-        "which rounds up (n // BLOCK rounds down and leaves the tail out)."
+        "which rounds up (n // BLOCK rounds down and leaves the tail out)." + count
     )
 
 
@@ -154,6 +163,8 @@ class _SoftmaxCase:
     """Row stride when the rows are a view of a wider tensor."""
     masked_first_block: bool = False
     """Whether each row's first block is -inf, as a causal mask makes it."""
+    transposed: bool = False
+    """Whether x is a transposed view: its columns, not its rows, lie next to each other in memory."""
 
 
 _SOFTMAX_CASES = (
@@ -163,6 +174,7 @@ _SOFTMAX_CASES = (
     _SoftmaxCase(3, 45, 8, masked_first_block=True),
     _SoftmaxCase(4, 40, 16, stride=64),
     _SoftmaxCase(3, 40, 16, shift=-1000.0),
+    _SoftmaxCase(4, 24, 8, transposed=True),
 )
 
 
@@ -188,6 +200,9 @@ def _expect_output_row_stride(trace: Any, case: _SoftmaxCase) -> None:
 
 
 def _softmax_input(case: _SoftmaxCase, mode: Mode) -> torch.Tensor:
+    if case.transposed:  # (R, N) with strides (1, R): x.t() of a contiguous (N, R) tensor
+        stored = guarded(case.cols, case.rows, device=mode.device, dtype=torch.float32, scale=case.scale)
+        return stored.t()
     width = case.stride or case.cols
     full = guarded(case.rows, width, device=mode.device, dtype=torch.float32, scale=case.scale)
     x = full[:, : case.cols]  # (R, N), a view with row stride `width`
@@ -205,7 +220,11 @@ def check_triton_softmax(candidate: Callable[..., Any]) -> str:
         x = _softmax_input(case, mode)
         kwargs: dict[str, Any] = {"block_size": case.block_size}
         called_as = describe_args((x,), kwargs) + (
-            f" (rows {case.stride} apart in memory: a view)" if case.stride else ""
+            f" (rows {case.stride} apart in memory: a view)"
+            if case.stride
+            else " (x.t() of a contiguous tensor: its columns lie next to each other)"
+            if case.transposed
+            else ""
         )
         result, trace = traced_call("triton_softmax", candidate, mode, x, **kwargs)
         expect_launched("triton_softmax", trace)
@@ -245,12 +264,20 @@ def check_triton_softmax(candidate: Callable[..., Any]) -> str:
                     functools.partial(torch.softmax, wrong_rows, dim=-1),
                 )
             )
+        if case.transposed and not close(out, expected, mode.gpu):  # the cases before passed: the layout
+            raise CheckFailed(
+                "`triton_softmax` is right for rows stored one after another but wrong for x.t(), whose "
+                f"entries of a row lie {x.stride(1)} apart (x.stride(1) = {x.stride(1)}): the kernel steps "
+                "through a row one element at a time, and torch.empty_like(x) copies x's strides. Make x "
+                "contiguous first when x.stride(1) != 1 (x.contiguous()), or pass and use its column "
+                f"stride.\n(Called as {called_as}.)"
+            )
         compare(
             "`triton_softmax`", out, expected, mode, mistakes, called_as, nan_means_unknown=True,
             diagnose=functools.partial(diagnose_softmax, dim=-1, x=x),
         )  # fmt: skip
     traced = " and streams each row in blocks of block_size" if mode.traced else ""
-    inputs = f"{len(_SOFTMAX_CASES)} inputs (ragged rows, huge and very negative scores, -inf blocks, a view)"
+    inputs = f"{len(_SOFTMAX_CASES)} inputs (ragged rows, huge and very negative scores, -inf blocks, views)"
     return f"matches torch.softmax on {inputs}{traced}."
 
 

@@ -15,6 +15,7 @@ every pair a kernel might use), and otherwise located (which gradient, which row
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -292,6 +293,32 @@ def _kernels_passed(candidate: Any) -> bool:
     return all(name in found and has_passed(name, found[name]) for name in (DKDV, DQ))
 
 
+def _wrapper_slips(d: int) -> list[tuple[str, dict[str, Any]]]:
+    """The wrapper's mistakes in what it gives the kernels: the scale, the lse, the tensor read as dO."""
+    return [
+        (
+            f"gives the kernels sm_scale = 1/d ({1 / d:.4g}): the scale of S = QKᵀ/√d is 1 / math.sqrt(d) "
+            f"({d**-0.5:.4g}), and the kernels use it for S, dQ and dK alike.",
+            dict(sm_scale=1 / d),
+        ),
+        (
+            "gives the kernels sm_scale = 1: the scale of S = QKᵀ/√d is 1 / math.sqrt(d), and the kernels "
+            "use it for S, dQ and dK alike.",
+            dict(sm_scale=1.0),
+        ),
+        (
+            "hands the kernels the lse already in base 2 (× log2 e): they take the forward's natural-log lse "
+            "and do their own conversion, so pass lse.float() as it is.",
+            dict(lse_factor=math.log2(math.e)),
+        ),
+        (
+            "gives the dK/dV kernel the output where it reads dO: dV = Pᵀ dO and dP = dO Vᵀ need grad_out "
+            "(the dQ kernel, given grad_out, is right).",
+            dict(do_for_kv="out"),
+        ),
+    ]
+
+
 def _expect_grads(result: Any, like: tuple[torch.Tensor, ...]) -> Grads:
     name = "triton_flash_attention_backward"
     if not isinstance(result, tuple | list) or len(result) != 3:
@@ -342,6 +369,8 @@ def _name_mistake(
         )
 
     block_free = [(message, slip) for message, slip in _COMMON_SLIPS if "transpose" not in str(slip)]
+    if owned == (0, 1, 2):  # the wrapper: what it hands the kernels
+        block_free += _wrapper_slips(inputs[0].shape[-1])
     # A dK/dV kernel launched by the check cannot drop a key block (the grid is the check's): what
     # looks like it is a query loop that never reaches those keys.
     tiled = [(m, slip) for m, slip in _TILED_SLIPS if not (owned == (1, 2) and slip.get("tail") is False)]
