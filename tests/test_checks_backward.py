@@ -547,6 +547,15 @@ def test_flash_attention_function_accepts_right_answers(candidate, capsys):
         (
             _function(
                 FORWARD,
+                BACKWARD.replace(
+                    "q, k, v, out, lse = ctx.saved_tensors", "q, v, k, out, lse = ctx.saved_tensors"
+                ),
+            ),
+            "passes this check written `",
+        ),
+        (
+            _function(
+                FORWARD,
                 BACKWARD.replace("dq, dk, dv = flash", "dq, dk, dv = flash").replace(
                     "return dq, dk, dv", "return dq * 3, dk, dv"
                 ),

@@ -1,4 +1,4 @@
-"""The blind sets of issue 27 (tests/learner_mistakes_blind_a.py … _g.py) against today's checks.
+"""The blind sets of issue 27 (tests/learner_mistakes_blind_a.py … _h.py) against today's checks.
 
 Each set holds learner mistakes and right alternatives for every exercise of 01-10, written from
 the solution notebooks and topic modules only (no check, no test of a check, no earlier table
@@ -26,7 +26,9 @@ and 10) were each written blind to every earlier set. E was measured after the d
 804e510: 129/133 caught, 118 named) and then fixed from; F, held out of that, was measured once after
 those fixes (main at 79854fd: 133/133 caught, 127 named, 34 of 35 alternatives accepted). G (four
 mistakes per Triton exercise, blind to A-F) was measured once after the fixes made from F (main at c700fa1:
-142/143 caught, 129 named, 34 of 35 alternatives accepted) and then fixed from.
+142/143 caught, 129 named, 34 of 35 alternatives accepted) and then fixed from. H (four mistakes per
+exercise, blind to A-G) was measured once after the fixes made from G (main at 73db3a0: 160/160 caught,
+151 named, 34 of 35 alternatives accepted) and then fixed from.
 
 Set A is the one to fix checks by: when a check learns to catch a mistake listed in UNCAUGHT or
 to accept an alternative listed in REFUSED, its xfail turns into a failure here, and the entry
@@ -49,6 +51,7 @@ from learner_mistakes_blind_d import ALTERNATIVES_D, HOLDOUT_D
 from learner_mistakes_blind_e import ALTERNATIVES_E, HOLDOUT_E
 from learner_mistakes_blind_f import ALTERNATIVES_F, HOLDOUT_F
 from learner_mistakes_blind_g import ALTERNATIVES_G, HOLDOUT_G
+from learner_mistakes_blind_h import ALTERNATIVES_H, HOLDOUT_H
 
 import attn_course.checks
 from attn_course.checks import CheckerError, CheckFailed, _mutants, _repairs
@@ -263,6 +266,39 @@ REFUSED_G: dict[int, str] = {
     "section 7): torch's complex numbers have no bfloat16, as the message says, with the fix",
 }
 
+NAMED_H_FIRST_RUN = (
+    True, True, False, True, True, True, True, True, True, True,  # 0-9
+    True, True, True, True, True, True, True, True, True, False,  # 10-19
+    True, True, True, True, True, True, True, True, False, True,  # 20-29
+    True, True, True, True, True, True, True, True, True, True,  # 30-39
+    True, True, False, True, True, True, True, True, True, True,  # 40-49
+    True, True, True, True, True, True, True, True, True, True,  # 50-59
+    True, True, True, True, True, True, True, True, True, True,  # 60-69
+    True, True, True, True, True, True, True, True, True, True,  # 70-79
+    True, True, True, True, True, True, True, True, True, True,  # 80-89
+    True, True, True, True, True, True, True, True, True, True,  # 90-99
+    True, False, True, True, True, True, True, True, True, True,  # 100-109
+    False, True, True, True, True, True, True, True, True, True,  # 110-119
+    True, True, True, True, True, True, False, True, True, False,  # 120-129
+    True, True, True, True, True, True, True, True, True, True,  # 130-139
+    True, True, True, True, True, True, True, True, True, True,  # 140-149
+    True, True, True, True, True, True, True, True, True, False,  # 150-159
+)  # fmt: skip
+"""Per mistake of HOLDOUT_H (written blind to A-G, four per exercise): whether the first run's message (main
+at 73db3a0, after the fixes made from G, before any made from H; tests/blind_first_run_h.json) stated its
+idea: 151 of 160. Unnamed though caught: 2 (scores as an entry-by-entry product, read as a length taken from
+the other tensor), 19 (the scale applied twice, read as a division by d_k), 28 (masks joined by |), 42
+(split_heads given the width), 101 (a one-pass streaming softmax), 110 (values loaded through k's pointer),
+126 (saved tensors unpacked in another order), 129 (dk and dv in each other's buffers), 159 (values from the
+key projection)."""
+
+UNCAUGHT_H: dict[int, str] = {}
+
+REFUSED_H: dict[int, str] = {
+    31: "sliding_window_flash_attention visiting every key block up to the diagonal: right values, but the "
+    "exercise asks to visit only the window's blocks, and the message says so with the counts",
+}
+
 SETS = {
     "A": (HOLDOUT_A, ALTERNATIVES_A, UNCAUGHT_A, REFUSED_A, NAMED_A_FIRST_RUN),
     "B": (HOLDOUT_B, ALTERNATIVES_B, UNCAUGHT_B, REFUSED_B, NAMED_B_FIRST_RUN),
@@ -271,6 +307,7 @@ SETS = {
     "E": (HOLDOUT_E, ALTERNATIVES_E, UNCAUGHT_E, REFUSED_E, NAMED_E_FIRST_RUN),
     "F": (HOLDOUT_F, ALTERNATIVES_F, UNCAUGHT_F, REFUSED_F, NAMED_F_FIRST_RUN),
     "G": (HOLDOUT_G, ALTERNATIVES_G, UNCAUGHT_G, REFUSED_G, NAMED_G_FIRST_RUN),
+    "H": (HOLDOUT_H, ALTERNATIVES_H, UNCAUGHT_H, REFUSED_H, NAMED_H_FIRST_RUN),
 }
 
 TRITON = {name for name in EXERCISES["08_triton_flash_attention"]} | {"triton_flash_attention_backward"}
@@ -373,5 +410,6 @@ FIRST_COUNTS = {
     "E": (133, 129, 118, 35, 35),
     "F": (133, 133, 127, 35, 34),
     "G": (143, 142, 129, 35, 34),
+    "H": (160, 160, 151, 35, 34),
 }
 """(mistakes, caught, named, alternatives, accepted) at the first measurement of each set."""

@@ -414,6 +414,14 @@ SAFE = 'm_safe = torch.where(m_new == float("-inf"), 0.0, m_new)'
 RUNNING_MAX = "m_new = torch.maximum(m, block.max(dim=-1, keepdim=True).values)"
 
 ONLINE_SOFTMAX_MISTAKES = [  # learner code with one edit, and the phrase of the table's message it must get
+    (
+        [
+            ("        m = m_new\n    return torch.exp(x - m) / total",
+             "        m = m_new\n        out.append(torch.exp(block - m) / total)\n    return torch.cat(out, dim=-1)"),
+            ("    for start", "    out = []\n    for start"),
+        ],
+        "writes each block as soon as it reads it",
+    ),
     ([("total * torch.exp(m - m_safe)", "total")], "does not rescale the running sum"),
     ([("total * torch.exp(m - m_safe)", "total * torch.exp(m_safe - m)")], "the wrong way round"),
     (

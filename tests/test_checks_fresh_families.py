@@ -18,6 +18,7 @@ import torch
 from check_assertions import assert_accepted, assert_rejected
 from learner_code import (
     ABLATE,
+    ATTENTION,
     CACHED,
     FLASH,
     MERGE,
@@ -399,3 +400,37 @@ def test_a_difference_turned_round_is_a_mutation():
         return a - b
 
     assert any("the difference turned round" in m.message for m in _mutants.mutants(gap))
+
+
+# ---------------------------------------------------------------------------------------------
+# Set G's and H's families, in spellings of my own
+
+
+def test_scores_multiplied_entry_by_entry_are_named(capsys):
+    wrong = learner(SCORES, "dot_product_scores", ("q @ k.transpose(-2, -1)", "(k * q).sum(dim=-1)"))
+    assert_rejected(check_dot_product_scores, wrong, "are multiplied entry by entry", capsys)
+
+
+def test_heads_split_by_their_width_are_named(capsys):
+    wrong = learner(
+        MHA,
+        "MultiHeadAttention",
+        ("        d_k = d_model // self.n_heads\n", "        d_k = self.n_heads\n"),
+        ("self.n_heads, d_k).transpose(1, 2)\n        k = k", "-1, d_k).transpose(1, 2)\n        k = k"),
+        ("k = k.view(b, t, self.n_heads, d_k)", "k = k.view(b, t, -1, d_k)"),
+        ("v = v.view(b, t, self.n_heads, d_k)", "v = v.view(b, t, -1, d_k)"),
+    )
+    assert_rejected(check_MultiHeadAttention, wrong, "the count and the width are swapped", capsys)
+
+
+def test_masks_joined_by_or_are_told_to_join_by_and(capsys):
+    wrong = learner(
+        ATTENTION,
+        "attention",
+        (
+            "mask = causal if mask is None else mask & causal",
+            "mask = causal if mask is None else mask | causal",
+        ),
+        ("mask = causal if mask is None", "mask = torch.ones_like(causal) | causal if mask is None"),
+    )
+    assert_rejected(check_attention, wrong, "by & (a key must pass both", capsys)

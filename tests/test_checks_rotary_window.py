@@ -306,7 +306,7 @@ WRONG = [
     pytest.param(no_out_projection, "forgets the output projection", id="no-out"),
     pytest.param(window_one_short, "one position short", id="window-one-short"),
     pytest.param(positions_added_to_x, "shifted by 1000", id="absolute-positions"),
-    pytest.param(keys_as_values, "not weighted averages of the values", id="keys-as-values"),
+    pytest.param(keys_as_values, "takes the values from the key projection", id="keys-as-values"),
     pytest.param(python_if_in_mask, "runs under torch.vmap", id="python-if"),
 ]
 

@@ -371,6 +371,24 @@ EXP2 = [
 ]
 
 FLASH_REJECTED = {
+    "keys loaded from the value tensor": (
+        [
+            (
+                "k_ptrs = K + b * skb + h * skh + cols[:, None] * skn",
+                "k_ptrs = V + b * svb + h * svh + cols[:, None] * svn",
+            )
+        ],
+        "scores the queries against the values",
+    ),
+    "values loaded from the key tensor": (
+        [
+            (
+                "v_ptrs = V + b * svb + h * svh + cols[:, None] * svn",
+                "v_ptrs = K + b * skb + h * skh + cols[:, None] * skn",
+            )
+        ],
+        "mixes the keys instead of the values",
+    ),
     "accumulator not rescaled": (
         [("acc = acc * alpha[:, None] + ", "acc = acc + ")],
         "does not rescale the accumulator",

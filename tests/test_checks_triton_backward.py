@@ -283,6 +283,11 @@ def test_kernel_checks_say_not_implemented_yet_for_the_stub(folder, capsys):
 # Exercise 5c once 5a and 5b passed: a wrapper mistake is pointed at the wrapper
 
 WRAPPER_REJECTED = {
+    "dk and dv returned the other way round": (
+        [("        H, T_q, T_k, 1 / math.sqrt(d), **blocks)\n    return dq, dk, dv",
+          "        H, T_q, T_k, 1 / math.sqrt(d), **blocks)\n    return dq, dv, dk")],
+        "gives dk and dv in each other's place",
+    ),
     "the scale squared": (
         [("T_k, 1 / math.sqrt(d), **blocks)\n    grid_q", "T_k, d ** -1, **blocks)\n    grid_q"),
          ("T_k, 1 / math.sqrt(d), **blocks)\n    return", "T_k, d ** -1, **blocks)\n    return")],

@@ -431,6 +431,18 @@ def _explain_broadcast(
         if _broadcasts(big, small) or len(small) > len(big):
             continue
         sources = _sizes_in_frame(arguments, a, b, lengths_only=len(small) != len(big))
+        line = "" if tb is None else linecache.getline(tb.tb_frame.f_code.co_filename, tb.tb_lineno)
+        product = rf"(?<![\w.]){re.escape(name_x)}\s*\*\s*{re.escape(name_y)}(?![\w(])"
+        reverse = rf"(?<![\w.]){re.escape(name_y)}\s*\*\s*{re.escape(name_x)}(?![\w(])"
+        paired = re.search(product, line) or re.search(reverse, line)
+        given = name_x in arguments and name_y in arguments  # two inputs, as q and k are
+        if sources and paired and given and small[-1] == big[-1]:
+            return (
+                f"`{name_y}` {_shape(small)} and `{name_x}` {_shape(big)} are multiplied entry by entry, "
+                f"which pairs row i of one with row i of the other only ({a} meets {b}): scores pair every "
+                "query with every key, a matrix product, q @ k.transpose(-2, -1) (or an einsum over the last "
+                "axis)."
+            )
         if sources:
             return (
                 f"`{name_y}` {_shape(small)} and `{name_x}` {_shape(big)} do not line up from the right "

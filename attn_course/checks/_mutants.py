@@ -709,8 +709,16 @@ def _changes(
                         f"`{name}` used where the right computation uses `{node.id}`",
                     )
     elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in siblings:
+        parent = parents.get(node)
+        packed = (
+            {e.id for e in parent.elts if isinstance(e, ast.Name)} if isinstance(parent, ast.Tuple) else set()
+        )
         for name in siblings[node.id]:
-            yield ast.Name(name, ast.Load()), f"`{name}` used where the right computation uses `{node.id}`"
+            if name not in packed:  # never (a, a): a tuple that repeats a name packs nothing new
+                yield (
+                    ast.Name(name, ast.Load()),
+                    f"`{name}` used where the right computation uses `{node.id}`",
+                )
     elif isinstance(node, ast.Constant) and type(node.value) is int and not _is_axis(node, parents):
         for delta in (1, -1):
             yield (
@@ -726,6 +734,16 @@ def _changes(
         _reassigns(node, parents) or _updates(node, updated)
     ):
         yield None, f"the step `{_code(node)}` left out"
+    if (
+        isinstance(node, ast.Tuple)
+        and isinstance(node.ctx, ast.Store)
+        and all(isinstance(e, ast.Name) for e in node.elts)
+    ):
+        for i, j in itertools.combinations(range(len(node.elts)), 2):
+            elts = list(node.elts)
+            elts[i], elts[j] = elts[j], elts[i]
+            a, b = _code(node.elts[i]), _code(node.elts[j])
+            yield ast.Tuple(elts, ast.Store()), f"`{a}` and `{b}` unpacked in each other's place"
     if isinstance(node, ast.FunctionDef) and parents.get(node) is not None:  # a mod or helper defined inside
         names = [a.arg for a in node.args.args]
         for i in range(len(names) - 1):

@@ -113,6 +113,8 @@ def diagnose_heads(merged: torch.Tensor | None, ref: Heads, out_name: str = "sel
         if _close(weights @ values, o, 1e-6):
             found_in = words
             break
+    if found_in == "" and (other_count := _other_head_count(merged.to(expected.dtype), ref)):
+        return other_count
     if found_in == "":
         return (
             "gives per-head outputs that are not weighted averages of the values at all: each head's "
@@ -122,6 +124,28 @@ def diagnose_heads(merged: torch.Tensor | None, ref: Heads, out_name: str = "sel
         return found_in + heads
     found = _read_weights(weights, ref)
     return found + heads if found else None
+
+
+def _other_head_count(merged: torch.Tensor, ref: Heads) -> str | None:
+    """The merged heads are attention with another head count: the width taken for the count."""
+    b, h, t_q, d = ref.q.shape
+    if ref.k.shape[1] != h or ref.v.shape[-1] != d:
+        return None
+    whole = [rearrange(x, "b h t d -> b t (h d)") for x in (ref.q, ref.k, ref.v)]  # each (b, t, h·d)
+    for count in sorted({d, h * d // max(1, d)} - {h}):
+        if (h * d) % count:
+            continue
+        q, k, v = (rearrange(x, "b t (g e) -> b g t e", g=count) for x in whole)  # (b, g, t, e)
+        allowed = ref.allowed[:, :1]  # (b, 1, t_q, t_k): the same for every head
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (b, g, t_q, t_k)
+        out = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1) @ v  # (b, g, t_q, e)
+        if _close(rearrange(out, "b g t e -> b t (g e)"), merged):
+            return (
+                f"splits the heads into {count} heads of {h * d // count} instead of {h} heads of {d}: the "
+                f"count and the width are swapped. split_heads takes the number of heads, n_heads = {h}, "
+                "and the width d_k = d_model // n_heads follows."
+            )
+    return None
 
 
 def _merge_layout(merged: torch.Tensor, expected: torch.Tensor, out_name: str) -> str | None:

@@ -143,6 +143,15 @@ def _variants(top: Any) -> Iterator[tuple[Any, Callable[..., Any] | None, _mutan
             return
         for mutant in _mutants.mutants(top):
             yield mutant.function, mutant.function, mutant, start
+    elif inspect.isclass(top) and not issubclass(top, torch.nn.Module):  # an autograd.Function
+        for attribute, value in vars(top).items():
+            method = value.__func__ if isinstance(value, staticmethod) else None
+            start = _first_line(method) if method is not None else None
+            if method is None or start is None:
+                continue
+            for mutant in _mutants.mutants(method):
+                repaired = type(top.__name__, (top,), {attribute: staticmethod(mutant.function)})
+                yield repaired, None, mutant, start
     elif inspect.isclass(top) and issubclass(top, torch.nn.Module):
         for attribute, method in vars(top).items():
             start = _first_line(method) if inspect.isfunction(method) else None

@@ -35,6 +35,7 @@ def streaming_softmax(
     update_max: bool = True,
     safe_max: bool = True,
     carry_max: bool = True,
+    one_pass: bool = False,
 ) -> torch.Tensor:
     """softmax(x) over the last axis, read `block_size` entries at a time, with one knob per mistake.
 
@@ -44,7 +45,8 @@ def streaming_softmax(
     masked_lanes_zero: the last block padded with 0 that counts; subtract_max: False uses exp(x);
     update_max: False never stores the new maximum (m stays at its start); safe_max: False subtracts
     a maximum that is still -inf after a block of -inf (exp(-inf - (-inf)) is NaN); carry_max: False
-    takes each block's maximum alone as the running one (m_new = block max, not max(m, block max)).
+    takes each block's maximum alone as the running one (m_new = block max, not max(m, block max));
+    one_pass: each block written as soon as it is read, with the running maximum and sum so far.
     """
     # without the maximum, overflow is the mistake: compute in x's dtype, as the learner's code does
     x64 = x.detach().to("cpu", torch.float64 if subtract_max else x.dtype)
@@ -54,7 +56,7 @@ def streaming_softmax(
     stop = x64.shape[-1] if tail else n - n % block_size
     m = torch.full_like(x64[..., :1], start_max)  # (..., 1)
     denom = torch.zeros_like(m)  # (..., 1)
-    block_maxes = []
+    block_maxes, written = [], []
     for start in range(0, stop, block_size):
         block = x64[..., start : start + block_size]  # (..., B)
         block_m = block.amax(dim=-1, keepdim=True)  # (..., 1)
@@ -72,6 +74,10 @@ def streaming_softmax(
             }[rescale]
             denom = denom * alpha + torch.exp(block - m_safe).sum(dim=-1, keepdim=True)
         m = m_new if update_max else m
+        if one_pass:
+            written.append(torch.exp(block - m) / denom)  # (..., B): before the row is complete
+    if one_pass:
+        return torch.cat(written, dim=-1)[..., :n].to(x.dtype)  # (..., N)
     if block_max:
         maxes = torch.cat(block_maxes, dim=-1)[..., :n]  # (..., N) or shorter without the tail
         return (torch.exp(x64[..., : maxes.shape[-1]] - maxes) / denom).to(x.dtype)
@@ -90,6 +96,12 @@ CARRY_MAX_MESSAGE = (
 )
 
 STREAMING_SOFTMAX_MISTAKES = [
+    Mistake(
+        "writes each block as soon as it reads it, with the maximum and sum of the blocks seen so far: "
+        "only the last block sees the whole row. Finish the first pass over every block (the row's "
+        "maximum m and sum l), then a second pass writes exp(x - m) / l.",
+        lambda x, block_size: streaming_softmax(x, block_size, one_pass=True),
+    ),
     Mistake(
         "starts the running maximum at 0 instead of -inf: for a row whose entries are all negative the "
         "maximum never moves, so exp(x - 0) can underflow to 0 (and 0 / 0 is NaN) for very negative rows. "

@@ -446,7 +446,11 @@ def check_scaled_dot_product_attention(candidate: Callable[..., Any]) -> str:
             "match attention without the 1/√d_k scale: divide the scores by √d_k, d_k = q.shape[-1].",
             _unscaled,
         ),
-        ("are divided by d_k instead of √d_k: use math.sqrt(q.shape[-1]).", _scaled_by(_d_k, power=-1.0)),
+        (
+            "are divided by d_k instead of √d_k (or by √d_k twice, the queries and the scores): divide the "
+            "scores once, by math.sqrt(q.shape[-1]).",
+            _scaled_by(_d_k, power=-1.0),
+        ),
         ("are multiplied by √d_k: divide the scores by √d_k instead.", _scaled_by(_d_k, power=0.5)),
         (
             "are scaled by √d_v, the width of the values: the scale uses the width of queries and "

@@ -11,6 +11,7 @@ tensor the forward saves for the backward.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -354,12 +355,13 @@ def _diagnose(
         else _locate(actual, expected, inputs, is_causal, blocks)
     )
     own_line = not derived or foreign_step(derived)  # the learner's line says more than a foreign step
+    misplaced = "" if derived else misplaced_in(candidate or last_candidate())  # names say what they mean
     repair = name_by_repair(expected[wrong_grads[0]], is_close) if wrong_grads and own_line else None
-    if repair:
-        found += f"\n{repair}"
-    elif not derived and (misplaced := misplaced_in(candidate or last_candidate())):
+    if misplaced:
         found += f"\n{misplaced}"
-    if is_causal and plain_passed and not repair:
+    elif repair:
+        found += f"\n{repair}"
+    if is_causal and plain_passed and not (repair or misplaced):
         found += (
             "\nThe cases with is_causal=False passed, so the mistake is in the causal part: the mask inside "
             "the tiles that cross the diagonal (key j allowed when j <= i + T_k − T_q, the scores of the "
@@ -386,6 +388,15 @@ def _locate(
         return other_d
     if upstream := _upstream_ignored(actual, inputs, is_causal, wrong):
         return upstream
+    for i, j in itertools.combinations(wrong, 2):  # two gradients in each other's place
+        a_i, a_j = actual[i], actual[j]
+        if a_i.shape == expected[j].shape and a_j.shape == expected[i].shape:
+            if is_close(a_i, expected[j].to(a_i.dtype)) and is_close(a_j, expected[i].to(a_j.dtype)):
+                return (
+                    f"gives {NAMES[i]} and {NAMES[j]} in each other's place: your {NAMES[i]} is the right "
+                    f"{NAMES[j]} and your {NAMES[j]} the right {NAMES[i]} (a buffer or a return passed in "
+                    "the other's slot)."
+                )
     right = [NAMES[i] for i in owned if i not in wrong]
     first = wrong[0]
     a, e = actual[first], expected[first]

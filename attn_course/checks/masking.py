@@ -320,7 +320,8 @@ _ATTENTION_MISTAKES: list[tuple[str, dict[str, Any]]] = [
     ("ignore `mask` when is_causal=True: combine both masks with a logical AND.", {"combine": "causal-only"}),
     (
         "ignore is_causal=True: a query must not attend the keys after its own position; build "
-        "your causal_mask(T_q, T_k) and combine it with `mask`.",
+        "your causal_mask(T_q, T_k) and combine it with `mask` by & (a key must pass both; | lets in "
+        "every key either allows, and all of them when there is no mask).",
         {"combine": "no-causal"},
     ),
     (

@@ -258,8 +258,14 @@ def _probe_heads(
         k = apply_rope(split_heads(layer.k(x), n_kv_heads))  # (b, h_kv, t, d)
         v = split_heads(layer.v(x), n_kv_heads)  # (b, h_kv, t, d)
     allowed = _window_allowed(t, window, "window").expand(x.shape[0], n_heads, t, t)  # (b, h, t, t)
+    plain_k = split_heads(layer.k(x), n_kv_heads).detach()  # (b, h_kv, t, d): before RoPE
     others = (
         ("mixes the keys instead of the values: out = weights @ v.", k.repeat_interleave(n_rep, dim=1)),
+        (
+            "takes the values from the key projection, layer.k(x), where layer.v(x) belongs: "
+            "out = weights @ v.",
+            plain_k.repeat_interleave(n_rep, dim=1),
+        ),
         ("rotates the values too: RoPE turns q and k only.", apply_rope(v).repeat_interleave(n_rep, dim=1)),
         (_GROUPED, v.repeat(1, n_rep, 1, 1)),
     )

@@ -387,6 +387,19 @@ def _flash_mistakes(
         ),
     )
     found = [Mistake(message, functools.partial(whole, scale=scale)) for scale, message in scales]
+    if k.shape == v.shape:  # a tile loaded through the other pointer: the keys mixed, or the values scored
+        found += [
+            Mistake(
+                "mixes the keys instead of the values: the value tile is loaded through k's pointer (or "
+                "with k's strides); load it from v_ptr with v's strides, out = softmax(s) @ v.",
+                lambda: tiled_attention(q, k, k, causal=causal, block_m=q.shape[-2], block_n=k.shape[-2]),
+            ),
+            Mistake(
+                "scores the queries against the values: the key tile is loaded through v's pointer (or with "
+                "v's strides); load it from k_ptr with k's strides, s = q kᵀ.",
+                lambda: tiled_attention(q, v, v, causal=causal, block_m=q.shape[-2], block_n=k.shape[-2]),
+            ),
+        ]
     found += tiled_attention_mistakes(whole, causal, python=False, blocked=False)
     per_shape = [
         tiled_attention_mistakes(
