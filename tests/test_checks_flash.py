@@ -455,6 +455,7 @@ ONLINE_SOFTMAX_RIGHT = [  # learner code with one edit that is still right
 ]  # fmt: skip
 
 FLASH_MISTAKES = [  # learner code with one edit, and the phrase of the table's message it must get
+    ([("p = torch.exp(s - m_new)", "p = torch.exp(s - m_new)\n            p = p / p.sum(dim=-1, keepdim=True)")], "normalises each tile's probabilities on their own"),
     ([("acc = acc * alpha + ", "acc = acc + ")], "does not rescale the output accumulator"),
     ([("l = l * alpha + ", "l = l + ")], "does not rescale the running sum (the softmax denominator)"),
     ([("acc = acc * alpha + ", "acc = acc + "), ("l = l * alpha + ", "l = l + ")], "rescales neither"),

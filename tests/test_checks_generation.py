@@ -115,6 +115,11 @@ WRONG = [
     pytest.param("sample_next", SAMPLE, [(DRAW, "u = torch.rand((), generator=generator, dtype=probs.dtype)\n"
                                                 "    return (probs.cumsum(dim=-1) < u).sum(dim=-1, keepdim=True)")],
                  "one random number serves the whole batch", id="sample-one-uniform"),
+    pytest.param("generate_with_cache", GENERATE, [(PREFILL, "logits = model.step(prompt[:, -1].unsqueeze(1), cache, attend)")],
+                 "prefilled the cache with 1 position where the prompt has", id="gen-prefill-last-token"),
+    pytest.param("next_token_probs", PROBS, [("    logits = logits / temperature\n", "    raw = logits\n    logits = logits / temperature\n"),
+                                             ("threshold = torch.topk(logits,", "threshold = torch.topk(raw,")],
+                 "a threshold taken from the other tensor", id="probs-threshold-before-temperature"),
     pytest.param("generate_with_cache", GENERATE, [(STEP, "logits = model(tokens)")],
                  "ran the whole model", id="gen-no-cache"),
     pytest.param("generate_with_cache", GENERATE,

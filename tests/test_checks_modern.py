@@ -710,6 +710,17 @@ WRONG = [
     ),
     pytest.param(
         check_GroupedQueryAttention,
+        gqa_class(
+            (
+                'k = rearrange(self.k(x), "b t (h d) -> b h t d"',
+                'k = rearrange(self.k(x), "b t (d h) -> b h t d"',
+            )
+        ),
+        "has its keys split into heads as (d h)",
+        id="gqa-keys-strided",
+    ),
+    pytest.param(
+        check_GroupedQueryAttention,
         gqa_class(('"b h t d -> b t (h d)"', '"b h t d -> b t (d h)"')),
         "merges them as (d h)",
         id="gqa-merged-feature-first",

@@ -186,6 +186,7 @@ def tiled_attention(
     mask: str = "right",
     bound: str = "last-query",
     average_blocks: bool = False,
+    tile_softmax: bool = False,
     padded_score_zero: bool = False,
     rescale: str = "right",
     normalise: bool = True,
@@ -199,8 +200,8 @@ def tiled_attention(
     bound (causal only): where the key loop stops: "last-query" (right), "first-query" (the bound
     computed from the block's first query, hi = qs + T_k - T_q + 1), "no-offset" (hi = qs + block_m),
     "one-block-short" (hi = qs + T_k - T_q). tail: False drops the ragged last key block;
-    padded_score_zero: the keys past T_k in the last block score 0 and count; average_blocks: a
-    softmax per key block, averaged;
+    padded_score_zero: the keys past T_k in the last block score 0 and count; tile_softmax: a softmax
+    per tile, carried on as if it were exp(s - m); average_blocks: a softmax per key block, averaged;
     rescale: "right" (alpha = exp(m_old - m_new)), "inverted" (exp(m_new - m_old)) or "old-max" (p
     taken against the maximum before this block); normalise: False returns acc without dividing;
     guarded: a row that a mistake leaves with no key gives 0, as a kernel that divides by
@@ -250,6 +251,8 @@ def tiled_attention(
             m_safe = torch.where(m_new == -math.inf, 0.0, m_new)  # (..., Bm, 1)
             alpha = torch.exp(m_safe - m) if rescale == "inverted" else torch.exp(m - m_safe)  # (..., Bm, 1)
             p = torch.exp(s - (m if rescale == "old-max" else m_safe))  # (..., Bm, Bn)
+            if tile_softmax:  # each tile's p normalised on its own, then carried as if it were exp(s - m)
+                p = torch.softmax(s, dim=-1).nan_to_num(0.0)  # (..., Bm, Bn)
             total = (total * alpha if rescale_sum else total) + p.sum(dim=-1, keepdim=True)
             acc = (acc * alpha if rescale_acc else acc) + p @ v_blk  # (..., Bm, d_v)
             m = m_new
@@ -324,6 +327,12 @@ def tiled_attention_table(causal: bool, *, python: bool) -> list[tuple[dict[str,
             {"normalise": False},
             "never divides by the running sum: after the last key block the output of each query row is "
             "acc / l (the accumulated p @ v over the softmax's denominator).",
+        ),
+        (
+            {"tile_softmax": True},
+            "normalises each tile's probabilities on their own (a softmax per tile): the running sum is "
+            "the one normaliser, so a tile's p is exp(s - m_new), unnormalised, and acc / l divides once at "
+            "the end.",
         ),
         (
             {"average_blocks": True},

@@ -203,6 +203,17 @@ def _diagnose_probs(logits: torch.Tensor, temperature: float, top_k: int | None)
                         f"keeps, in every row, the logits at or above row {row}'s k-th largest: take the "
                         "threshold per row, torch.topk(logits, top_k, dim=-1).values[:, -1:] (b, 1)."
                     )
+        if not torch.equal(kept, want.cpu()) and top_k is not None:
+            raw = logits.detach().cpu().to(torch.float64)  # (b, vocab)
+            for mine, theirs in ((raw / temperature, raw), (raw, raw / temperature)):
+                threshold = theirs.topk(top_k, dim=-1).values[:, -1:]  # (b, 1)
+                if torch.equal(kept.cpu(), mine >= threshold):
+                    return (
+                        "compares the logits with a threshold taken from the other tensor: the k-th largest "
+                        f"of the {'unscaled' if theirs is raw else 'scaled'} logits against the "
+                        f"{'scaled' if mine is not raw else 'unscaled'} ones (logits / temperature). Take "
+                        "the threshold from the very tensor you mask, its k-th largest value."
+                    )
         if not torch.equal(kept, want.cpu()):
             named = None if top_k is None else _kept_count(kept, logits, top_k)
             return named or (
@@ -624,6 +635,12 @@ def _expect_generation(
             "cache, model.step(prompt, cache, attend) once and then model.step(next_token, cache, attend)."
         )
     steps = watched.steps
+    if steps and steps[0] == 1 and t > 1 and len(steps) <= n_new:  # the prompt's last token only
+        raise CheckFailed(
+            f"{shown} prefilled the cache with 1 position where the prompt has {t}: model.step got "
+            f"{steps} new positions, so the cache never held the prompt's first {t - 1} tokens. Prefill "
+            "with the whole prompt, model.step(prompt, cache, attend), then one new token per step."
+        )
     if steps and steps[0] == 1 and t > 1:
         raise CheckFailed(
             f"{shown} fed the prompt one token at a time (model.step got {steps[:t]} new positions): "

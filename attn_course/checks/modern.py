@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any, cast
 
 import torch
+from einops import rearrange
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -252,9 +253,21 @@ def _probe_gqa(
             v.repeat(1, n_rep, 1, 1),
         ),
     )
-    heads = Heads(
-        q, k.repeat_interleave(n_rep, dim=1), v.repeat_interleave(n_rep, dim=1), allowed, causal, others
+    strided_q = rearrange(linear("q", x), "b t (d h) -> b h t d", h=n_heads)  # (b, h, t, d): (d h)
+    strided_k = rearrange(linear("k", x), "b t (d h) -> b h t d", h=n_kv_heads).repeat_interleave(
+        n_rep, dim=1
     )
+    split = "split into heads as (d h): head i gets every h-th feature; the heads are contiguous blocks"
+    other_scores = (
+        (f"has its queries {split}, rearrange(q, 'b t (h d) -> b h t d', h=n_heads).", strided_q,
+         k.repeat_interleave(n_rep, dim=1)),
+        (f"has its keys {split}, rearrange(k, 'b t (h d) -> b h t d', h=n_kv_heads).", q, strided_k),
+        (f"has its queries and keys {split}, (h d), not (d h).", strided_q, strided_k),
+    )  # fmt: skip
+    heads = Heads(
+        q, k.repeat_interleave(n_rep, dim=1), v.repeat_interleave(n_rep, dim=1), allowed, causal, others,
+        other_scores,
+    )  # fmt: skip
     given: dict[str, Any] = {"mask": mask} if mask is not None else {}
     if is_causal:
         given["is_causal"] = True
