@@ -434,3 +434,20 @@ def test_masks_joined_by_or_are_told_to_join_by_and(capsys):
         ("mask = causal if mask is None", "mask = torch.ones_like(causal) | causal if mask is None"),
     )
     assert_rejected(check_attention, wrong, "by & (a key must pass both", capsys)
+
+
+def test_a_softmax_whose_rows_sum_nearly_to_one_is_not_called_unproportional(capsys):
+    """exps / (sum + 1e-3): the proportions are exp(x)'s, the rows sum to a little under 1."""
+    from learner_code import SOFTMAX
+
+    from attn_course.checks import check_softmax
+
+    wrong = learner(
+        SOFTMAX,
+        "softmax",
+        ("total = exps.sum(dim=dim, keepdim=True)", "total = exps.sum(dim=dim, keepdim=True) + 1e-3"),
+    )
+    with pytest.raises(AssertionError) as failure:
+        check_softmax(wrong)
+    assert "has the right proportions within each row" in str(failure.value)
+    assert "not proportional" not in str(failure.value)

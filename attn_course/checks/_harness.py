@@ -1381,6 +1381,17 @@ def diagnose_softmax(
             f"{has} negative entries, so it is not a softmax: probabilities are exp(x - max) / sum, "
             "never negative (did you return x - max, a log-probability or skip the exp?)."
         )
+    ratio = a / e
+    per_row = ratio.amax(dim=d, keepdim=True) - ratio.amin(dim=d, keepdim=True)
+    spread = 1e-6 * ratio.abs().amax(dim=d, keepdim=True)
+    if bool(torch.isfinite(ratio).all()) and bool((per_row <= spread).all()):
+        totals = a.sum(dim=d)
+        return (
+            f"{has} the right proportions within each row but {does} not sum to 1 along dim={dim} (the sums "
+            f"run from {float(totals.min()):.6g} to {float(totals.max()):.6g}): divide the exponentials by "
+            f"their sum along dim={dim} (keepdim=True), nothing added to it, the sum of the very "
+            "exponentials you return (after subtracting the max)."
+        )
     if _all_near(a.sum(dim=d), 1.0):
         return (
             f"{sums} to 1 along dim={dim} as it should, but its entries are not proportional to exp(x): "
@@ -1393,15 +1404,6 @@ def diagnose_softmax(
                 f"{sums} to 1 along dim={other} instead of along the dim={dim} you were given: use "
                 "`dim` in every reduction, the max and the sum (with keepdim=True)."
             )
-    ratio = a / e
-    per_row = ratio.amax(dim=d, keepdim=True) - ratio.amin(dim=d, keepdim=True)
-    spread = 1e-3 * ratio.abs().amax(dim=d, keepdim=True)
-    if bool(torch.isfinite(ratio).all()) and bool((per_row <= spread).all()):
-        return (
-            f"{has} the right proportions within each row but {does} not sum to 1 along dim={dim}: divide "
-            f"the exponentials by their sum along dim={dim} (keepdim=True), the sum of the very "
-            "exponentials you return (after subtracting the max)."
-        )
     totals = a.sum(dim=d)
     return (
         f"{does} not sum to 1 along dim={dim} (the sums along that axis range from {float(totals.min()):.4g} "
