@@ -721,6 +721,12 @@ WRONG = [
     ),
     pytest.param(
         check_GroupedQueryAttention,
+        gqa_class(("v = repeat_kv_einops(v, n_rep)", "v = repeat_kv_einops(v, n_rep).flip(1)")),
+        "gives each head the values of another head",
+        id="gqa-value-heads-reversed",
+    ),
+    pytest.param(
+        check_GroupedQueryAttention,
         gqa_class(('"b h t d -> b t (h d)"', '"b h t d -> b t (d h)"')),
         "merges them as (d h)",
         id="gqa-merged-feature-first",

@@ -115,6 +115,8 @@ def diagnose_heads(merged: torch.Tensor | None, ref: Heads, out_name: str = "sel
             break
     if found_in == "" and (other_count := _other_head_count(merged.to(expected.dtype), ref)):
         return other_count
+    if found_in == "" and (moved := _values_of_other_heads(o, ref.v)):
+        return moved
     if found_in == "":
         return (
             "gives per-head outputs that are not weighted averages of the values at all: each head's "
@@ -124,6 +126,27 @@ def diagnose_heads(merged: torch.Tensor | None, ref: Heads, out_name: str = "sel
         return found_in + heads
     found = _read_weights(weights, ref)
     return found + heads if found else None
+
+
+def _values_of_other_heads(o: torch.Tensor, v: torch.Tensor) -> str | None:
+    """Each head's output a weighted average of another head's values: the heads' values reordered."""
+    h = v.shape[1]
+    sources = []
+    for i in range(h):
+        found = [
+            j for j in range(h)
+            if _close((o[:, i] @ torch.linalg.pinv(v[:, j])) @ v[:, j], o[:, i], 1e-6)
+        ]  # fmt: skip
+        if not found:
+            return None
+        sources.append(found[0])
+    if sources == list(range(h)):
+        return None
+    return (
+        f"gives each head the values of another head: heads 0 … {h - 1} mix the values of heads {sources}. "
+        "Query head j reads its own value head (j // (n_heads // n_kv_heads) when they are shared): keep "
+        "the values in head order, as the keys are."
+    )
 
 
 def _other_head_count(merged: torch.Tensor, ref: Heads) -> str | None:
