@@ -540,20 +540,22 @@ def _sizes_in_frame(scope: dict[str, Any], a: int, b: int, lengths_only: bool = 
     return ""
 
 
+def _ints_equal(scope: dict[str, Any], value: int) -> list[str]:
+    """The names of the frame's integers equal to value (not the private ones)."""
+    return [k for k, v in scope.items() if type(v) is int and v == value and not k.startswith("_")]
+
+
 def _named_ints(scope: dict[str, Any], value: int) -> str:
     """'4 is `n_rep`, `self.n_kv_heads`': the integers of the frame (and of its `self`) equal to value."""
-    found = [(k, v) for k, v in scope.items() if not k.startswith("_")]
     owner = scope.get("self")
-    if owner is not None:
-        found += [(f"self.{k}", v) for k, v in vars(owner).items() if not k.startswith("_")]
-    names = [f"`{k}`" for k, v in found if type(v) is int and v == value][:3]
+    owned = {} if owner is None else {f"self.{k}": v for k, v in vars(owner).items() if not k.startswith("_")}
+    names = [f"`{k}`" for k in _ints_equal({**scope, **owned}, value)][:3]
     return f"{value} is {', '.join(names)}" if names and value > 1 else ""
 
 
 def _named_sizes(scope: dict[str, Any], a: int, b: int) -> str:
     """' (8 is `block_size`)' for sizes that equal an integer of the frame."""
-    named = [f"{n} is `{k}`" for n in (a, b) for k, v in scope.items()
-             if type(v) is int and v == n and not k.startswith("_") and n > 1][:2]  # fmt: skip
+    named = [f"{n} is `{k}`" for n in (a, b) if n > 1 for k in _ints_equal(scope, n)][:2]
     return (f" ({', '.join(named)})" if named else "") + _ragged(scope, a, b)
 
 

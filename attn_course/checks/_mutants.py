@@ -803,7 +803,7 @@ def _overwrites_in_loop(node: ast.AST, parents: dict[ast.AST, ast.AST], updated:
     if not isinstance(node, ast.Assign) or len(node.targets) != 1:
         return False
     target = node.targets[0]
-    if not isinstance(target, ast.Name) and not isinstance(target, ast.Subscript):
+    if not isinstance(target, ast.Name | ast.Subscript):
         return False
     name = target.id if isinstance(target, ast.Name) else _code(target.value)
     kinds = ast.Name | ast.Subscript | ast.Attribute

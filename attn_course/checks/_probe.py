@@ -152,23 +152,20 @@ def _values_of_other_heads(o: torch.Tensor, v: torch.Tensor) -> str | None:
 def _other_head_count(merged: torch.Tensor, ref: Heads) -> str | None:
     """The merged heads are attention with another head count: the width taken for the count."""
     b, h, t_q, d = ref.q.shape
-    if ref.k.shape[1] != h or ref.v.shape[-1] != d:
+    if d == h or ref.k.shape[1] != h or ref.v.shape[-1] != d:
         return None
     whole = [rearrange(x, "b h t d -> b t (h d)") for x in (ref.q, ref.k, ref.v)]  # each (b, t, h·d)
-    for count in sorted({d, h * d // max(1, d)} - {h}):
-        if (h * d) % count:
-            continue
-        q, k, v = (rearrange(x, "b t (g e) -> b g t e", g=count) for x in whole)  # (b, g, t, e)
-        allowed = ref.allowed[:, :1]  # (b, 1, t_q, t_k): the same for every head
-        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (b, g, t_q, t_k)
-        out = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1) @ v  # (b, g, t_q, e)
-        if _close(rearrange(out, "b g t e -> b t (g e)"), merged):
-            return (
-                f"splits the heads into {count} heads of {h * d // count} instead of {h} heads of {d}: the "
-                f"count and the width are swapped. split_heads takes the number of heads, n_heads = {h}, "
-                "and the width d_k = d_model // n_heads follows."
-            )
-    return None
+    q, k, v = (rearrange(x, "b t (g e) -> b g t e", g=d) for x in whole)  # (b, d, t, h): d heads of h
+    allowed = ref.allowed[:, :1]  # (b, 1, t_q, t_k): the same for every head
+    scores = q @ k.transpose(-2, -1) / math.sqrt(h)  # (b, d, t_q, t_k)
+    out = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1) @ v  # (b, d, t_q, h)
+    if not _close(rearrange(out, "b g t e -> b t (g e)"), merged):
+        return None
+    return (
+        f"splits the heads into {d} heads of {h} instead of {h} heads of {d}: the count and the width "
+        f"are swapped. split_heads takes the number of heads, n_heads = {h}, and the width "
+        "d_k = d_model // n_heads follows."
+    )
 
 
 def _merge_layout(merged: torch.Tensor, expected: torch.Tensor, out_name: str) -> str | None:

@@ -447,16 +447,15 @@ def _locate(
 def _upstream_ignored(
     actual: Grads, inputs: tuple[torch.Tensor, ...], is_causal: bool, wrong: Sequence[int]
 ) -> str:
-    """When the wrong gradients are those of an upstream gradient of ones (or of zeros): say so, or ""."""
+    """When the wrong gradients are those of an upstream gradient of ones, or of the output: say so, or ""."""
     q, k, v, grad_out = inputs[:4]
+    out = reference.attention(*(x.detach().to("cpu", torch.float64) for x in (q, k, v)), is_causal=is_causal)[
+        0
+    ]
     for words, stand_in in (
         ("1 everywhere (torch.ones_like)", torch.ones_like(grad_out)),
-        ("the output itself", None),
+        ("the output itself", out),
     ):
-        if stand_in is None:
-            with torch.enable_grad():
-                leaves = [x.detach().to("cpu", torch.float64).requires_grad_(True) for x in (q, k, v)]
-                stand_in = reference.attention(*leaves, is_causal=is_causal)[0].detach()
         grads = _autograd_grads(q, k, v, stand_in, is_causal)
         if all(is_close(actual[i], grads[i].to(actual[i].dtype)) for i in wrong):
             return (
@@ -483,14 +482,9 @@ def _wrong_d(
     if wrong[:1] != [0] or 2 in wrong or 2 not in owned:
         return ""
     q, k, v, grad_out = (x.detach().to("cpu", torch.float64) for x in inputs[:4])
-    t_q, t_k = q.shape[-2], k.shape[-2]
+    t_q = q.shape[-2]
     scale = q.shape[-1] ** -0.5
-    scores = q @ k.mT * scale  # (..., T_q, T_k)
-    if is_causal:
-        future = torch.ones(t_q, t_k, dtype=torch.bool).triu(t_k - t_q + 1)  # (T_q, T_k)
-        scores = scores.masked_fill(future, -math.inf)
-    p = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # (..., T_q, T_k)
-    out = p @ v  # (..., T_q, d_v)
+    out, p = reference.attention(q, k, v, is_causal=is_causal)  # (..., T_q, d_v), (..., T_q, T_k)
     d_right = (grad_out * out).sum(-1, keepdim=True)  # (..., T_q, 1)
     p_k = p @ k  # (..., T_q, d)
     moved = actual[0].detach().to("cpu", torch.float64) - expected[0]  # (..., T_q, d)

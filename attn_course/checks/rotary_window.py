@@ -69,7 +69,7 @@ def _dense(
         q = rotate(q, at) if "q" in rope else q
         k = rotate(k, at) if "k" in rope else k
     v = split_heads(layer.v(x), n_kv_heads)  # (b, h_kv, t, d)
-    v = rotate(v, at) if "v" in rope and rope != "qk-before-split" else v
+    v = rotate(v, at) if "v" in rope else v
     if grouping == "grouped":
         k, v = k.repeat_interleave(n_rep, dim=1), v.repeat_interleave(n_rep, dim=1)  # (b, h, t, d)
     else:  # interleaved
