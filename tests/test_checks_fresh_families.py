@@ -451,3 +451,17 @@ def test_a_softmax_whose_rows_sum_nearly_to_one_is_not_called_unproportional(cap
         check_softmax(wrong)
     assert "has the right proportions within each row" in str(failure.value)
     assert "not proportional" not in str(failure.value)
+
+
+def test_a_mean_where_a_sum_belongs_is_shown_in_the_learners_line(capsys):
+    from attn_course.checks import check_softmax_backward
+
+    wrong = learner(
+        "\ndef softmax_backward(p, grad_p, dim=-1):\n"
+        "    weighted = (grad_p * p).mean(dim=dim, keepdim=True)\n"
+        "    return p * (grad_p - weighted)\n",
+        "softmax_backward",
+    )
+    assert_rejected(
+        check_softmax_backward, wrong, "passes this check written `weighted = (grad_p * p).sum(", capsys
+    )

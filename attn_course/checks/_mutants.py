@@ -899,6 +899,10 @@ def _call_changes(node: ast.Call) -> Iterator[tuple[ast.AST, str]]:
         (not node.args and not node.keywords) or node.func.attr in _LAYOUT_METHODS
     ):
         yield node.func.value, f"`.{node.func.attr}(...)` left out of `{_code(node)}`"
+    instead = {"sum": "mean", "mean": "sum"}.get(method or "")
+    if instead is not None and isinstance(node.func, ast.Attribute):  # a total where an average belongs
+        turned = ast.Call(ast.Attribute(node.func.value, instead, ast.Load()), node.args, node.keywords)
+        yield turned, f"`{instead}` where it takes the `{method}` in `{_code(node)}`"
     if (
         method in _AXIS_METHODS
         and not node.args

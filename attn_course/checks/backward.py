@@ -766,15 +766,17 @@ def check_softmax_backward(candidate: Callable[..., Any]) -> str:
                 "only its diagonal). Every p_j depends on every x_i, J = diag(p) − p pᵀ, so "
                 "dx = p ∘ (grad_p − D), D = Σ_j grad_p_j p_j per row, over dim (keepdim=True)."
             )
+        repair = name_by_repair(expected, is_close)  # the learner's own line, changed once
+        shown = f"\n{repair}" if repair else ""
         sums = out.detach().double().sum(dim=dim)
         if not torch.allclose(sums, torch.zeros_like(sums), atol=1e-4):
             raise CheckFailed(
                 f"{what} is wrong, and its entries do not sum to 0 along dim={dim}: a softmax's outputs sum "
                 "to 1 whatever x is, so the gradient of x must sum to 0 along the same axis. "
                 "dx = p ∘ (grad_p − D) does, with D = Σ_j grad_p_j p_j taken per row, over dim "
-                f"(keepdim=True). ({difference(out, expected)})"
+                f"(keepdim=True). ({difference(out, expected)}){shown}"
             )
-        raise CheckFailed(f"{what} is wrong: {describe_error(out, expected)}")
+        raise CheckFailed(f"{what} is wrong: {describe_error(out, expected)}{shown}")
     return "4 shapes, dim=-1, 1 and 0, float32 and float64, against autograd"
 
 
