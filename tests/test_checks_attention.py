@@ -263,6 +263,21 @@ def variance_einsum_tensor(d_k, n_samples=20_000, scaled=False):
     return s.var()
 
 
+def variance_every_pair(d_k, n_samples=20_000, scaled=False):  # a second learner's: q @ k.mT, its diagonal
+    q = torch.randn(n_samples, d_k)
+    k = torch.randn(n_samples, d_k)
+    scores = torch.diagonal(q @ k.mT)  # each q with its own k... after all n × n products
+    if scaled:
+        scores = scores / math.sqrt(d_k)
+    return scores.var().item()
+
+
+def variance_batched_matmul(d_k, n_samples=20_000, scaled=False):  # right: one (1, d) @ (d, 1) per pair
+    q, k = torch.randn(n_samples, 1, d_k), torch.randn(n_samples, d_k, 1)
+    s = (q @ k).flatten()  # (n,)
+    return (s / d_k**0.5 if scaled else s).var().item()
+
+
 def variance_std(d_k, n_samples=20_000, scaled=False):
     q, k = torch.randn(n_samples, d_k), torch.randn(n_samples, d_k)
     s = (q * k).sum(-1)
@@ -321,6 +336,7 @@ CORRECT = [
     pytest.param(check_score_variance, reference.score_variance, id="variance-reference"),
     pytest.param(check_score_variance, variance_right, id="variance-float32"),
     pytest.param(check_score_variance, variance_einsum_tensor, id="variance-0d-tensor"),
+    pytest.param(check_score_variance, variance_batched_matmul, id="variance-batched-matmul"),
 ]
 
 d_k = lambda q, k, v: float(q.shape[-1])  # noqa: E731
@@ -496,6 +512,9 @@ WRONG = [
     # score_variance
     pytest.param(check_score_variance, not_implemented, "is not implemented yet", id="variance-stub"),
     pytest.param(check_score_variance, variance_std, "That is the standard deviation", id="variance-std"),
+    pytest.param(
+        check_score_variance, variance_every_pair, "every query against every key", id="variance-every-pair"
+    ),
     pytest.param(
         check_score_variance, variance_always_scaled, "Did you scale anyway", id="variance-always-scaled"
     ),

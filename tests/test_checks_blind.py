@@ -379,8 +379,8 @@ def test_every_blind_mistake_is_caught(mistake, folder, capsys, monkeypatch):
     _needs_triton(mistake)
     # Whether it is caught does not depend on the naming layers, which run only after a check failed
     # (their messages are measured by tests/blind_measure.py and recorded in NAMED_*): off, for time.
-    monkeypatch.setattr(_mutants, "BUDGET_S", 0.0)
-    monkeypatch.setattr(_repairs, "BUDGET_S", 0.0)
+    monkeypatch.setattr(_mutants, "BUDGET", 0)
+    monkeypatch.setattr(_repairs, "BUDGET", 0)
     with pytest.raises(CheckFailed) as failure:
         _check(mistake.exercise)(load(mistake, folder))
     assert not isinstance(failure.value, CheckerError)

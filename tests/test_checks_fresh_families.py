@@ -58,7 +58,7 @@ from attn_course.masking import causal_mask
 @pytest.fixture(autouse=True)
 def unhurried(monkeypatch):
     """A busy machine may need more than the layer's 10 s to reach a mutant: these tests wait for it."""
-    monkeypatch.setattr(_mutants, "BUDGET_S", 120.0)
+    monkeypatch.setattr(_mutants, "BUDGET", 100_000)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -266,7 +266,7 @@ def test_a_change_fitted_to_the_checks_sizes_is_not_offered(capsys):
 
 
 def test_with_no_budget_the_repair_layer_is_silent(monkeypatch):
-    monkeypatch.setattr(_repairs, "BUDGET_S", 0.0)
+    monkeypatch.setattr(_repairs, "BUDGET", 0)
     wrong = learner(
         SCORES,
         "dot_product_scores",

@@ -8,10 +8,12 @@ Everything that goes wrong becomes a `CheckFailed` with a message in the learner
 from __future__ import annotations
 
 import ast
+import contextlib
 import contextvars
 import functools
 import importlib.util
 import inspect
+import io
 import itertools
 import linecache
 import math
@@ -28,6 +30,7 @@ from typing import Any
 
 import torch
 
+from attn_course.checks import _mutants
 from attn_course.checks._calls import misplaced_arguments, misplaced_in
 from attn_course.checks._mutants import (
     call_arguments,
@@ -40,8 +43,9 @@ from attn_course.checks._mutants import (
     reference_shapes,
 )
 from attn_course.checks._nan_origin import nan_origin
-from attn_course.checks._repairs import begin_check, foreign_step, name_by_repair
+from attn_course.checks._repairs import begin_check, foreign_step, name_by_repair, unquoted
 from attn_course.checks._shapes import explain_shape
+from attn_course.checks._upstream import blamed_exercise, learner_upstream, upstream_message
 from attn_course.progress import record_failure, record_pass
 
 GREEN, RED, RESET = "\x1b[1;32m", "\x1b[1;31m", "\x1b[0m"
@@ -81,6 +85,22 @@ def pass_detail(output: str, name: str) -> str | None:
 
 class CheckFailed(AssertionError):
     """A learner's implementation is wrong; the message says how, in the learner's terms."""
+
+    def __init__(
+        self,
+        message: str = "",
+        upstream: str = "",
+        slips: tuple[str, ...] = (),
+        framing: tuple[str, str] = ("", ""),
+    ) -> None:
+        super().__init__(message)
+        self.slips = slips
+        """The known mistakes (`Mistake.message`) that give the learner's result on the failing inputs."""
+        self.framing = framing
+        """(what was compared, how it was called) around the slips, to say them again once narrowed."""
+        self.upstream = upstream
+        """The earlier exercise that alone makes this one fail ("" for none): with the course's version
+        of it in place of the learner's, this exercise passes (`_upstream`). The grader gives the point."""
 
 
 class CheckerError(Exception):
@@ -145,6 +165,16 @@ def check(body: Callable[[Callable[..., Any]], str]) -> Callable[[Any], None]:
                 f"but got {_describe(candidate)}. Call it as check_{name}({name})."
             )
         failure: Exception | None = None
+        upstream = learner_upstream(name, candidate, _LIBRARY_DIRS)
+        if upstream:  # their earlier exercises first: one quiet run, and the point stays where it belongs
+            passed, blamed = _run_upstream_aware(name, body, candidate, upstream)
+            if blamed is not None:
+                record_failure(name)
+                raise blamed from None
+            if passed is not None:
+                record_pass(name, candidate)
+                print(pass_line(name, passed, colour=in_ipython()))
+                return
         forget_calls()
         begin_check(body, candidate)
         try:
@@ -153,7 +183,9 @@ def check(body: Callable[[Callable[..., Any]], str]) -> Callable[[Any], None]:
                 torch.manual_seed(0)
                 detail = body(candidate)
         except CheckFailed as error:
-            failure = CheckFailed(str(error))
+            failure = CheckFailed(
+                str(error), upstream=error.upstream, slips=error.slips, framing=error.framing
+            )
         except Exception as raised:
             inner = _unwrap_interpreter_error(raised)
             if is_learners(inner, body.__code__):  # the learner's code raised in a call made for them
@@ -173,6 +205,52 @@ def check(body: Callable[[Callable[..., Any]], str]) -> Callable[[Any], None]:
     run_check.__doc__ = f"Check a learner's `{name}`; raise CheckFailed naming the mistake."
     CHECKS[name] = run_check
     return run_check
+
+
+def _quiet_run(body: Callable[[Any], str], candidate: Any) -> tuple[str | None, Exception | None]:
+    """(pass detail, None) or (None, what the check raised): one run without the naming layers, printing
+    nothing, seeded as a check is, in a context of its own."""
+
+    def run() -> tuple[str | None, Exception | None]:
+        _mutants._QUIET.set(True)
+        forget_calls()
+        begin_check(body, candidate)
+        try:
+            with (
+                torch.random.fork_rng(devices=[]),
+                warnings.catch_warnings(),
+                contextlib.redirect_stdout(io.StringIO()),
+                contextlib.redirect_stderr(io.StringIO()),
+            ):
+                warnings.simplefilter("ignore")
+                torch.manual_seed(0)
+                return body(candidate), None
+        except Exception as raised:  # noqa: BLE001 - the caller decides what a failure means
+            return None, raised
+
+    return contextvars.copy_context().run(run)
+
+
+def _run_upstream_aware(
+    name: str, body: Callable[[Any], str], candidate: Any, upstream: list[tuple[dict[str, Any], str]]
+) -> tuple[str | None, CheckFailed | None]:
+    """(pass detail, None) where the learner's code passes; (None, the failure that blames an earlier
+    exercise) where it passes only with the course's version of that exercise; else (None, None)."""
+    detail, raised = _quiet_run(body, candidate)
+    if raised is None:
+        return detail, None
+    if isinstance(raised, CheckerError) or (
+        not isinstance(raised, CheckFailed)
+        and not is_learners(_unwrap_interpreter_error(raised), body.__code__)
+    ):
+        return None, None  # the checker's own fault: the full run below reports it
+    blamed = blamed_exercise(upstream, lambda: _quiet_run(body, candidate)[1] is None)
+    if blamed is None:
+        return None, None
+    own_check = getattr(CHECKS.get(blamed), "__wrapped__", None)
+    learners = next(namespace[used] for namespace, used in upstream if used == blamed)
+    blamed_passes = own_check is not None and _quiet_run(own_check, learners)[1] is None
+    return None, CheckFailed(upstream_message(name, blamed, blamed_passes), upstream=blamed)
 
 
 def _learner_failure(error: BaseException) -> CheckFailed:
@@ -270,6 +348,7 @@ def call(name: str, candidate: Callable[..., Any], *args: Any, hint: str = "", *
             name.strip("`"), args, kwargs, error, _learner_location(error), shapes
         )
         if derived:
+            derived = unquoted(derived)
             hint = f"{derived}\n{hint}" if hint else derived
         raise learner_raised(f"`{name}`", error, called + (f"\n{hint}" if hint else "")) from None
     for tensor, copy in before:
@@ -920,7 +999,7 @@ def _derived_shape_hint(value: torch.Tensor, shape: tuple[int, ...]) -> str:
     """A one-change mutant of the reference that gives this shape; else how it departs from the right one."""
     derived = name_shape_by_mutation(value, shape)
     if derived:
-        return f"It {derived}"
+        return f"It {unquoted(derived)}"
     reading = explain_shape(tuple(value.shape), shape, call_arguments())
     # the learner's own line changed once, after which this call has the right shape and the check passes
     repair = name_by_repair(torch.empty(shape), lambda got, want: True)
@@ -986,6 +1065,7 @@ def expect_close(
     shown = called_as if called_as is not None else describe_args(args, kwargs)
     where = f"\n(Called as {shown}.)" if shown else ""
     reference_finite = ~torch.isnan(expected.detach().cpu()) if expected.is_floating_point() else None
+    matching: list[str] = []
     for mistake in mistakes:
         try:
             with torch.no_grad():
@@ -998,15 +1078,18 @@ def expect_close(
             if (torch.isnan(wrong.detach().cpu()) & reference_finite).any():
                 continue
         if not close(wrong, expected) and close(actual, wrong):
-            raise CheckFailed(f"{what} {mistake.message}{where}")
+            matching.append(mistake.message)
+    matching = list(dict.fromkeys(matching))
+    if matching:
+        raise CheckFailed(slips_message(what, matching, where), slips=tuple(matching), framing=(what, where))
     derived = name_by_mutation(actual, expected, close)
     # A diagnosis may call the learner's code again: in a context of its own, the check's last call stays.
     found = contextvars.copy_context().run(diagnose, actual, expected) if diagnose is not None else None
     if found:  # the check's own reading first; a one-change mutant that gives the same result says how
-        raise CheckFailed(f"{what} {found}" + (f"\nIt {derived}" if derived else "") + where)
+        raise CheckFailed(f"{what} {found}" + (f"\nIt {unquoted(derived)}" if derived else "") + where)
     if derived:  # in the learner's own line too, where the reference's step is not one of theirs
         repair = name_by_repair(expected, close) if foreign_step(derived) else None
-        raise CheckFailed(f"{what} {derived}" + (f"\n{repair}" if repair else "") + where)
+        raise CheckFailed(f"{what} {unquoted(derived)}" + (f"\n{repair}" if repair else "") + where)
     repair = name_by_repair(expected, close)
     where = f"\n{repair}{where}" if repair else where  # the learner's own line, after what is wrong
     candidate = last_candidate()
@@ -1027,6 +1110,68 @@ def expect_close(
             + where
         )
     raise CheckFailed(f"{what} is wrong: {describe_error(actual, expected)}{where}")
+
+
+def slips_message(what: str, slips: Sequence[str], where: str = "") -> str:
+    """The message for known mistakes that each give the learner's result: one named, several offered."""
+    if len(slips) == 1:
+        return f"{what} {slips[0]}{where}"
+    either = "\n".join(f"- It {message}" for message in slips)  # say each, assert none
+    return (
+        f"{what} is wrong in the way each of these {len(slips)} slips would be, so this check cannot "
+        f"tell which one is yours:\n{either}{where}"
+    )
+
+
+def narrow_slips(
+    failure: CheckFailed, cases: Sequence[tuple[Sequence[Mistake], Any, Callable[[], Any]]]
+) -> CheckFailed:
+    """`failure` with only the slips that also give the learner's result on every other case.
+
+    Each case is (its mistakes, bound to its inputs, its expected result, a call that gives the learner's
+    result there). A
+    slip is kept where the mistake of the same message gives what the learner gives in every case
+    (the right answer where the learner's is right); with one left it is named, with none the
+    failure stays as it was.
+    """
+    if len(failure.slips) < 2:
+        return failure
+    kept = list(failure.slips)
+    for mistakes, expected, learners in cases:
+        if len(kept) == 1:
+            break  # the others are refuted: no need to run the rest
+        try:
+            actual = learners()
+        except Exception:  # noqa: BLE001 - a case the learner's code cannot run says nothing here
+            continue
+        if not isinstance(actual, torch.Tensor) or actual.shape != expected.shape:
+            continue
+        for message in list(kept):
+            gives = not any(mistake.message == message for mistake in mistakes)  # no evidence here
+            for mistake in mistakes:
+                if mistake.message != message:
+                    continue
+                try:
+                    with torch.no_grad():
+                        wrong = mistake.implementation()
+                except Exception:  # noqa: BLE001 - a simulation that cannot run here is not evidence
+                    continue
+                gives = gives or (
+                    isinstance(wrong, torch.Tensor)
+                    and wrong.shape == actual.shape
+                    and is_close(actual, wrong)
+                )
+            if not gives:
+                kept.remove(message)
+    if not kept or kept == list(failure.slips):
+        return failure
+    what, where = failure.framing
+    return CheckFailed(
+        slips_message(what, kept, where),
+        upstream=failure.upstream,
+        slips=tuple(kept),
+        framing=failure.framing,
+    )
 
 
 def _equal_argument(actual: torch.Tensor, expected: torch.Tensor) -> str:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import contextvars
+import difflib
 import copy
 import functools
 import inspect
@@ -44,8 +45,12 @@ _LAST_CALL: contextvars.ContextVar[tuple[str, tuple[Any, ...], dict[str, Any]] |
 _QUIET: contextvars.ContextVar[bool] = contextvars.ContextVar("quiet", default=False)
 """True while the repair layer (`_repairs.py`) runs a check on a changed copy of the learner's code."""
 
-BUDGET_S = 10.0
-"""Seconds the layer may spend running mutants for one comparison (0 turns the layer off)."""
+BUDGET = 150
+"""Mutants the layer may run for one comparison (0 turns the layer off): counted in runs, not seconds,
+so that the same code gets the same message on a quiet laptop and on a busy grading server."""
+
+SAFETY_NET_S = 60.0
+"""Seconds after which a search stops whatever its count: only for a pathological case (each run slow)."""
 
 _AXIS_METHODS = {
     "sum", "mean", "amax", "amin", "max", "min", "softmax", "log_softmax", "logsumexp", "cumsum",
@@ -165,7 +170,7 @@ def name_by_mutation(
     """The message of the first mutant of the last-called reference whose result the learner's matches."""
     last = _LAST_CALL.get()
     if (
-        BUDGET_S <= 0
+        BUDGET <= 0
         or _QUIET.get()
         or last is None
         or not isinstance(actual, torch.Tensor)
@@ -181,9 +186,9 @@ def name_by_mutation(
     if pick is None:  # these arguments are not what the compared result came from
         return None
     finite = torch.isfinite(expected) if expected.is_floating_point() else None
-    deadline = time.monotonic() + BUDGET_S
-    for mutant, runner in variants:
-        if time.monotonic() > deadline:
+    deadline = time.monotonic() + SAFETY_NET_S
+    for tried, (mutant, runner) in enumerate(variants):
+        if tried >= BUDGET or time.monotonic() > deadline:
             return None
         wrong = pick(_run(runner, args, kwargs))
         if wrong is None or wrong.shape != expected.shape or wrong.dtype != expected.dtype:
@@ -278,24 +283,45 @@ def name_error_by_mutation(
     the learner's error about q split into the wrong number of heads, from other tensors.
     """
     learner_names = set(re.findall(r"[A-Za-z_]\w*", learner_line))
-    subject = _subject(name) if BUDGET_S > 0 and not _QUIET.get() else None
+    subject = _subject(name) if BUDGET > 0 and not _QUIET.get() else None
     if subject is None or _raised(subject[0], args, kwargs) is not None:
         return None
     wanted = _error_key(error)
-    deadline = time.monotonic() + BUDGET_S
-    for mutant, runner in subject[1]:
-        if time.monotonic() > deadline:
+    deadline = time.monotonic() + SAFETY_NET_S
+    for tried, (mutant, runner) in enumerate(subject[1]):
+        if tried >= BUDGET or time.monotonic() > deadline:
             return None
         raised = _raised(runner, args, kwargs)
         if raised is None or _error_key(raised) != wanted or not _raised_at(raised, mutant.line):
             continue
         if learner_shapes and not _same_shapes(raised, learner_shapes):
             continue
-        if mutant.names & learner_names:
-            return mutant.message.replace(
-                "is what the right computation gives", "The right computation raises it", 1
+        if mutant.names & learner_names and not _written_as_right(learner_line, mutant):
+            said, unquoted = (
+                text.replace("is what the right computation gives", "The right computation raises it", 1)
+                for text in (mutant.message, UNQUOTED.get(mutant.message, mutant.message))
             )
+            UNQUOTED[said] = unquoted
+            return said
     return None
+
+
+def _written_as_right(learner_line: str, mutant: Mutant) -> bool:
+    """Whether the learner's failing line is nearer the right step than the mutant's changed one.
+
+    Then the change is not what the learner did there (their `attention(q, k, v, mask=mask)` is not
+    `mask` passed where `v` belongs, though that change raises the same error): the mutant only
+    happens to raise it, and saying it would state a cause the code does not have.
+    """
+    code = re.search(r"`(.*)`", learner_line)
+    if code is None or not mutant.before or not mutant.after:
+        return False
+    tokens = re.findall(r"\w+|[^\w\s]", code[1])
+
+    def nearness(text: str) -> float:
+        return difflib.SequenceMatcher(None, tokens, re.findall(r"\w+|[^\w\s]", text)).ratio()
+
+    return nearness(mutant.before) > nearness(mutant.after)
 
 
 def _same_shapes(raised: BaseException, learner_shapes: dict[str, tuple[int, ...]]) -> bool:
@@ -358,7 +384,7 @@ def _repeats(
 def name_shape_by_mutation(actual: Any, shape: tuple[int, ...]) -> str | None:
     """The message of the first mutant whose result has the learner's (wrong) shape and values."""
     last = _LAST_CALL.get()
-    if _QUIET.get() or BUDGET_S <= 0 or last is None or not isinstance(actual, torch.Tensor):
+    if _QUIET.get() or BUDGET <= 0 or last is None or not isinstance(actual, torch.Tensor):
         return None
     if tuple(actual.shape) == shape:
         return None
@@ -374,9 +400,9 @@ def name_shape_by_mutation(actual: Any, shape: tuple[int, ...]) -> str | None:
     if index is None:
         return None
     pick = functools.partial(_item, index=index) if isinstance(result, tuple | list) else _whole
-    deadline = time.monotonic() + BUDGET_S
-    for mutant in mutants(function):
-        if time.monotonic() > deadline:
+    deadline = time.monotonic() + SAFETY_NET_S
+    for tried, mutant in enumerate(mutants(function)):
+        if tried >= BUDGET or time.monotonic() > deadline:
             return None
         wrong = pick(_run(mutant.function, args, kwargs))
         if wrong is None or wrong.shape != actual.shape or wrong.dtype != actual.dtype:
@@ -552,8 +578,33 @@ def _build(function: Callable[..., Any]) -> Iterator[Mutant]:
                 where = f", in the step `{step}`" if step else ""
                 line = statement.lineno if statement is not None and replacement is not None else None
                 message = f"is what the right computation gives with one change{where}: {change}."
+                described = _describe_step(statement)  # for a step the learner's code does not have
+                UNQUOTED[message] = (
+                    f"is what the right computation gives with one change{described}: {change}."
+                )
                 first_after = after.splitlines()[0] if after else ""
                 yield Mutant(message, compiled, line, _site_names(node), before, first_after, shift)
+
+
+UNQUOTED: dict[str, str] = {}
+"""A mutant's message -> the same message with its step described instead of quoted: the reference's
+line is never shown where the learner's code has no such line (it would hand them the solution)."""
+
+
+def _describe_step(statement: ast.AST | None) -> str:
+    """Where a change is, in words that quote none of the reference's code: the names a step sets."""
+    if isinstance(statement, ast.Assign | ast.AugAssign | ast.AnnAssign):
+        targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+        names = [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
+        return f", in the step that computes {', '.join(f'`{n}`' for n in names)}" if names else ""
+    if isinstance(statement, ast.For):
+        names = [n.id for n in ast.walk(statement.target) if isinstance(n, ast.Name)]
+        return f", in the loop over {', '.join(f'`{n}`' for n in names)}" if names else ", in a loop"
+    if isinstance(statement, ast.Return):
+        return ", in what it returns"
+    if isinstance(statement, ast.If):
+        return ", in a condition"
+    return ""
 
 
 @contextlib.contextmanager

@@ -28,8 +28,13 @@ import torch
 
 from attn_course.checks import _mutants
 
-BUDGET_S = 4.0
-"""Seconds the layer may spend on one failing check (0 turns it off)."""
+BUDGET = 100
+"""Changed copies of the learner's code the layer may try for one failing check (0 turns it off); half
+as many for an error, where the lines that feed the failing one come first. Counted in tries, not
+seconds, so that the message is the same on every machine."""
+
+SAFETY_NET_S = 30.0
+"""Seconds after which the search stops whatever its count: only for a pathological case."""
 
 _CHECK: contextvars.ContextVar[tuple[Callable[[Any], str], Any] | None] = contextvars.ContextVar(
     "check", default=None
@@ -56,12 +61,17 @@ def name_by_repair(
     rarely what the learner meant.
     """
     current = _CHECK.get()
-    if current is None or _mutants._QUIET.get() or BUDGET_S <= 0:
+    if current is None or _mutants._QUIET.get() or BUDGET <= 0:
         return None
     try:
         return _search(*current, expected, close, line)
     except Exception:  # noqa: BLE001 - a layer that only adds to a message must never fail the check
         return None
+
+
+def unquoted(derived: str) -> str:
+    """A mutant's message as the learner may read it: a step their code lacks described, not quoted."""
+    return _mutants.UNQUOTED.get(derived, derived) if foreign_step(derived) else derived
 
 
 def foreign_step(derived: str | None) -> bool:
@@ -90,9 +100,8 @@ def _search(
     close: Callable[[torch.Tensor, torch.Tensor], bool] | None,
     line: int | None,
 ) -> str | None:
-    deadline = time.monotonic() + (
-        BUDGET_S if line is None else BUDGET_S / 2
-    )  # an error: what feeds its line
+    deadline = time.monotonic() + SAFETY_NET_S
+    budget = BUDGET if line is None else BUDGET // 2  # an error: what feeds its line
 
     def order(variant: tuple[Any, Any, _mutants.Mutant, int]) -> tuple[int, bool, int]:
         mutant, start = variant[2], variant[3]
@@ -101,8 +110,8 @@ def _search(
         whole = "of the whole tensor" in mutant.message
         return distance, whole, len(mutant.after) - len(mutant.before)
 
-    for repaired, runner, mutant, start in sorted(_variants(top), key=order):
-        if time.monotonic() > deadline:
+    for tried, (repaired, runner, mutant, start) in enumerate(sorted(_variants(top), key=order)):
+        if tried >= budget or time.monotonic() > deadline:
             return None
         if mutant.index_shift:
             continue  # k[:1] -> k[:2] passes where the batch is 2: a fix fitted to the check's sizes

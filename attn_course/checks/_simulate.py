@@ -191,19 +191,23 @@ def tiled_attention(
     rescale: str = "right",
     normalise: bool = True,
     guarded: bool = False,
+    local_in_every_tile: bool = False,
 ) -> torch.Tensor:
     """Attention over (block_m, block_n) tiles in float64, one knob per mistake; defaults are right.
 
     mask (causal only): "right" (key j allowed when j <= i + T_k - T_q), "strict" (<), "top-left"
     (offset 0, for the loop bound too), "skip-diagonal" (only key blocks wholly allowed are visited),
-    "blocks-only" (blocks above the diagonal skipped, no mask inside the others), "none".
+    "blocks-only" (blocks above the diagonal skipped, no mask inside the others), "tile-local" and
+    "tile-local-offset" (in the tiles that cross the diagonal, a test on the tile's own row and column
+    numbers, with T_k - T_q added to the rows or not; in every tile with `local_in_every_tile`), "none".
     bound (causal only): where the key loop stops: "last-query" (right), "first-query" (the bound
     computed from the block's first query, hi = qs + T_k - T_q + 1), "no-offset" (hi = qs + block_m),
-    "one-block-short" (hi = qs + T_k - T_q). tail: False drops the ragged last key block;
-    padded_score_zero: the keys past T_k in the last block score 0 and count; tile_softmax: a softmax
-    per tile, carried on as if it were exp(s - m); average_blocks: a softmax per key block, averaged;
-    rescale: "right" (alpha = exp(m_old - m_new)), "inverted" (exp(m_new - m_old)) or "old-max" (p
-    taken against the maximum before this block); normalise: False returns acc without dividing;
+    "one-block-short" (hi = qs + T_k - T_q), "one-key-short" (hi = qe - 1 + T_k - T_q). tail: False
+    drops the ragged last key block; padded_score_zero: the keys past T_k in the last block score 0 and
+    count; tile_softmax: a softmax per tile, carried on as if it were exp(s - m); average_blocks: a
+    softmax per key block, averaged; rescale: "right" (alpha = exp(m_old - m_new)), "inverted"
+    (exp(m_new - m_old)) or "old-max" (p taken against the maximum before this block); normalise: False
+    returns acc without dividing;
     guarded: a row that a mistake leaves with no key gives 0, as a kernel that divides by
     tl.where(l == 0, 1, l) stores, instead of NaN.
     """
@@ -225,7 +229,12 @@ def tiled_attention(
         block_outs = []
         stop = key_stop
         if causal:
-            last = {"last-query": qs + block_m, "first-query": qs + 1, "one-block-short": qs}.get(bound)
+            last = {
+                "last-query": qs + block_m,
+                "first-query": qs + 1,
+                "one-block-short": qs,
+                "one-key-short": min(qs + block_m, t_q) - 1,
+            }.get(bound)
             stop = min(key_stop, qs + block_m if last is None else last + offset)
         for ks in range(0, max(stop, 0), block_n):
             if causal and mask == "skip-diagonal" and min(ks + block_n, t_k) - 1 > qs + offset:
@@ -240,7 +249,12 @@ def tiled_attention(
             s = q_blk @ k_blk.transpose(-1, -2) * scale  # (..., Bm, Bn)
             if not padded_score_zero:
                 s = s.masked_fill(~inside, -math.inf)
-            if causal and mask not in ("skip-diagonal", "blocks-only"):
+            if causal and mask in ("tile-local", "tile-local-offset"):  # where the tile crosses, or in all
+                if local_in_every_tile or min(ks + block_n, t_k) - 1 > qs + offset:
+                    shift = offset if mask == "tile-local-offset" else 0
+                    limit = (rows - qs)[:, None] + shift  # (Bm, 1): the tile's own row numbers
+                    s = s.masked_fill((keys - ks)[None, :] > limit, -math.inf)  # (..., Bm, Bn)
+            elif causal and mask not in ("skip-diagonal", "blocks-only"):
                 limit = rows[:, None] + offset  # (Bm, 1)
                 allowed = keys[None, :] < limit if mask == "strict" else keys[None, :] <= limit  # (Bm, Bn)
                 s = s.masked_fill(~allowed, -math.inf)
@@ -366,6 +380,12 @@ def _causal_table(bound: str) -> list[tuple[dict[str, Any], str]]:
             "ignores is_causal=True: inside each block, mask with -inf the keys after the query's "
             "position (key j allowed when j <= i + T_k - T_q).",
         ),
+        (
+            {"bound": "one-key-short"},
+            "stops the causal key loop one key short: the block's last query, row qe - 1, may attend "
+            "key qe - 1 + T_k - T_q, so the loop must run to one past that key, min(T_k, qe + T_k - T_q); "
+            "a bound one short leaves that key out where it is the first key of a block.",
+        ),
         *(
             (
                 {"mask": "strict", "guarded": guarded},
@@ -400,6 +420,21 @@ def _causal_table(bound: str) -> list[tuple[dict[str, Any], str]]:
             "stops the causal loop one block early: the key block that holds the diagonal is never "
             "visited. The block's last query sees keys up to its row + T_k - T_q, so loop to "
             f"min(T_k, {bound}).",
+        ),
+        *(
+            (
+                {"mask": local, "local_in_every_tile": everywhere},
+                "tests the causal condition on the tile's own row and column numbers (0, 1, … within "
+                f"the tile){extra} instead of the positions they stand for: in the tile of query block qs "
+                "and key block ks, row r is query qs + r, at position qs + r + T_k - T_q, and column c is "
+                "key ks + c; keep the key when ks + c <= qs + r + T_k - T_q (rows from "
+                "torch.arange(qs, qe), columns from torch.arange(ks, ke)).",
+            )
+            for local, extra in (
+                ("tile-local", ""),
+                ("tile-local-offset", " plus T_k - T_q, which leaves out the tile's starts qs and ks,"),
+            )
+            for everywhere in (False, True)  # the test in the tiles that cross the diagonal, or in all
         ),
         (
             {"mask": "blocks-only"},

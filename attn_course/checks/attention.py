@@ -24,6 +24,7 @@ from attn_course.checks._harness import (
     randn,
     unpack_out_and_weights,
 )
+from attn_course.checks._memory import LargestTensor
 
 BATCH_HINT = (
     "Your function works for 2-D inputs but not with batch dimensions in front: transpose only the "
@@ -484,7 +485,8 @@ def check_scaled_dot_product_attention(candidate: Callable[..., Any]) -> str:
 
 @check
 def check_score_variance(candidate: Callable[..., Any]) -> str:
-    """Sample variance of q·k: about d_k unscaled and about 1 scaled."""
+    """Sample variance of q·k: about d_k unscaled and about 1 scaled; n numbers held, never n × n."""
+    _expect_linear_memory(candidate)
     checked = []
     for d_k in (4, 16, 64):
         for scaled in (False, True):
@@ -497,6 +499,22 @@ def check_score_variance(candidate: Callable[..., Any]) -> str:
             mistake = _score_variance_mistake(d_k, scaled, value, expected, n_samples=20_000)
             raise CheckFailed(found or mistake)
     return f"Var(q·k) ≈ d_k unscaled and ≈ 1 scaled, for d_k = 4, 16, 64 ({len(checked)} estimates)"
+
+
+def _expect_linear_memory(candidate: Callable[..., Any], n_samples: int = 1_500) -> None:
+    """Refuse a score_variance that pairs every query with every key: n × n entries where n belong."""
+    largest = LargestTensor()
+    with largest:
+        call("score_variance", candidate, 16, n_samples=n_samples, scaled=False)
+    if largest.numel >= n_samples * n_samples // 2:
+        default = 20_000 * 20_000 * 8 / 2**30
+        raise CheckFailed(
+            f"score_variance(16, n_samples={n_samples}) makes a tensor of shape {largest.shape}: every "
+            f"query against every key (q @ k.T), {largest.numel:,} scores where the exercise needs "
+            f"{n_samples:,}, one per pair, (q * k).sum(dim=-1). The variance may come out right, but at "
+            f"the default n_samples=20000 that matrix takes {default:.1f} GiB in float64 and runs the "
+            "machine out of memory."
+        )
 
 
 def _as_float(value: Any) -> float:

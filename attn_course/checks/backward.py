@@ -34,7 +34,7 @@ from attn_course.checks._harness import (
     randn,
 )
 from attn_course.checks._mutants import last_candidate, name_by_mutation
-from attn_course.checks._repairs import foreign_step, name_by_repair
+from attn_course.checks._repairs import foreign_step, name_by_repair, unquoted
 from attn_course.checks.flash import _FUSED, _OpRecorder
 
 Grads = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
@@ -350,7 +350,7 @@ def _diagnose(
         name_by_mutation(actual[wrong_grads[0]], expected[wrong_grads[0]], is_close) if wrong_grads else None
     )
     found = (
-        f"gives the wrong {NAMES[wrong_grads[0]]}: it {derived}"
+        f"gives the wrong {NAMES[wrong_grads[0]]}: it {unquoted(derived)}"
         if derived
         else _locate(actual, expected, inputs, is_causal, blocks)
     )

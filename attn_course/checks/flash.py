@@ -30,6 +30,7 @@ from attn_course.checks._harness import (
     expect_close,
     expect_tensor,
     is_close,
+    narrow_slips,
     randn,
 )
 from attn_course.checks._simulate import (
@@ -432,11 +433,21 @@ def check_flash_attention(candidate: Callable[..., Any]) -> str:
     Then call again with return_lse=True and compare the log-sum-exp with torch.logsumexp.
     """
     outputs = []
+    inputs = []
     for q_shape, t_k, d_v, is_causal, block_size in _ATTENTION_CASES:
         q = randn(*q_shape)
         k = randn(*q_shape[:-2], t_k, q_shape[-1])
         v = randn(*q_shape[:-2], t_k, d_v)
-        outputs.append((q, k, v, is_causal, block_size, _compare(candidate, q, k, v, is_causal, block_size)))
+        inputs.append((q, k, v, is_causal, block_size))
+    for q, k, v, is_causal, block_size in inputs:
+        try:
+            outputs.append(
+                (q, k, v, is_causal, block_size, _compare(candidate, q, k, v, is_causal, block_size))
+            )
+        except (
+            CheckFailed
+        ) as failure:  # slips that give the same result here: keep those every case agrees with
+            raise narrow_slips(failure, [_case(candidate, *case) for case in inputs]) from None
     outputs.append(_compare_float32(candidate))
     _expect_tiled(candidate)
     _expect_runs_on_cuda(candidate)
@@ -476,24 +487,11 @@ def _compare(
         "missing: loop with range(0, T_q, block_size).",
     }
     out = expect_tensor(result, expected.shape, what, device=q.device, finite=False, hints=hints)
-    simulate = functools.partial(
-        tiled_attention, q, k, v, causal=is_causal, block_m=block_size, block_n=block_size
-    )
-    mistakes = [
-        Mistake(_SCALE_MESSAGE, functools.partial(simulate, scale=1.0)),
-        Mistake(
-            "scales the scores by 1/√d_v, the width of the values: the scale is 1/√d with d = "
-            "q.shape[-1], the width of the queries and keys.",
-            functools.partial(simulate, scale=v.shape[-1] ** -0.5),
-        ),
-        *([_top_left_in_diagonal_tiles(q, k, v, block_size)] if is_causal else []),
-        *tiled_attention_mistakes(simulate, is_causal, python=True),
-    ]
     expect_close(
         out,
         expected,
         what,
-        mistakes=mistakes,
+        mistakes=_mistakes(q, k, v, is_causal, block_size),
         called_as=describe_args((q, k, v), kwargs),
         diagnose=functools.partial(_diagnose_blocks, block_size=block_size, is_causal=is_causal),
         nan_means_unknown=is_causal and t_q > t_k,  # a slip that leaves the rows with no key NaN is not named
@@ -505,6 +503,42 @@ def _compare(
         "of unshifted scores.",
     )
     return out
+
+
+def _case(
+    candidate: Callable[..., Any],
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    is_causal: bool,
+    block_size: int,
+) -> tuple[list[Mistake], torch.Tensor, Callable[[], Any]]:
+    """One case of check_flash_attention as `narrow_slips` reads it: its slips, the answer, the learner's."""
+    expected = reference.attention(q.double(), k.double(), v.double(), is_causal=is_causal)[0].to(q.dtype)
+    return (
+        _mistakes(q, k, v, is_causal, block_size),
+        expected,
+        lambda: candidate(q.clone(), k.clone(), v.clone(), is_causal=is_causal, block_size=block_size),
+    )
+
+
+def _mistakes(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool, block_size: int
+) -> list[Mistake]:
+    """The named slips of flash_attention on these inputs, each bound to them."""
+    simulate = functools.partial(
+        tiled_attention, q, k, v, causal=is_causal, block_m=block_size, block_n=block_size
+    )
+    return [
+        Mistake(_SCALE_MESSAGE, functools.partial(simulate, scale=1.0)),
+        Mistake(
+            "scales the scores by 1/√d_v, the width of the values: the scale is 1/√d with d = "
+            "q.shape[-1], the width of the queries and keys.",
+            functools.partial(simulate, scale=v.shape[-1] ** -0.5),
+        ),
+        *([_top_left_in_diagonal_tiles(q, k, v, block_size)] if is_causal else []),
+        *tiled_attention_mistakes(simulate, is_causal, python=True),
+    ]
 
 
 _NO_KEY_HINT = (
@@ -606,6 +640,16 @@ def _diagnose_lse_rows(actual: torch.Tensor, expected: torch.Tensor, block_size:
     if wrong.all() or not wrong.any():
         return None
     rows = wrong.nonzero().flatten().tolist()
+    no_key = torch.isneginf(e).flatten(0, -2).all(dim=0) if e.dim() > 1 else torch.isneginf(e)  # (T_q,)
+    if no_key.any() and bool((wrong == no_key).all()):  # wrong exactly where a row sees no key
+        first, last = rows[0], rows[-1]
+        got = a.flatten(0, -2)[:, rows[0]] if a.dim() > 1 else a[rows[:1]]
+        return (
+            f"is wrong only for the rows that see no key ({_rows(first, last)}: with is_causal and T_q > "
+            f"T_k they come before every key), where it gives {float(got[0]):g} instead of -inf: a row "
+            "that attends no key has the log-sum-exp of an empty sum, log 0 = -inf. Its m stays -inf; "
+            "anything that stands in for that m (a 0 to subtract safely) must not reach the lse."
+        )
     return (
         f"is right for some query rows but wrong for others (the first wrong row is {rows[0]}, "
         f"{len(rows)} of {wrong.numel()} wrong): each query block's lse belongs at its absolute rows, "
