@@ -20,8 +20,8 @@ from __future__ import annotations
 import ast
 import contextlib
 import contextvars
-import difflib
 import copy
+import difflib
 import functools
 import inspect
 import itertools
