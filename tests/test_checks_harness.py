@@ -132,6 +132,8 @@ def test_in_jupyter_a_failed_check_shows_its_message_without_traceback():
         "check_broken(print)",
         "1 / 0",
         "from attn_course.reference import causal_mask\ncheck_causal_mask(causal_mask)",
+        "import torch\ndef causal_mask(t_q, t_k=None, device=None):\n"
+        "    return torch.ones(t_q, t_k or t_q, dtype=torch.bool).triu(1)\ncheck_causal_mask(causal_mask)",
     ]
     notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
     NotebookClient(notebook, timeout=60, kernel_name="python3", allow_errors=True).execute()
@@ -148,6 +150,9 @@ def test_in_jupyter_a_failed_check_shows_its_message_without_traceback():
     assert other.ename == "ZeroDivisionError" and len(other.traceback) > 1  # other errors untouched
     (passed,) = notebook.cells[5].outputs
     assert passed.name == "stdout" and passed.text.startswith(f"{GREEN}check_causal_mask passed{RESET}: ")
+    inverted = notebook.cells[6].outputs[0].traceback[0].replace(RED, "").replace(RESET, "")
+    assert "inverted" in inverted and len(inverted) > 100
+    assert max(len(line) for line in inverted.splitlines()) <= 100  # wrapped at spaces: Lab breaks mid-word
     assert pass_detail(passed.text, "causal_mask") == passed.text.split(": ", 1)[1].strip()
 
 

@@ -7,6 +7,7 @@ to run that cell first.
 
 from __future__ import annotations
 
+import textwrap
 from typing import Any
 
 from attn_course.checks._harness import CHECKS, RED, RESET, CheckerError, CheckFailed
@@ -28,6 +29,31 @@ def missing_exercise_message(error: NameError) -> str | None:
     )
 
 
+WIDTH = 100
+"""The longest line a check's message is shown with: JupyterLab breaks longer ones mid-word."""
+
+
+def readable(message: str, width: int = WIDTH) -> str:
+    """`message` with every line wrapped at spaces to at most `width` characters (a word longer stays whole).
+
+    A line that starts a list ("- ") keeps its continuation under its text.
+
+    >>> print(readable("Your softmax normalises along dim=0, the batch: rows must sum to 1 along dim.", 40))
+    Your softmax normalises along dim=0, the
+    batch: rows must sum to 1 along dim.
+    """
+    lines = []
+    for line in message.splitlines() or [""]:
+        indent = "  " if line.startswith("- ") else ""
+        lines.extend(
+            textwrap.wrap(
+                line, width, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False
+            )
+            or [""]
+        )
+    return "\n".join(lines)
+
+
 def _show_check_failure(
     shell: Any, etype: type, value: BaseException, tb: Any, tb_offset: Any = None
 ) -> None:
@@ -37,12 +63,22 @@ def _show_check_failure(
         if message is None:  # any other NameError: IPython's usual traceback
             shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
         else:
-            shell._showtraceback(etype, value, [f"{RED}NameError{RESET}: {message}"])
+            shell._showtraceback(etype, value, [f"{RED}NameError{RESET}: {readable(message)}"])
         return
     if isinstance(value, CheckerError):
-        shell._showtraceback(etype, value, [f"{RED}CheckerError (not your mistake){RESET}: {value}"])
+        text = readable(f"CheckerError (not your mistake): {value}")
+        shell._showtraceback(
+            etype,
+            value,
+            [
+                text.replace(
+                    "CheckerError (not your mistake)", f"{RED}CheckerError (not your mistake){RESET}", 1
+                )
+            ],
+        )
         return
-    shell._showtraceback(etype, value, [f"{RED}CheckFailed{RESET}: {value}"])
+    text = readable(f"CheckFailed: {value}")  # wrapped as shown, with the label on its first line
+    shell._showtraceback(etype, value, [text.replace("CheckFailed", f"{RED}CheckFailed{RESET}", 1)])
 
 
 def show_failures_without_traceback() -> None:
