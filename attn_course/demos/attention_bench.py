@@ -674,7 +674,8 @@ def default_bench_config(
     """
     kind = torch.device(device).type
     if kind == "cuda":
-        bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+        # not emulated: torch.cuda.is_bf16_supported() alone also says True on a T4
+        bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported(including_emulation=False)
         config = BenchConfig(device=str(device), dtypes=("float16", "bfloat16") if bf16 else ("float16",),
                              lengths=(256, 512, 1024, 2048, 4096, 8192, 16384), block_size=1024,
                              providers=("naive", "tiled", "triton", "sdpa") if with_triton else
