@@ -242,6 +242,23 @@ def providers_for(config: BenchConfig) -> list[str]:
     return names
 
 
+def fastest_sdpa(backends: Sequence[str]) -> str:
+    """The provider of SDPA's fastest fused backend among `backends` (a DeviceSummary's sdpa_backends).
+
+    Flash where the card has it (compute capability 8.0 on), else memory-efficient (a T4), else math:
+    forcing "sdpa-flash" on a T4 raises "No available kernel".
+
+    >>> fastest_sdpa(("flash", "efficient", "cudnn", "math")), fastest_sdpa(("efficient", "math"))
+    ('sdpa-flash', 'sdpa-efficient')
+
+    Introduced in 09_backward.
+    """
+    for backend in ("flash", "efficient"):
+        if backend in backends:
+            return f"sdpa-{backend}"
+    return "sdpa-math"
+
+
 def make_provider(name: str, block_size: int = 256) -> Callable[..., torch.Tensor]:
     """The function (q, k, v, is_causal) -> out that a provider name stands for."""
     if name == "naive":
@@ -722,6 +739,7 @@ __all__ = [
     "PeakMemoryTracker",
     "attention_flops",
     "default_bench_config",
+    "fastest_sdpa",
     "format_table",
     "measure_backward",
     "measured_value",
