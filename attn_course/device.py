@@ -64,7 +64,7 @@ are untested, so the course interprets there."""
 TENSOR_CORE_CAPABILITY = (8, 0)
 """From Ampere on, Triton's `tl.dot` uses tensor cores and bfloat16 is native."""
 
-SDPA_FUSED_RANGE = {  # backend -> (oldest, newest) compute capability torch 2.13's sdp_utils.cpp accepts
+SDPA_FUSED_RANGE = {  # backend -> (oldest, newest) compute capability PyTorch's sdp_utils.cpp accepts
     "flash": ((8, 0), (12, 1)),
     "efficient": ((5, 0), (12, 1)),
     "cudnn": ((8, 0), (12, 1)),
@@ -90,7 +90,7 @@ class GpuPath:
     how: str
     """TENSOR_CORES, FMA, INTERPRETED, EAGER or REFUSED (for "bfloat16": "native" or "emulated")."""
     dtypes: tuple[str, ...]
-    """The dtypes it accepts here ("float16", "bfloat16", "float32"); empty when refused."""
+    """The dtypes it accepts here ("float16", "bfloat16", "float32"); empty when refused, and for bfloat16."""
     why: str
     """One sentence: why, and what speed to expect."""
 
@@ -177,7 +177,7 @@ def gpu_paths(capability: tuple[int, int], name: str = "this GPU") -> tuple[GpuP
             "so flex.Flex runs the unfused version.",
         ))  # fmt: skip
     if tensor_cores:
-        paths.append(GpuPath("bfloat16", "bfloat16", "native", ("bfloat16",),
+        paths.append(GpuPath("bfloat16", "bfloat16", "native", (),
                              "bfloat16 tensor cores: every fused kernel above takes it."))  # fmt: skip
     else:
         paths.append(GpuPath(
