@@ -10,6 +10,13 @@ and uses a GPU when there is one.
 >>> summary.pick(cpu=1024, gpu=8192)
 1024
 
+On a CUDA GPU it also says how each of the course's GPU paths runs on that card (`gpu_paths`): a
+T4 (compute capability 7.5, Colab's free GPU) compiles Triton kernels without tensor cores, has no
+SDPA flash or cuDNN backend and no fast bfloat16. docs/gpu-support.md holds the evidence.
+
+>>> [(path.name, path.how) for path in gpu_paths((7, 5))][:2]
+[('triton', 'compiled, no tensor cores (FMA)'), ('sdpa-flash', 'refused')]
+
 Introduced in 01_dot_product_attention.
 """
 
@@ -35,6 +42,151 @@ SDPA_BACKEND_MEMBERS = {  # our short name -> torch.nn.attention.SDPBackend memb
     "cudnn": "CUDNN_ATTENTION",
     "math": "MATH",
 }
+
+TENSOR_CORES = "compiled, tensor cores"
+"""How a path runs: compiled (or a fused CUDA kernel) with its matrix products on the tensor cores."""
+FMA = "compiled, no tensor cores (FMA)"
+"""Compiled, but its matrix products are fused multiply-adds on the CUDA cores, in float32."""
+INTERPRETED = "interpreted on the CPU"
+"""Triton's interpreter (TRITON_INTERPRET=1): exact, program by program in numpy, slow."""
+EAGER = "eager, unfused"
+"""Not compiled: torch's unfused operations (every score built, T² memory per head)."""
+REFUSED = "refused"
+"""Not available on this card: torch skips it (SDPA picks another backend) or raises when forced."""
+
+TRITON_MIN_CAPABILITY = (7, 5)
+"""The oldest compute capability the course compiles Triton kernels for (Turing: Colab's T4).
+
+Triton 3.9 lists 8.0 as its minimum and lowers `tl.dot` to FMA below it (docs/gpu-support.md); the
+course compiles on 7.5 all the same, as that is still far faster than the interpreter. Older cards
+are untested, so the course interprets there."""
+
+TENSOR_CORE_CAPABILITY = (8, 0)
+"""From Ampere on, Triton's `tl.dot` uses tensor cores and bfloat16 is native."""
+
+SDPA_FUSED_RANGE = {  # backend -> (oldest, newest) compute capability PyTorch's sdp_utils.cpp accepts
+    "flash": ((8, 0), (12, 1)),
+    "efficient": ((5, 0), (12, 1)),
+    "cudnn": ((8, 0), (12, 1)),
+}
+
+T4_SHARED_MEMORY_PER_BLOCK = 64 * 1024
+"""Shared memory one thread block may use on compute capability 7.5 (CUDA C++ Programming Guide)."""
+
+
+@dataclass(frozen=True)
+class GpuPath:
+    """How one of the course's GPU paths runs on one CUDA card: a fact with its reason, no GPU needed.
+
+    >>> triton = gpu_paths((9, 0))[0]
+    >>> triton.how, triton.dtypes
+    ('compiled, tensor cores', ('float16', 'bfloat16', 'float32'))
+    """
+
+    name: str
+    """"triton", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn", "sdpa-math", "flex" or "bfloat16"."""
+    label: str
+    """What a learner calls it: "Triton kernels (08, 09)", "SDPA flash", …"""
+    how: str
+    """TENSOR_CORES, FMA, INTERPRETED, EAGER or REFUSED (for "bfloat16": "native" or "emulated")."""
+    dtypes: tuple[str, ...]
+    """The dtypes it accepts here ("float16", "bfloat16", "float32"); empty when refused, and for bfloat16."""
+    why: str
+    """One sentence: why, and what speed to expect."""
+
+    def __str__(self) -> str:
+        dtypes = f" ({', '.join(self.dtypes)})" if self.dtypes and self.how != REFUSED else ""
+        return f"{self.label}: {self.how}{dtypes}"
+
+
+def _in_range(capability: tuple[int, int], bounds: tuple[tuple[int, int], tuple[int, int]]) -> bool:
+    return bounds[0] <= capability <= bounds[1]
+
+
+def gpu_paths(capability: tuple[int, int], name: str = "this GPU") -> tuple[GpuPath, ...]:
+    """How each GPU path of the course runs on a CUDA card of `capability` (Triton 3.9, torch 2.13).
+
+    A plain function of the card's compute capability, so that every branch is tested on a CPU
+    with a T4's (7.5), an A100's (8.0) or an H100's (9.0) substituted; docs/gpu-support.md gives
+    the file and line in Triton and torch behind each rule.
+
+    >>> [str(path) for path in gpu_paths((8, 0))][:2]
+    ['Triton kernels (08, 09): compiled, tensor cores (float16, bfloat16, float32)',
+     'SDPA flash: compiled, tensor cores (float16, bfloat16)']
+    """
+    cc = f"{capability[0]}.{capability[1]}"
+    tensor_cores = capability >= TENSOR_CORE_CAPABILITY
+    all_dtypes = ("float16", "bfloat16", "float32")
+    paths = []
+    if tensor_cores:
+        paths.append(GpuPath("triton", "Triton kernels (08, 09)", TENSOR_CORES, all_dtypes,
+                             "tl.dot becomes mma.sync (8.x) or wgmma (9.0); float32 as tf32."))  # fmt: skip
+    elif capability >= TRITON_MIN_CAPABILITY:
+        paths.append(GpuPath(
+            "triton", "Triton kernels (08, 09)", FMA, all_dtypes,
+            f"Triton 3.9 supports compute capability 8.0 and newer; on {name} ({cc}) it still compiles, "
+            "but turns tl.dot into float32 multiply-adds on the CUDA cores and does not pipeline loads "
+            "(num_stages is ignored): exact, a few TFLOP/s at best (a T4 peaks at 8.1 in float32 against "
+            "65 on its float16 tensor cores), several times slower than SDPA's fused kernels here.",
+        ))  # fmt: skip
+    else:
+        paths.append(GpuPath(
+            "triton", "Triton kernels (08, 09)", INTERPRETED, ("float32",),
+            f"{name} ({cc}) is older than the Turing architecture (7.5), the oldest the course compiles "
+            "Triton kernels for: setup_triton() turns the interpreter on (exact, slow, on the CPU).",
+        ))  # fmt: skip
+    for backend, label in (("flash", "SDPA flash"), ("efficient", "SDPA efficient"), ("cudnn", "SDPA cuDNN")):
+        bounds = SDPA_FUSED_RANGE[backend]
+        if not _in_range(capability, bounds):
+            low, high = (f"{b[0]}.{b[1]}" for b in bounds)
+            why = f"torch's {backend} kernel needs compute capability {low} to {high}; {name} is {cc}."
+            paths.append(GpuPath(f"sdpa-{backend}", label, REFUSED, (), why))
+        elif backend == "efficient":
+            dtypes = all_dtypes if tensor_cores else ("float16", "float32")
+            how = TENSOR_CORES if capability >= (7, 0) else FMA
+            why = "Memory-efficient attention (xFormers' CUTLASS kernels): the fused kernel SDPA picks " + (
+                "after flash."
+                if tensor_cores
+                else f"on {name}, its fastest; float16 on tensor cores, no bf16."
+            )
+            paths.append(GpuPath("sdpa-efficient", label, how, dtypes, why))
+        else:
+            paths.append(GpuPath(f"sdpa-{backend}", label, TENSOR_CORES, ("float16", "bfloat16"),
+                                 f"torch's {backend} kernel, float16 and bfloat16 only."))  # fmt: skip
+    every_score = "Every score built in T×T matrices: runs everywhere, slowest, most memory."
+    paths.append(GpuPath("sdpa-math", "SDPA math", EAGER, all_dtypes, every_score))
+    if tensor_cores:
+        paths.append(GpuPath(
+            "flex", "FlexAttention compiled (10)", TENSOR_CORES, all_dtypes,
+            "torch.compile writes a Triton kernel with the mods fused in; float32 inputs run as float32 "
+            "multiply-adds unless torch.backends.cuda.matmul.fp32_precision is 'tf32'.",
+        ))  # fmt: skip
+    elif capability >= (7, 0):
+        paths.append(GpuPath(
+            "flex", "FlexAttention compiled (10)", FMA, ("float16", "float32"),
+            f"torch.compile compiles it with Triton, so on {name} ({cc}) without tensor cores, at "
+            f"torch's baseline blocks (64×64 forward, 16×16 backward); a kernel that needs more than the "
+            f"{T4_SHARED_MEMORY_PER_BLOCK // 1024} KiB of shared memory a block may have here fails to "
+            "launch, and flex.Flex then runs the unfused version and says why. bfloat16 inputs are "
+            "not compiled at all here (torch skips the compile and runs them eager).",
+        ))  # fmt: skip
+    else:
+        paths.append(GpuPath(
+            "flex", "FlexAttention compiled (10)", EAGER, all_dtypes,
+            f"torch.compile needs Triton, which torch allows from compute capability 7.0; {name} is {cc}, "
+            "so flex.Flex runs the unfused version.",
+        ))  # fmt: skip
+    if tensor_cores:
+        paths.append(GpuPath("bfloat16", "bfloat16", "native", (),
+                             "bfloat16 tensor cores: every fused kernel above takes it."))  # fmt: skip
+    else:
+        paths.append(GpuPath(
+            "bfloat16", "bfloat16", "emulated", (),
+            f"{name} ({cc}) has no bfloat16 tensor cores: torch.cuda.is_bf16_supported() still says True "
+            "(it counts emulation), but SDPA's fused kernels refuse bfloat16 here and fall back to math; "
+            "the course uses float16 on this card.",
+        ))  # fmt: skip
+    return tuple(paths)
 
 
 @dataclass(frozen=True)
@@ -77,6 +229,39 @@ class DeviceSummary:
         """
         return gpu if self.is_gpu else cpu
 
+    @property
+    def paths(self) -> tuple[GpuPath, ...]:
+        """How each GPU path of the course runs on this CUDA card (`gpu_paths`); empty off CUDA."""
+        if self.kind != "cuda" or self.compute_capability is None:
+            return ()
+        return gpu_paths(self.compute_capability, self.name)
+
+    @property
+    def supports_bf16(self) -> bool:
+        """Whether bfloat16 is native here (CUDA from Ampere, 8.0, on), not only emulated.
+
+        `torch.cuda.is_bf16_supported()` also says True on a T4, where bfloat16 is emulated.
+        """
+        return any(path.name == "bfloat16" and path.how == "native" for path in self.paths)
+
+    def pre_ampere_note(self) -> str | None:
+        """What a CUDA card before Ampere (8.0) changes for the course, in one sentence; None otherwise."""
+        if not self.paths or self.supports_bf16:
+            return None
+        cc = "{}.{}".format(*self.compute_capability or (0, 0))
+        triton = self.paths[0]
+        kernels = (
+            "Triton's kernels compile, but tl.dot runs on the CUDA cores, not the tensor cores (a few "
+            "TFLOP/s, slower than SDPA here)"
+            if triton.how == FMA
+            else "Triton's kernels run through the interpreter"
+        )
+        return (
+            f"{self.name} predates Ampere (compute capability {cc} < 8.0): {kernels}; SDPA has no flash "
+            "or cuDNN kernel; bfloat16 is emulated, so the course uses float16. Every notebook runs, "
+            "slower (docs/gpu-support.md)."
+        )
+
     def __str__(self) -> str:
         parts = [str(self.device), self.name]
         if self.compute_capability is not None:
@@ -87,7 +272,14 @@ class DeviceSummary:
             parts.append(f"{self.threads} threads")
         backends = ", ".join(self.sdpa_backends) or "none found"
         first = " · ".join(parts)
-        return f"{first}\ntorch {self.torch_version} · scaled_dot_product_attention backends: {backends}"
+        lines = [first, f"torch {self.torch_version} · scaled_dot_product_attention backends: {backends}"]
+        if self.paths:
+            shown = [str(path) for path in self.paths if path.name in ("triton", "flex", "bfloat16")]
+            lines.append(" · ".join(shown))
+        note = self.pre_ampere_note()
+        if note:
+            lines.append(f"⚠️ {note}")
+        return "\n".join(lines)
 
 
 def default_device() -> torch.device:
@@ -194,7 +386,8 @@ def device_summary(device: torch.device | str | None = None) -> DeviceSummary:
 
 
 def describe_device(device: torch.device | str | None = None) -> None:
-    """Print `device_summary(device)` in two lines (every notebook's setup cell does).
+    """Print `device_summary(device)` (every notebook's setup cell does): two lines, and on a CUDA GPU
+    how the course's kernels run on it, with a warning line on a card older than Ampere (a T4).
 
     Introduced in 01_dot_product_attention.
     """

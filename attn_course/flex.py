@@ -225,12 +225,55 @@ def _vmapped(
 # Running flex_attention, compiled where possible
 
 
+def flex_gpu_note(
+    capability: tuple[int, int], name: str, dtype: torch.dtype, *, tf32: bool = False
+) -> str | None:
+    """What compiled FlexAttention lacks on a CUDA card of `capability` for `dtype` (None: nothing).
+
+    torch.compile writes FlexAttention's kernel in Triton, so the card's Triton path decides: no
+    tensor cores before Ampere (a T4), no compile at all before 7.0; bfloat16 inputs are not
+    compiled before Ampere; and float32 products run as float32 multiply-adds on every card unless
+    tf32 is allowed (`torch.backends.cuda.matmul.fp32_precision = "tf32"`, `tf32=True` here).
+    docs/gpu-support.md has the file and line of each rule.
+
+    >>> flex_gpu_note((9, 0), "NVIDIA H100", torch.float16) is None
+    True
+    >>> print(flex_gpu_note((7, 5), "Tesla T4", torch.bfloat16))
+    Tesla T4 (compute capability 7.5) has no native bfloat16: torch.compile skips bfloat16 inputs
+    there and FlexAttention runs unfused; use float16
+    """
+    from attn_course.device import EAGER, FMA, gpu_paths
+
+    path = next(path for path in gpu_paths(capability, name) if path.name == "flex")
+    cc = f"{capability[0]}.{capability[1]}"
+    if path.how == EAGER:
+        return path.why
+    if dtype == torch.bfloat16 and capability < (8, 0):
+        return (
+            f"{name} (compute capability {cc}) has no native bfloat16: torch.compile skips bfloat16 "
+            "inputs there and FlexAttention runs unfused; use float16"
+        )
+    if path.how == FMA:
+        return (
+            f"compiled for {name} (compute capability {cc}) without tensor cores: its products are "
+            "float32 multiply-adds on the CUDA cores, so expect it well behind SDPA's fused kernel"
+        )
+    if dtype == torch.float32 and not tf32:
+        return (
+            "float32 inputs: its products are float32 multiply-adds, not tensor cores "
+            '(torch.backends.cuda.matmul.fp32_precision = "tf32" allows them; float16 and bfloat16 use them)'
+        )
+    return None
+
+
 class Flex:
     """flex_attention, compiled with torch.compile when asked and possible, else unfused; says which.
 
     The first compiled call of each new score_mod or mask compiles a kernel (seconds on a CPU); the
     time of each compile is kept in `compile_seconds`. When compiling fails (no C++ compiler, an
-    unsupported platform), the call falls back to the unfused version and `problem` says why.
+    unsupported platform, a kernel that needs more shared memory than the GPU has), the call falls
+    back to the unfused version and `problem` says why. On a CUDA GPU, `note` says what the compiled
+    kernel lacks there (`flex_gpu_note`: tensor cores on a T4).
     """
 
     def __init__(self, compile: bool) -> None:
@@ -243,6 +286,8 @@ class Flex:
         self.problem: str | None = None if compile else "not compiled (quick run)"
         self.compile_seconds: list[float] = []
         self._seen: set[tuple[Any, ...]] = set()
+        self.note: str | None = None
+        """What the compiled kernel lacks on the GPU of the last call (`flex_gpu_note`), or None."""
 
     @property
     def compiled(self) -> bool:
@@ -251,6 +296,13 @@ class Flex:
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kwargs: Any) -> torch.Tensor:
         """flex_attention(q, k, v, **kwargs) -> (B, H, T_q, d_v)."""
+        if self.compiled and q.device.type == "cuda":
+            precision = getattr(torch.backends.cuda.matmul, "fp32_precision", "none")
+            highest = torch.get_float32_matmul_precision() == "highest"
+            tf32 = precision == "tf32" or (precision == "none" and not highest)
+            properties = torch.cuda.get_device_properties(q.device)
+            capability = (properties.major, properties.minor)
+            self.note = flex_gpu_note(capability, properties.name, q.dtype, tf32=tf32)
         if self.compiled and self._compiled is not None:  # compiled implies the second: it narrows the type
             key = (
                 kwargs.get("score_mod"),
@@ -277,7 +329,10 @@ class Flex:
     def describe(self) -> str:
         """One line: compiled or not, and why."""
         if self.compiled:
-            return "FlexAttention compiled with torch.compile (one fused kernel per score_mod and mask)"
+            note = f"; {self.note}" if self.note else ""
+            return (
+                "FlexAttention compiled with torch.compile (one fused kernel per score_mod and mask)" + note
+            )
         return f"FlexAttention unfused, every score built ({self.problem})"
 
 

@@ -142,3 +142,15 @@ def test_bench_backward_times_the_backward_and_sees_naive_memory_grow_twice_as_f
 
 def test_backward_flops_are_two_and_a_half_forwards():
     assert bench.attention_flops(2, 3, 64, 16, backward=True) == 2.5 * bench.attention_flops(2, 3, 64, 16)
+
+
+@pytest.mark.parametrize(
+    ("backends", "expected"),
+    [
+        (("flash", "efficient", "cudnn", "math"), "sdpa-flash"),  # an A100 or an H100
+        (("efficient", "math"), "sdpa-efficient"),  # a T4: flash and cuDNN need compute capability 8.0
+        (("math",), "sdpa-math"),
+    ],
+)
+def test_fastest_sdpa_never_names_a_backend_the_card_lacks(backends, expected):
+    assert bench.fastest_sdpa(backends) == expected

@@ -152,6 +152,26 @@ def test_the_device_summary_describes_the_gpu():
     assert "math" in sdpa_backends("cuda", torch.float32)
 
 
+def test_the_card_runs_what_gpu_paths_says_of_it():
+    # docs/gpu-support.md was written without a GPU: on the lent card, the rules meet the card.
+    from attn_course.device import FMA, REFUSED, TENSOR_CORES, device_summary
+    from attn_course.triton_flash.runtime import gpu_note
+
+    summary = device_summary()
+    paths = {path.name: path for path in summary.paths}
+    refused = {name.removeprefix("sdpa-") for name, path in paths.items() if path.how == REFUSED}
+    assert not refused & set(summary.sdpa_backends), (refused, summary.sdpa_backends)
+    if summary.compute_capability >= (8, 0):
+        assert {"flash", "efficient"} <= set(summary.sdpa_backends)
+    else:
+        assert "efficient" in summary.sdpa_backends  # a T4's fused kernel
+    assert summary.supports_bf16 == torch.cuda.is_bf16_supported(including_emulation=False)
+    note = gpu_note()  # what triton_status() adds where kernels are compiled
+    assert (note is not None) == (paths["triton"].how == FMA), note
+    assert paths["triton"].how in (TENSOR_CORES, FMA)
+    print(summary)  # the lines a learner sees on this card, in the tier's log
+
+
 def test_setup_triton_leaves_a_gpu_machine_compiled():
     import subprocess
     import sys

@@ -203,3 +203,26 @@ def test_window_none_means_causal_where_accepted_and_is_refused_by_the_mask():
         window.sliding_window_mask(8, 8, None)
     with pytest.raises(ValueError, match="block_size must be at least 1"):
         window.sliding_window_flash_attention(q, k, v, 2, 0)
+
+
+@pytest.mark.parametrize(
+    ("capability", "dtype", "phrase"),
+    [
+        ((7, 5), torch.float16, "without tensor cores"),  # a T4: Triton's FMA path
+        ((7, 5), torch.float32, "without tensor cores"),
+        ((7, 5), torch.bfloat16, "runs unfused; use float16"),  # torch.compile skips bf16 before sm80
+        ((6, 0), torch.float16, "which torch allows from compute capability 7.0"),
+        ((8, 0), torch.float32, "not tensor cores"),  # notebook 10's float32 on an A100: ieee products
+        ((9, 0), torch.float32, "not tensor cores"),
+    ],
+)
+def test_flex_gpu_note_says_what_the_compiled_kernel_lacks_on_each_card(capability, dtype, phrase):
+    note = flex.flex_gpu_note(capability, "GPU", dtype)
+    assert note is not None and phrase in note
+
+
+@pytest.mark.parametrize("capability", [(8, 0), (9, 0)])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_flex_gpu_note_is_silent_on_tensor_cores(capability, dtype):
+    assert flex.flex_gpu_note(capability, "GPU", dtype) is None
+    assert flex.flex_gpu_note(capability, "GPU", torch.float32, tf32=True) is None

@@ -158,6 +158,22 @@ def test_a_missing_figure_says_why():
     assert "slot kept for notebook 09" in backward_figure(None).value
 
 
+def test_on_a_gpu_without_flash_the_triton_figure_is_against_efficient_and_not_judged():
+    # a T4 (compute capability 7.5): SDPA refuses flash, and Triton compiles without tensor cores
+    refused = _row("sdpa-flash", 4096, None, skipped="No available kernel. Aborting execution.")
+    rows = [refused, _row("sdpa-efficient", 4096, 2e-3), _row("triton", 4096, 8e-3)]
+    figure = throughput_figure(rows, "Triton forward / SDPA flash", "triton", 0.8)
+    assert figure.met is None and figure.numbers["ratio"] == pytest.approx(0.25)
+    assert figure.value.startswith(
+        "against sdpa-efficient (this GPU has no flash backend, so the aim is not "
+    )
+    assert "0.25×" in figure.value
+    not_run = throughput_figure(
+        [_row("sdpa-efficient", 4096, 2e-3), _row("triton", 4096, 8e-3)], "x", "triton", 0.8
+    )
+    assert not_run.value == "not measured: sdpa-flash was not run at this size"  # not refused: no stand-in
+
+
 def test_a_failed_bench_step_is_named_in_its_figure(tmp_path):
     rows = [_row("sdpa-flash", 4096, 2e-3), _row("triton", 4096, 2e-3)]
     write_json(rows, _mkdir(tmp_path / "bench-triton"))

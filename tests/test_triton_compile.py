@@ -67,3 +67,20 @@ def test_the_backward_kernels_compile_at_both_head_dims_for_every_architecture(c
     assert {(r["source"], r["arch"], r["constexprs"]["HEAD_DIM"]) for r in backward} == {
         (source, arch, d) for source in ("package", "notebook 09") for arch in (75, 80, 90) for d in (64, 128)
     }
+
+
+def test_tl_dot_uses_tensor_cores_from_ampere_on_and_fma_on_a_t4(compiled):
+    # Triton 3.9 lowers tl.dot to float32 multiply-adds below compute capability 8.0 (BlockedToMMA in
+    # AccelerateMatmul.cpp returns early; docs/gpu-support.md): the kernels compile for a T4, without
+    # tensor cores. attn_course.device.gpu_paths says so to learners; if a Triton brings them back,
+    # this fails and both should change.
+    from attn_course.device import FMA, TENSOR_CORES, gpu_paths
+
+    dots = [r for r in compiled if "error" not in r and r["kernel"] not in ("add_kernel", "softmax_kernel")]
+    assert {r["arch"] for r in dots} == {75, 80, 90}
+    for row in dots:
+        expected = gpu_paths((row["arch"] // 10, row["arch"] % 10))[0].how
+        if expected == TENSOR_CORES:
+            assert row["tensor_core_ops"] > 0, row
+        else:
+            assert expected == FMA and row["tensor_core_ops"] == 0 and row["fma_ops"] > 0, row

@@ -85,7 +85,10 @@ def compile_one(job: dict) -> dict:
     compiled = triton.compile(source, target=GPUTarget("cuda", job["arch"], 32), options=options)
     pipelined = compiled.asm["ttgir"].count("async_copy_global_to_local")  # loads issued ahead of use
     cubin = len(compiled.asm["cubin"])
-    return {**job, "shared": compiled.metadata.shared, "cubin_bytes": cubin, "async_copies": pipelined}
+    ptx = compiled.asm["ptx"]
+    tensor_core_ops = ptx.count("mma.sync.aligned") + ptx.count("wgmma.mma_async")  # tl.dot on tensor cores
+    return {**job, "shared": compiled.metadata.shared, "cubin_bytes": cubin, "async_copies": pipelined,
+            "tensor_core_ops": tensor_core_ops, "fma_ops": ptx.count("fma.rn.f32")}  # fmt: skip
 
 
 def jobs() -> list[dict]:

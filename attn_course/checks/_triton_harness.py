@@ -20,6 +20,7 @@ import torch
 
 from attn_course.checks._harness import CheckFailed, Mistake, call, expect_close, expect_tensor
 from attn_course.checks._triton_trace import KernelTrace, trace_available
+from attn_course.device import FMA, gpu_paths
 from attn_course.triton_flash.runtime import gpu_problem, interpreter_problem, is_interpreted, triton_status
 
 GUARD = 4096
@@ -32,11 +33,28 @@ class Mode:
 
     device: torch.device
     traced: bool
+    capability: tuple[int, int] | None = None
+    """The GPU's compute capability, when the kernels are compiled for one."""
 
     @property
     def gpu(self) -> bool:
         """Whether the kernels are compiled for a GPU (float16 inputs, looser tolerances)."""
         return self.device.type == "cuda"
+
+    @property
+    def gpu_where(self) -> str:
+        """Where a compiled check ran, for its pass detail, and what the GPU lacks (a T4: tensor cores).
+
+        >>> Mode(torch.device("cuda"), False, (9, 0)).gpu_where
+        'on cuda in float16'
+        >>> Mode(torch.device("cuda"), False, (7, 5)).gpu_where
+        'on cuda in float16, compiled without tensor cores (compute capability 7.5: multiply-adds)'
+        """
+        where = f"on {self.device.type} in float16"
+        if self.capability is not None and gpu_paths(self.capability)[0].how == FMA:
+            cc = "{}.{}".format(*self.capability)
+            where += f", compiled without tensor cores (compute capability {cc}: multiply-adds)"
+        return where
 
 
 def kernels_used(candidate: Callable[..., Any]) -> list[Any]:
@@ -85,7 +103,7 @@ def kernel_mode(name: str, candidate: Callable[..., Any]) -> Mode:
             "from the top; its first cell turns on Triton's interpreter (TRITON_INTERPRET=1) before "
             "triton is imported."
         )
-    return Mode(torch.device("cuda"), False)
+    return Mode(torch.device("cuda"), False, torch.cuda.get_device_capability())
 
 
 def traced_call(

@@ -197,9 +197,7 @@ def _check_kernel(name: str, candidate: Any) -> str:
         _name_mistake(
             result, expected, inputs, case, mode, f"`{name}`", called, (block_m, block_n), owned, hint
         )
-    where = (
-        "interpreted on the CPU, every load traced" if mode.traced else f"on {mode.device.type} in float16"
-    )
+    where = "interpreted on the CPU, every load traced" if mode.traced else mode.gpu_where
     grads = "dk and dv match" if name == DKDV else "dq matches"
     return (
         f"{grads} autograd on {len(_KERNEL_CASES)} shapes (ragged, causal, T_q ≠ T_k, BLOCK_M ≠ "
@@ -269,9 +267,7 @@ def check_triton_flash_attention_backward(candidate: Callable[..., Any]) -> str:
         what = "`triton_flash_attention_backward`"
         hint = f"\n{WRAPPER_HINT}" if kernels_passed else ""
         _name_mistake(grads, expected, (q, k, v, grad_out), case, mode, what, called, hint=hint)
-    where = (
-        "interpreted on the CPU, every load traced" if mode.traced else f"on {mode.device.type} in float16"
-    )
+    where = "interpreted on the CPU, every load traced" if mode.traced else mode.gpu_where
     return (
         f"dq, dk and dv match autograd on {len(_CASES)} shapes (ragged, causal, T_q ≠ T_k, strided); {where}."
     )

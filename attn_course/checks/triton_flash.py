@@ -338,7 +338,7 @@ def check_triton_scores(candidate: Callable[..., Any]) -> str:
     where = (
         "every score written, no access out of bounds; interpreted on the CPU, every load traced"
         if mode.traced
-        else f"on {mode.device} in float16"
+        else mode.gpu_where
     )
     return (
         f"q·kᵀ/√d on {len(_SCORES_CASES)} shapes (ragged on both axes, several batch·heads, T_q ≠ T_k, "
@@ -519,9 +519,7 @@ def expect_flash_attention(candidate: Callable[..., Any], name: str) -> str:
     detail = (
         f" in blocks of {' and '.join(f'{m}×{n}' for m, n in sorted(blocks_seen))}" if blocks_seen else ""
     )
-    where = (
-        "interpreted on the CPU, every load traced" if mode.traced else f"on {mode.device.type} in float16"
-    )
+    where = "interpreted on the CPU, every load traced" if mode.traced else mode.gpu_where
     return (
         f"matches attention on {len(_FLASH_CASES)} shapes (ragged, causal, T_q < T_k, strided){detail}, "
         f"and with return_lse=True the log-sum-exp of every row; {where}."

@@ -242,6 +242,23 @@ def providers_for(config: BenchConfig) -> list[str]:
     return names
 
 
+def fastest_sdpa(backends: Sequence[str]) -> str:
+    """The provider of SDPA's fastest fused backend among `backends` (a DeviceSummary's sdpa_backends).
+
+    Flash where the card has it (compute capability 8.0 on), else memory-efficient (a T4), else math:
+    forcing "sdpa-flash" on a T4 raises "No available kernel".
+
+    >>> fastest_sdpa(("flash", "efficient", "cudnn", "math")), fastest_sdpa(("efficient", "math"))
+    ('sdpa-flash', 'sdpa-efficient')
+
+    Introduced in 09_backward.
+    """
+    for backend in ("flash", "efficient"):
+        if backend in backends:
+            return f"sdpa-{backend}"
+    return "sdpa-math"
+
+
 def make_provider(name: str, block_size: int = 256) -> Callable[..., torch.Tensor]:
     """The function (q, k, v, is_causal) -> out that a provider name stands for."""
     if name == "naive":
@@ -674,7 +691,8 @@ def default_bench_config(
     """
     kind = torch.device(device).type
     if kind == "cuda":
-        bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+        # not emulated: torch.cuda.is_bf16_supported() alone also says True on a T4
+        bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported(including_emulation=False)
         config = BenchConfig(device=str(device), dtypes=("float16", "bfloat16") if bf16 else ("float16",),
                              lengths=(256, 512, 1024, 2048, 4096, 8192, 16384), block_size=1024,
                              providers=("naive", "tiled", "triton", "sdpa") if with_triton else
@@ -721,6 +739,7 @@ __all__ = [
     "PeakMemoryTracker",
     "attention_flops",
     "default_bench_config",
+    "fastest_sdpa",
     "format_table",
     "measure_backward",
     "measured_value",

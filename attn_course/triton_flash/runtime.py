@@ -28,11 +28,18 @@ from typing import Any
 
 import torch
 
+from attn_course.device import FMA, TRITON_MIN_CAPABILITY, gpu_paths
+
 INTERPRET_VARIABLE = "TRITON_INTERPRET"
 """Environment variable that, set to 1 before kernels are defined, makes `@triton.jit` interpret them."""
 
-MIN_COMPUTE_CAPABILITY = (7, 5)
-"""The oldest NVIDIA architecture the course's kernels are compiled for (Turing: Colab's T4)."""
+MIN_COMPUTE_CAPABILITY = TRITON_MIN_CAPABILITY
+"""The oldest compute capability the course compiles Triton kernels for (7.5, Turing: Colab's T4).
+
+Triton 3.9 itself lists 8.0 (Ampere) as its minimum: below it, it still compiles, but turns `tl.dot`
+into float32 multiply-adds on the CUDA cores instead of tensor-core instructions, and does not
+pipeline loads. So on a T4 the kernels are compiled and exact, but several times slower than on the
+tensor cores; `triton_gpu_note` says so. Older cards get the interpreter (docs/gpu-support.md)."""
 
 
 @dataclass(frozen=True)
@@ -51,13 +58,16 @@ class TritonStatus:
     """One sentence for the learner: why kernels run where they do."""
     problem: str | None = None
     """Why kernels cannot run here as things stand, and what to install (None when they can)."""
+    note: str | None = None
+    """What compiled kernels lack on this GPU (a T4: tensor cores), and the speed to expect; else None."""
 
     def __str__(self) -> str:
         if not self.installed:
             return f"Triton is not installed: {self.reason}"
         how = "interpreted on the CPU (TRITON_INTERPRET=1)" if self.interpreted else "compiled for the GPU"
         problem = f"\n⚠️ {self.problem}" if self.problem else ""
-        return f"Triton {self.version}: kernels are {how}. {self.reason}{problem}"
+        note = f"\nℹ️ {self.note}" if self.note else ""
+        return f"Triton {self.version}: kernels are {how}. {self.reason}{problem}{note}"
 
 
 @functools.cache
@@ -99,20 +109,59 @@ def interpreter_problem(triton_version: str | None = None, numpy_version: str | 
     return None
 
 
+def capability_problem(capability: tuple[int, int], name: str) -> str | None:
+    """Why the course does not compile Triton kernels for a CUDA card of `capability` (None when it does).
+
+    >>> capability_problem((7, 5), "Tesla T4") is None, capability_problem((9, 0), "NVIDIA H100") is None
+    (True, True)
+    >>> print(capability_problem((6, 0), "Tesla P100-PCIE-16GB"))
+    Tesla P100-PCIE-16GB (compute capability 6.0) is older than the Turing architecture (7.5),
+    the oldest the course compiles Triton kernels for
+    """
+    if capability >= MIN_COMPUTE_CAPABILITY:
+        return None
+    return (
+        f"{name} (compute capability {capability[0]}.{capability[1]}) is older than the Turing "
+        "architecture (7.5), the oldest the course compiles Triton kernels for"
+    )
+
+
+def triton_gpu_note(capability: tuple[int, int], name: str) -> str | None:
+    """What compiled Triton kernels lack on a CUDA card of `capability`, and the speed to expect.
+
+    None where they lack nothing (Ampere, 8.0, and newer) or are not compiled at all.
+
+    >>> triton_gpu_note((8, 0), "NVIDIA A100-SXM4-80GB") is None
+    True
+    >>> "tensor cores" in triton_gpu_note((7, 5), "Tesla T4")
+    True
+    """
+    triton = gpu_paths(capability, name)[0]
+    if triton.how != FMA:
+        return None
+    return triton.why
+
+
 def gpu_problem() -> str | None:
     """Why Triton cannot compile kernels for this machine's GPU (None when it can)."""
     try:
         if not torch.cuda.is_available():
             return "there is no CUDA GPU here"
-        if torch.version.hip is None and torch.cuda.get_device_capability() < MIN_COMPUTE_CAPABILITY:
-            capability = ".".join(map(str, torch.cuda.get_device_capability()))
-            return (
-                f"{torch.cuda.get_device_name()} (compute capability {capability}) is older than "
-                "the Turing architecture (7.5) that Triton compiles for"
-            )
+        if torch.version.hip is None:
+            return capability_problem(torch.cuda.get_device_capability(), torch.cuda.get_device_name())
     except Exception as error:  # a broken driver is reported, not raised
         return f"CUDA is not usable ({type(error).__name__}: {error})"
     return None
+
+
+def gpu_note() -> str | None:
+    """`triton_gpu_note` for this machine's CUDA GPU (None without one, on AMD, or when CUDA fails)."""
+    try:
+        if not torch.cuda.is_available() or torch.version.hip is not None:
+            return None
+        return triton_gpu_note(torch.cuda.get_device_capability(), torch.cuda.get_device_name())
+    except Exception:  # gpu_problem() reports a broken driver
+        return None
 
 
 def triton_status() -> TritonStatus:
@@ -139,9 +188,8 @@ def triton_status() -> TritonStatus:
     if problem is not None:
         reason = f"but {problem}: call setup_triton() before defining kernels to use the interpreter."
         return TritonStatus(True, version, False, "cuda", reason)
-    return TritonStatus(
-        True, version, False, "cuda", f"Kernels take tensors on {torch.cuda.get_device_name()}."
-    )
+    reason = f"Kernels take tensors on {torch.cuda.get_device_name()}."
+    return TritonStatus(True, version, False, "cuda", reason, note=gpu_note())
 
 
 def setup_triton() -> TritonStatus:
@@ -195,11 +243,14 @@ __all__ = [
     "INTERPRET_VARIABLE",
     "MIN_COMPUTE_CAPABILITY",
     "TritonStatus",
+    "capability_problem",
+    "gpu_note",
     "gpu_problem",
     "interpreter_problem",
     "is_interpreted",
     "require_device",
     "require_triton",
     "setup_triton",
+    "triton_gpu_note",
     "triton_status",
 ]
