@@ -2,7 +2,7 @@
 
 Each notebook imports exactly what it introduced from here: reference implementations
 (`attn_course.reference`), autograder checks (`attn_course.checks`), and by role `plots/`,
-`explorers/`, `demos/` and `triton_flash/` (CONTRIBUTING.md's "Where code goes").
+`explorers/`, `demos/` and `triton_flash/` (docs/contributors.md, "Where code goes").
 """
 
 import re

@@ -58,10 +58,10 @@ def test_a_malformed_notebook_is_reported_not_run(tmp_path, capsys):
     assert "not graded: 02_scaling.ipynb: the file is not a notebook" in capsys.readouterr().out
 
 
-def test_the_readmes_github_classroom_workflow_checks_each_notebook_for_its_points():
+def test_the_instructors_guides_github_classroom_workflow_checks_each_notebook_for_its_points():
     yaml = pytest.importorskip("yaml")
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme.split("### GitHub Classroom", 1)[1]
+    guide = (ROOT / "docs" / "instructors.md").read_text(encoding="utf-8")
+    section = guide.split("## GitHub Classroom", 1)[1]
     workflow = yaml.safe_load(section.split("```yaml\n", 1)[1].split("```", 1)[0])
     steps = workflow["jobs"]["run-autograding-tests"]["steps"]
     graders = [s for s in steps if s.get("uses", "").startswith("classroom-resources/autograding-command")]
