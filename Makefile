@@ -20,7 +20,7 @@ WORK ?= my-work
 LAB_ROOT ?= $(WORK)
 LAB_EXTRA ?=
 
-.PHONY: setup setup-lab lab test test-fast test-gpu release bench bench-grade bench-grade-dask clean
+.PHONY: setup setup-lab lab test test-fast test-gpu release site bench bench-grade bench-grade-dask clean
 
 $(BASE):
 	$(PYTHON) -m venv $(VENV)
@@ -71,6 +71,15 @@ test-gpu: setup
 
 release: setup
 	$(BIN)/attn-course release
+
+# The course as a website in site/ (tools/site.py): every student notebook's prose, math (MathJax from
+# the jupyter-server-mathjax package, nothing from a CDN) and code, the exercises as learners get them,
+# an index with a search box; open site/index.html. EXECUTE=1 runs each notebook first (quick budgets,
+# the course's versions standing in for the exercises) so the pages show their figures: about 4 minutes
+# on 2 cores, so CI builds without it.
+EXECUTE ?=
+site: setup
+	$(BIN)/python -m tools.site --out site $(if $(filter 1,$(EXECUTE)),--execute)
 
 bench: setup
 	$(BIN)/python -m tools.timing solutions

@@ -22,7 +22,9 @@ GPU_TIER = os.environ.get(TIER_VARIABLE) == "1"
 SLOW_FILES = {
     # run notebooks, kernels, a browser or the grader
     "test_browser.py", "test_notebooks.py", "test_learner_code_used.py", "test_colab_setup.py",
-    "test_tooling_workspace.py", "test_decoder.py",
+    "test_tooling_workspace.py", "test_decoder.py", "test_tools_site_browser.py",
+    # nbconvert and MathJax's 12 MB copied (`make site`)
+    "test_tools_site.py",
     # Triton's interpreter
     "test_checks_triton.py", "test_checks_triton_backward.py", "test_triton_flash_launchers.py",
     "test_triton_compile.py", "test_demos_attention_bench_triton.py", "test_gpu_checks.py",
