@@ -158,10 +158,7 @@ def test_the_readme_and_the_title_cell_give_the_same_time(stem):
     assert shorts[0] == shorts[1], (stem, row["rest"], found["rest"])
 
 
-SHOWN_ON_PURPOSE = {
-    "07_kv_cache": "issue 46: Exercise 7's text gives its two lines; Exercises 6 and 7 become one contract "
-    "exercise on another branch",
-}
+SHOWN_ON_PURPOSE: dict[str, str] = {}
 """Notebooks whose student version still shows a solution outside <details>: xfail until that lands."""
 DETAILS = re.compile(r"<details>.*?</details>", re.S)
 STRING = re.compile(r"""(["'])(?P<text>[^"'\n]{8,}?)\1""")
