@@ -109,3 +109,16 @@ def yours_if_passed(candidate: Candidate | str, name: str | None = None) -> Cand
         why = f"yours has not passed check_{name} yet"
     _announce(name, "reference", f"Using the course's `{name}`: {why}.")
     return cast(Candidate, reference_of(name))
+
+
+def whose(name: str) -> str:
+    """ "your" once exercise `name` has passed its check in this kernel, else "the course's": for a
+    printed line that names what `yours_if_passed(name)` ran.
+
+    >>> forget_passes()
+    >>> f"{whose('softmax')} softmax"
+    "the course's softmax"
+
+    Introduced in 10_modern_attention.
+    """
+    return "your" if name in _passed else "the course's"

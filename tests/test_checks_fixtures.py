@@ -26,7 +26,8 @@ FIXTURES = Path(__file__).parent / "fixtures"
 pytestmark = pytest.mark.slow
 
 
-def _newcomer(name: str) -> Any:
+def newcomer(name: str) -> Any:
+    """The new learner's `flash_attention` of one file of tests/fixtures/newcomer-06."""
     namespace: dict[str, Any] = {"torch": torch, "math": math}
     path = FIXTURES / "newcomer-06" / f"{name}.py"
     exec(compile(path.read_text(), str(path), "exec"), namespace)
@@ -34,7 +35,7 @@ def _newcomer(name: str) -> Any:
 
 
 def test_the_newcomers_right_flash_attention_passes(capsys):
-    check_flash_attention(_newcomer("ex3"))
+    check_flash_attention(newcomer("ex3"))
     assert "check_flash_attention passed" in capsys.readouterr().out
 
 
@@ -53,7 +54,7 @@ NEWCOMER_06 = [  # (file, what the message must say, what it must not say: a cau
 @pytest.mark.parametrize(("name", "said", "not_said"), NEWCOMER_06)
 def test_the_newcomers_mistakes_are_named_truly(name, said, not_said):
     with pytest.raises(CheckFailed) as failure:
-        check_flash_attention(_newcomer(name))
+        check_flash_attention(newcomer(name))
     message = str(failure.value)
     assert said in message
     assert not_said not in message

@@ -76,7 +76,8 @@ WRONG = [
     pytest.param("sample_next", SAMPLE, [(DRAW, "return probs")], "Return the drawn token ids", id="sample-probs"),
     pytest.param("sample_next", SAMPLE, [(DRAW, DRAW + ".float()")], "token ids are integers", id="sample-float"),
     pytest.param("sample_next", SAMPLE, [("logits = logits / temperature", "logits = logits / temperature ** 2")],
-                 "what a code that divides by the temperature twice (logits / T / T) gives", id="sample-temperature-squared"),
+                 # the slip is in next_token_probs, which sample_next calls: that exercise is named, not this one
+                 "your `next_token_probs` (earlier in this notebook) is wrong", id="sample-temperature-squared"),
     pytest.param("sample_next", SAMPLE, [(DRAW, "torch.manual_seed(0)\n    " + DRAW.replace(", generator=generator", ""))],
                  "drew the same tokens from generators seeded 1234 and 4321", id="sample-seeds-itself"),
     # How the distribution differs, when no known mistake matches (issue 27, family 3).

@@ -589,7 +589,8 @@ LEARNER_WRONG = [
      "ignores `positions`"),
     ("RotaryMultiHeadAttention", ROTARY,
      [(ROPE_Q, "q = apply_rope(q, positions)"), (ROPE_K, "k = apply_rope(k, positions)")], "ignores `base`"),
-    ("RotaryMultiHeadAttention", ROTARY, [(PAIRS, HALVES), (STACK, CAT)], "rotate-half pairing"),
+    # the pairing is apply_rope's, which the layer calls: that exercise is named, and the layer keeps its point
+    ("RotaryMultiHeadAttention", ROTARY, [(PAIRS, HALVES), (STACK, CAT)], "your `apply_rope` (earlier in this notebook) is wrong"),
     # No table entry matches these: the probe reads the layer's merged heads (issue 27, family 1).
     ("RotaryMultiHeadAttention", ROTARY, [(ROPE_K, "k = apply_rope(k, None, self.base)")],
      "rotates k by the positions 0 … t-1 instead of the `positions` given"),

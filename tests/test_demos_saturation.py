@@ -11,6 +11,7 @@ from attn_course.attention import softmax
 from attn_course.demos.saturation import (
     entropy,
     measure_saturation,
+    paired_scores,
     random_scores,
     softmax_grad_norm,
     softmax_jacobian,
@@ -83,6 +84,14 @@ def test_random_scores_have_variance_d_k_or_one() -> None:
     torch.testing.assert_close(scaled, raw / 16, atol=1e-12, rtol=0)
     assert 0.9 * 256 < raw.var().item() < 1.1 * 256
     assert 0.9 < scaled.var().item() < 1.1
+
+
+def test_paired_scores_are_one_score_per_pair_with_variance_d_k() -> None:
+    scores = paired_scores(64, 20_000, generator=torch.Generator().manual_seed(0))
+    again = paired_scores(64, 20_000, generator=torch.Generator().manual_seed(0))
+    assert scores.shape == (20_000,) and scores.dtype == torch.float64
+    torch.testing.assert_close(scores, again, atol=0, rtol=0)
+    assert 0.95 * 64 < scores.var().item() < 1.05 * 64
 
 
 def test_measure_saturation_is_deterministic_given_the_seed() -> None:

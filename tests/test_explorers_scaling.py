@@ -21,6 +21,7 @@ from attn_course.explorers.scaling import (  # noqa: E402
     figure_png,
     query_weights,
     scaling_grid,
+    token_button_width,
 )
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -102,6 +103,16 @@ def test_picking_another_token_shows_its_row(sentence) -> None:
     expected = query_weights(sentence.q, sentence.k, TOKENS.index("was"), 8.0)
     torch.testing.assert_close(explorer.weights, expected)
     assert "'was'" in explorer.ax.get_title()
+
+
+def test_token_buttons_are_wide_enough_for_the_longest_token(sentence) -> None:
+    """Issue 46: at 64 px the button of "muddy" read "mud…"."""
+    explorer = ScalingExplorer(sentence.q, sentence.k, sentence.tokens)
+    width = explorer.token_picker.style.button_width
+    assert width == token_button_width(sentence.tokens)
+    assert int(width.removesuffix("px")) >= 9 * len("muddy") + 30
+    widths = [int(token_button_width(["a", word]).removesuffix("px")) for word in ("muddy", "considerably")]
+    assert widths[1] > widths[0]
 
 
 def test_explorer_rejects_mismatched_tokens(sentence) -> None:

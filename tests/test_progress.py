@@ -8,7 +8,7 @@ import torch
 from attn_course import reference
 from attn_course.checks import CheckFailed, check_softmax
 from attn_course.checks._notebook import missing_exercise_message
-from attn_course.progress import forget_passes, has_passed, yours_if_passed
+from attn_course.progress import forget_passes, has_passed, whose, yours_if_passed
 
 
 @pytest.fixture(autouse=True)
@@ -84,6 +84,20 @@ def test_by_name_a_later_failed_check_goes_back_to_the_reference():
     with pytest.raises(CheckFailed):
         check_softmax(softmax_broken)
     assert yours_if_passed("softmax") is reference.softmax
+
+
+def test_whose_names_the_version_that_yours_if_passed_runs():
+    """Issue 46: 10 printed "your Exercise 2 layer" right after saying it used the course's."""
+    assert whose("softmax") == "the course's"
+    check_softmax(softmax)
+    assert whose("softmax") == "your" and yours_if_passed("softmax") is softmax
+
+    def softmax_broken(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+        return x.exp()
+
+    with pytest.raises(CheckFailed):
+        check_softmax(softmax_broken)
+    assert whose("softmax") == "the course's" and yours_if_passed("softmax") is reference.softmax
 
 
 def test_a_check_names_an_earlier_exercise_whose_cell_never_ran():

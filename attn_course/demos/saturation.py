@@ -85,6 +85,21 @@ def random_scores(
     return scores / math.sqrt(d_k) if scaled else scores
 
 
+def paired_scores(d_k: int, n_pairs: int, *, generator: torch.Generator | None = None) -> torch.Tensor:
+    """One score q·k for each of `n_pairs` independent pairs q, k with N(0, 1) components of width d_k.
+
+    The scores themselves, for a histogram of what `score_variance` summarises in one number.
+
+    >>> paired_scores(64, 5, generator=torch.Generator().manual_seed(0)).shape
+    torch.Size([5])
+
+    Introduced in 02_scaling.
+    """
+    q = torch.randn(n_pairs, d_k, generator=generator, dtype=torch.float64)  # (n, d_k)
+    k = torch.randn(n_pairs, d_k, generator=generator, dtype=torch.float64)  # (n, d_k)
+    return einsum(q, k, "n d, n d -> n")  # (n,)
+
+
 @dataclass(frozen=True)
 class Saturation:
     """How saturated softmax is over random scores, one entry per d_k (float64 tensors)."""

@@ -71,6 +71,19 @@ def _draw_bars(
     return bars
 
 
+def token_button_width(tokens: Sequence[str]) -> str:
+    """A CSS width for one token's button that shows the longest token whole ("muddy", not "mud…").
+
+    About 9 px a character at the widgets' font size, plus the button's padding.
+
+    >>> token_button_width(["The", "muddy"])
+    '75px'
+
+    Introduced in 02_scaling.
+    """
+    return f"{max(64, 9 * max(map(len, tokens)) + 30)}px"
+
+
 class ScalingExplorer:
     """A slider for the scaling factor and a token picker driving a bar chart of weights.
 
@@ -123,7 +136,7 @@ class ScalingExplorer:
             options=[(token, i) for i, token in enumerate(self.tokens)],
             value=query,
             description="query",
-            style={"button_width": "64px"},
+            style={"button_width": token_button_width(self.tokens)},
         )
         self.readout = widgets.HTML()
         # align_self: the picture keeps its own size instead of stretching to the output's width
