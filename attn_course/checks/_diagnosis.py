@@ -61,6 +61,9 @@ class Failure:
     """The check's own reading of what property fails, or None."""
     nonfinite_hint: str = ""
     """Why learners get NaN or inf here."""
+    own_line_with_property: bool = False
+    """Show the learner's line changed once after a property too (where the check's readings are coarse,
+    as rotary_window_attention's, which sees keys after a query but not a mask_mod's parameters swapped)."""
 
 
 @dataclass(frozen=True)
@@ -90,7 +93,7 @@ class Layer:
 
     id: str
     run: Callable[[Failure, Found], Finding | None]
-    runs_when: Callable[[Found], bool]
+    runs_when: Callable[[Failure, Found], bool]
 
 
 def _known_mistakes(failure: Failure, found: Found) -> Finding | None:
@@ -180,22 +183,24 @@ def _observed(found: Found) -> bool:
     return any(key in found for key in _OBSERVING)
 
 
-def _repair_runs(found: Found) -> bool:
-    if "known-mistake" in found or "property" in found:
+def _repair_runs(failure: Failure, found: Found) -> bool:
+    if "known-mistake" in found or ("property" in found and not failure.own_line_with_property):
         return False
     mutant = found.get("mutant")
     return mutant is None or foreign_step(mutant.evidence[0])  # a step the learner's code lacks
 
 
 LAYERS: tuple[Layer, ...] = (
-    Layer("known-mistake", _known_mistakes, lambda found: True),
-    Layer("mutant", _mutant, lambda found: "known-mistake" not in found),
-    Layer("property", _property, lambda found: "known-mistake" not in found),
+    Layer("known-mistake", _known_mistakes, lambda failure, found: True),
+    Layer("mutant", _mutant, lambda failure, found: "known-mistake" not in found),
+    Layer("property", _property, lambda failure, found: "known-mistake" not in found),
     Layer("repair", _repair, _repair_runs),
-    Layer("misplaced-arguments", _misplaced_arguments, lambda found: not _named(found)),
-    Layer("equal-argument", _equal_argument, lambda found: not _named(found) and not _observed(found)),
-    Layer("non-finite", _non_finite, lambda found: not _named(found) and not _observed(found)),
-    Layer("where-wrong", _where_wrong, lambda found: not _named(found) and not _observed(found)),
+    Layer("misplaced-arguments", _misplaced_arguments, lambda failure, found: not _named(found)),
+    Layer(
+        "equal-argument", _equal_argument, lambda failure, found: not _named(found) and not _observed(found)
+    ),
+    Layer("non-finite", _non_finite, lambda failure, found: not _named(found) and not _observed(found)),
+    Layer("where-wrong", _where_wrong, lambda failure, found: not _named(found) and not _observed(found)),
 )
 """The order of diagnosis, written once."""
 
@@ -204,7 +209,7 @@ def diagnose_failure(failure: Failure, only: Sequence[str] | None = None) -> Fou
     """Run the layers (those named in `only`, in `LAYERS`' order) on `failure`; what each found, by id."""
     found: Found = {}
     for layer in LAYERS:
-        if (only is None or layer.id in only) and layer.runs_when(found):
+        if (only is None or layer.id in only) and layer.runs_when(failure, found):
             finding = layer.run(failure, found)
             if finding is not None:
                 found[layer.id] = finding
@@ -225,7 +230,8 @@ def render(failure: Failure, found: Found) -> str:
         return slips_message(what, found["known-mistake"].evidence, called)
     mutant, repair = found.get("mutant"), found.get("repair")
     if "property" in found:  # the check's own reading first; a one-change mutant that gives the same says how
-        return f"{what} {found['property'].text}" + (f"\nIt {mutant.text}" if mutant else "") + called
+        after = f"\nIt {mutant.text}" if mutant else f"\n{repair.text}" if repair else ""
+        return f"{what} {found['property'].text}{after}{called}"
     if mutant:  # in the learner's own line too, where the reference's step is not one of theirs
         return f"{what} {mutant.text}" + (f"\n{repair.text}" if repair else "") + called
     tail = f"\n{repair.text}{called}" if repair else called  # the learner's own line, after what is wrong

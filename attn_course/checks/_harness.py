@@ -1046,6 +1046,7 @@ def expect_close(
     diagnose: Callable[[torch.Tensor, torch.Tensor], str | None] | None = None,
     called_as: str | None = None,
     only: Sequence[str] | None = None,
+    own_line_with_property: bool = False,
 ) -> None:
     """Require `actual` to match `expected`; if not, name the mistake, or at least what property fails.
 
@@ -1079,6 +1080,7 @@ def expect_close(
         nan_means_unknown,
         diagnose,
         nonfinite_hint,
+        own_line_with_property,
     )
     found = diagnose_failure(failure, only)
     slips = found["known-mistake"].evidence if "known-mistake" in found else ()
