@@ -15,6 +15,7 @@ from urllib.parse import quote
 
 import nbformat
 import pytest
+from instructor_class import copy_class, keep_cells, needs_class
 
 from attn_course.cli import build_parser, main
 from attn_course.grading.discover import SubmissionsError
@@ -406,3 +407,25 @@ def test_the_class_report_counts_the_class_and_names_its_mistakes(graded):
     assert "causal_mask" in data["nobody_passed"]
     page = (root / "out" / "report.html").read_text(encoding="utf-8")
     assert f'<a href="feedback/{quote(ZOE)}.md">{ZOE}</a>' in page and "data:image/png;base64," in page
+
+
+@needs_class
+def test_a_notebook_whose_last_check_hung_is_partly_graded_everywhere(tmp_path):
+    """jonas's `sample_next` loops forever: his notebook is "partly graded (timed out)", never "graded",
+    in gradebook.csv, report.json and his feedback. His 07 is cut to the setup and the exercises 1, 6
+    and 7 (his code as he wrote it), so the run costs seconds, not the model's training."""
+    subs = copy_class(tmp_path, ("jonas",))
+    (subs / "jonas" / "03_causal_masking.ipynb").unlink()
+    keep_cells(subs / "jonas" / "07_kv_cache.ipynb", [range(0, 9), range(50, 56)])
+    report = grade(subs, tmp_path / "out", jobs=1, timeout=3.0, memory_gib=MEMORY_GIB)
+    (notebook,) = report.learners[0].notebooks
+    assert notebook.status == "timeout" and notebook.status_text == "partly graded (timed out)"
+    row = gradebook_rows(report)[1]
+    assert row[0] == "jonas" and row[-1] == "partly graded (timed out)"
+    data = json.loads((tmp_path / "out" / "report.json").read_text(encoding="utf-8"))
+    assert data["class"][0]["status"] == "partly graded (timed out)"
+    text = (tmp_path / "out" / "feedback" / "jonas.md").read_text(encoding="utf-8")
+    assert "Status: partly graded (timed out)." in text and "Status: graded." not in text
+    assert "- `next_token_probs` passed" in text
+    assert "- `sample_next` **stopped while checked**: 0 points: the grader's checks timed out" in text
+    assert "(while the grader's check called your `sample_next`)" in text

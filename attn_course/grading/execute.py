@@ -368,6 +368,8 @@ def _exercise_results(
         payload = graded.get(name)
         if isinstance(payload, str):  # why the grader could not check it
             results.append(ExerciseResult.failed(name, payload))
+        elif isinstance(payload, dict) and payload.get("stopped"):  # its check was running when it stopped
+            results.append(ExerciseResult.stopped_in_check(name, str(payload.get("message", ""))))
         elif payload is None and stopped and cells:
             results.append(ExerciseResult.not_reached(name, f"not reached: {stopped}"))
         elif not payload or not payload.get("defined"):
@@ -391,7 +393,8 @@ def _exercise_results(
         elif payload.get("not_graded"):
             results.append(ExerciseResult.not_graded(name, str(payload.get("message", ""))))
         elif payload.get("passed"):
-            results.append(ExerciseResult.success(name, str(payload.get("message", "passed"))))
+            upstream = str(payload.get("upstream") or "")
+            results.append(ExerciseResult.success(name, str(payload.get("message", "passed")), upstream))
         else:
             results.append(ExerciseResult.failed(name, str(payload.get("message", "failed"))))
     return tuple(results)
@@ -582,7 +585,8 @@ class _Run:
             self._collect(cell, names, nonce, fill=False)
             running = next((n for n in names if n not in self.graded), None)
             if running is not None:
-                self.graded[running] = f"{stop.problem} (while the grader's check called your `{running}`)"
+                why = f"{stop.problem} (while the grader's check called your `{running}`)"
+                self.graded[running] = {"exercise": running, "stopped": True, "message": why}
             raise
         self._collect(cell, names, nonce)
 

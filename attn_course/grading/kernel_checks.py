@@ -279,8 +279,11 @@ class _ReferenceWatch:
             self.entered = other
 
 
-def _run_check(check: Any, candidate: Any, watch: _ReferenceWatch) -> tuple[bool, str]:
+def _run_check(check: Any, candidate: Any, watch: _ReferenceWatch) -> tuple[bool, str, str]:
+    """(passed, message, upstream): `upstream` names the earlier exercise whose learner version alone
+    made the check fail (the check's `CheckFailed.upstream`), "" otherwise."""
     checks = _state["checks"]
+    upstream = ""
     output = io.StringIO()
     threading.setprofile(watch)
     sys.setprofile(watch)
@@ -290,6 +293,10 @@ def _run_check(check: Any, candidate: Any, watch: _ReferenceWatch) -> tuple[bool
         passed, message = True, ""
     except checks.CheckFailed as failure:
         passed, message = False, str(failure)
+        upstream = getattr(failure, "upstream", "")
+        order = _state["order"]
+        earlier = order[: order.index(watch.name)] if watch.name in order else []
+        upstream = upstream if isinstance(upstream, str) and upstream in earlier else ""
     except checks.CheckerError:  # the checker's own fault: not graded, never the learner's zero
         raise
     except BaseException as error:  # the learner's code may raise anything, SystemExit included
@@ -300,7 +307,7 @@ def _run_check(check: Any, candidate: Any, watch: _ReferenceWatch) -> tuple[bool
     if passed:
         detail = _state["harness"].pass_detail(output.getvalue(), watch.name)
         message = detail or "all cases agree with the reference"
-    return passed, message
+    return passed, message, upstream
 
 
 def grade_exercise(name: str, namespace: dict[str, Any]) -> None:
@@ -318,10 +325,12 @@ def grade_exercise(name: str, namespace: dict[str, Any]) -> None:
     check = getattr(_state["checks"], f"check_{name}")
     watch = _ReferenceWatch(name, _run_check.__code__)
     try:
-        passed, message = _run_check(check, candidate, watch)
+        passed, message, upstream = _run_check(check, candidate, watch)
     except _state["checks"].CheckerError as error:
         emit({**graded, "passed": False, "not_graded": True, "message": str(error)})
         return
     if watch.entered:
-        passed, message = False, _reference_message(name, watch.entered, "calls")
-    emit({**graded, "passed": passed, "message": message[:3000]})
+        passed, message, upstream = False, _reference_message(name, watch.entered, "calls"), ""
+    # One mistake, one point: an exercise that passes with the course's version of the earlier
+    # exercise it calls is right; it keeps its points and the check's message says which one failed.
+    emit({**graded, "passed": passed or bool(upstream), "upstream": upstream, "message": message[:3000]})

@@ -38,15 +38,24 @@ def _indent(text: str) -> str:
 def _notebook_section(result: NotebookResult) -> list[str]:
     scored = sum(e.points for e in result.exercises)
     lines = [f"## {result.stem}.ipynb: {scored} point(s)", "", f"Status: {result.status_text}.", ""]
-    stopped = result.status in STOPPED and result.reached
+    stopped = result.status in STOPPED and (result.reached or any(e.stopped for e in result.exercises))
     if result.problem and not stopped:
         lines += [f"**Not graded**: {_indent(result.problem)}.", ""]
         return lines + [f"- `{e.exercise}` **not graded**: 0 points" for e in result.exercises] + [""]
     if result.problem:
         lines += [f"**Stopped**: {_indent(result.problem)}. What was checked before keeps its points.", ""]
     for exercise in result.exercises:
+        if exercise.stopped:
+            lines.append(
+                f"- `{exercise.exercise}` **stopped while checked**: 0 points: {_indent(exercise.message)}"
+            )
+            continue
         if not exercise.reached:
             lines.append(f"- `{exercise.exercise}` **not reached**: 0 points")
+            continue
+        if exercise.upstream:
+            state = f"right; failed through your `{exercise.upstream}`"
+            lines.append(f"- `{exercise.exercise}` {state}: {_indent(exercise.message)}")
             continue
         state = "passed" if exercise.passed else "**not passed**" if exercise.graded else "**not graded**"
         lines.append(f"- `{exercise.exercise}` {state}: {_indent(exercise.message)}")

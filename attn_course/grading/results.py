@@ -23,7 +23,13 @@ class ExerciseResult:
     graded: bool = True
     """False when the course's check itself failed on it (a grader problem, not the learner's)."""
     reached: bool = True
-    """False when the notebook stopped (time, memory, crash) before the exercise was checked."""
+    """False when the notebook stopped (time, memory, crash) before the exercise's check finished."""
+    upstream: str = ""
+    """The earlier exercise (by NAME) whose learner version alone made this one's check fail: this
+    exercise is right (it passes with the course's version of that one) and keeps its points; "" else."""
+    stopped: bool = False
+    """True when the notebook stopped while this exercise's check ran (the learner's code it called
+    looped, crashed or ran out of memory): the check never finished, so the exercise is not reached."""
 
     @classmethod
     def failed(cls, exercise: str, message: str) -> ExerciseResult:
@@ -41,9 +47,14 @@ class ExerciseResult:
         return cls(exercise, False, 0, message, reached=False)
 
     @classmethod
-    def success(cls, exercise: str, message: str) -> ExerciseResult:
-        """Full points for `exercise`."""
-        return cls(exercise, True, POINTS[exercise], message)
+    def stopped_in_check(cls, exercise: str, message: str) -> ExerciseResult:
+        """A zero for `exercise`: the notebook stopped while its check ran; `message` says why."""
+        return cls(exercise, False, 0, message, reached=False, stopped=True)
+
+    @classmethod
+    def success(cls, exercise: str, message: str, upstream: str = "") -> ExerciseResult:
+        """Full points for `exercise`; with `upstream`, right but failed through that earlier exercise."""
+        return cls(exercise, True, POINTS[exercise], message, upstream=upstream)
 
 
 STATUSES = (
@@ -82,7 +93,8 @@ class NotebookResult:
 
     @property
     def reached(self) -> int:
-        """How many exercises were checked (all of them unless the notebook stopped early)."""
+        """How many exercises were checked to the end (all of them unless the notebook stopped early;
+        an exercise whose check was running when it stopped is not one of them)."""
         return (
             sum(1 for e in self.exercises if e.reached)
             if self.status in STOPPED or self.status == "graded"
@@ -93,8 +105,8 @@ class NotebookResult:
     def status_text(self) -> str:
         """The status in words: graded, partly graded (timed out), timed out, not handed in, ...
 
-        A notebook that stopped after every exercise was checked is graded; one that stopped after
-        some, partly graded.
+        A notebook that stopped after every exercise's check finished is graded; one that stopped
+        after some (or in the last exercise's check), partly graded.
         """
         if self.status in STOPPED:
             if self.exercises and self.reached == len(self.exercises):
