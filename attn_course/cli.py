@@ -85,8 +85,16 @@ def _workspace(args: argparse.Namespace) -> int:
 def _grade(args: argparse.Namespace) -> int:
     from attn_course.grading.discover import SubmissionsError
     from attn_course.grading.grader import grade
+    from attn_course.grading.points import PointsError, read_points
     from attn_course.grading.report import summary
+    from attn_course.grading.roster import RosterError, read_roster
 
+    try:
+        points = read_points(args.points) if args.points else None
+        roster = read_roster(args.roster) if args.roster else None
+    except (PointsError, RosterError) as error:
+        print(f"attn-course grade: {error}", file=sys.stderr)
+        return 2
     try:
         report = grade(
             args.submissions,
@@ -96,6 +104,8 @@ def _grade(args: argparse.Namespace) -> int:
             memory_gib=args.memory,
             progress=True,
             scheduler=args.scheduler,
+            points=points,
+            roster=roster,
         )
     except (SubmissionsError, OSError) as error:
         print(f"attn-course grade: {error}", file=sys.stderr)
@@ -238,6 +248,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help="memory limit of each notebook's kernel in GiB (default 4)")  # fmt: skip
     gra.add_argument("--scheduler", metavar="ADDRESS",
                      help="grade on a Dask cluster at this scheduler address (tcp://host:8786)")  # fmt: skip
+    gra.add_argument("--points", type=Path, metavar="FILE",
+                     help="CSV of exercise,points for exercises worth other than 1 point")  # fmt: skip
+    gra.add_argument("--roster", type=Path, metavar="FILE",
+                     help="CSV class list: a `learner` column of folder names (others copied to lms.csv), "
+                     "or one name per line; learners with no folder appear as not handed in")  # fmt: skip
     gra.set_defaults(run=_grade)
     che = commands.add_parser("check", help=_CHECK_HELP, description=_CHECK_HELP)
     che.add_argument("notebooks", type=Path, nargs="+", metavar="NOTEBOOK", help="e.g. 02_scaling.ipynb")

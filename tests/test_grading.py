@@ -34,31 +34,41 @@ SANDBOXED = landlock_abi() > 0
 
 ALSO = "03_causal_masking: not handed in"
 """Zoë's class hands in a broken 03_causal_masking, so the gradebook has its columns for everyone."""
+NOTEBOOKS = ["02_scaling points", "02_scaling status", "03_causal_masking points", "03_causal_masking status"]
+NONE03 = ["", "", ""]  # 03's exercises: blank, nothing handed in
+GRADED = "graded"
+
+
+def _row(
+    learner: str, scores02: list[str], status02: str, total: str, status03: str = "not handed in"
+) -> list[str]:
+    subtotal = "" if not scores02[0] else str(sum(int(x) for x in scores02))
+    status = status02 if status02 == status03 else f"02_scaling: {status02}; 03_causal_masking: {status03}"
+    return [learner, *scores02, *NONE03, subtotal, status02, "", status03, total, "5", status]
+
+
 EXPECTED_GRADEBOOK = [
-    ["learner", *COLUMNS, "total", "max", "status"],
-    [ZOE, "1", "1", "0", "0", "0", "2", "5", "02_scaling: graded; 03_causal_masking: not a notebook"],
-    ["alice_full", "1", "1", "0", "0", "0", "2", "5", f"02_scaling: graded; {ALSO}"],
-    ["bob_untouched", "0", "0", "0", "0", "0", "0", "5", f"02_scaling: graded; {ALSO}"],
-    ["carol_wrong", "0", "0", "0", "0", "0", "0", "5", f"02_scaling: graded; {ALSO}"],
-    ["dave_tampered", "0", "0", "0", "0", "0", "0", "5", f"02_scaling: graded; {ALSO}"],
-    ["erin_reference", "0", "0", "0", "0", "0", "0", "5", f"02_scaling: graded; {ALSO}"],
-    ["frank_loop", "0", "0", "0", "0", "0", "0", "5", f"02_scaling: timed out; {ALSO}"],
-    ["grace_memory", "0", "0", "0", "0", "0", "0", "5", f"02_scaling: out of memory; {ALSO}"],
-    ["heidi_malformed", "0", "0", "0", "0", "0", "0", "5", f"02_scaling: not a notebook; {ALSO}"],
-    ["ivan_escape", "0", "1", "0", "0", "0", "1", "5", f"02_scaling: graded; {ALSO}"],
-    ["judy_empty", "0", "0", "0", "0", "0", "0", "5", "not handed in"],
-    *(
-        [["kim_absolute", "0", "1", "0", "0", "0", "1", "5", f"02_scaling: graded; {ALSO}"]]
-        if SANDBOXED
-        else []
-    ),
-    ["leo_late_hang", "1", "1", "0", "0", "0", "2", "5", f"02_scaling: graded; {ALSO}"],
-    ["mia_mid_crash", "1", "0", "0", "0", "0", "1", "5", f"02_scaling: partly graded (crashed); {ALSO}"],
-    ["nina_misnamed", "0", "0", "0", "0", "0", "0", "5", f"02_scaling: misnamed; {ALSO}"],
-    ["otto_subfolder", "0", "0", "0", "0", "0", "0", "5", f"02_scaling: in a subfolder; {ALSO}"],
+    ["learner", *COLUMNS, *NOTEBOOKS, "total", "max", "status"],
+    _row(ZOE, ["1", "1"], GRADED, "2", "not a notebook"),
+    _row("alice_full", ["1", "1"], GRADED, "2"),
+    _row("bob_untouched", ["0", "0"], GRADED, "0"),
+    _row("carol_wrong", ["0", "0"], GRADED, "0"),
+    _row("dave_tampered", ["0", "0"], GRADED, "0"),
+    _row("erin_reference", ["0", "0"], GRADED, "0"),
+    _row("frank_loop", ["0", "0"], "timed out", "0"),  # it ran: a real 0
+    _row("grace_memory", ["0", "0"], "out of memory", "0"),
+    _row("heidi_malformed", ["", ""], "not a notebook", ""),  # nothing graded: blank
+    _row("ivan_escape", ["0", "1"], GRADED, "1"),
+    _row("judy_empty", ["", ""], "not handed in", ""),
+    *([_row("kim_absolute", ["0", "1"], GRADED, "1")] if SANDBOXED else []),
+    _row("leo_late_hang", ["1", "1"], GRADED, "2"),
+    _row("mia_mid_crash", ["1", "0"], "partly graded (crashed)", "1"),
+    _row("nina_misnamed", ["", ""], "misnamed", ""),
+    _row("otto_subfolder", ["", ""], "in a subfolder", ""),
 ]
+"""Scores blank where no work was graded (not handed in, misnamed, in a subfolder, not a notebook)."""
 LEARNERS = len(EXPECTED_GRADEBOOK) - 1
-MEAN = sum(int(row[-3]) for row in EXPECTED_GRADEBOOK[1:]) / LEARNERS
+MEAN = sum(int(row[-3] or 0) for row in EXPECTED_GRADEBOOK[1:]) / LEARNERS
 
 ESCAPE = """
 for target in ("../alice_full/02_scaling.ipynb", "../alice_full/planted.txt", "../../out/gradebook.csv",
@@ -339,7 +349,7 @@ def test_cli_grades_again_to_the_same_bytes_and_exits_zero(graded, capsys):
         assert (again / "feedback" / f"{learner}.md").read_bytes() == (
             root / "out" / "feedback" / f"{learner}.md"
         ).read_bytes()
-    mean = sum(int(row[-3]) for row in EXPECTED_GRADEBOOK[1:] if row[0] in AGAIN) / len(AGAIN)
+    mean = sum(int(row[-3] or 0) for row in EXPECTED_GRADEBOOK[1:] if row[0] in AGAIN) / len(AGAIN)
     printed = capsys.readouterr()
     assert f"Graded {len(AGAIN)} learner(s)" in printed.out and f"Mean score: {mean:.2f} / 5" in printed.out
     assert "scaled_dot_product_attention" in printed.out.split("failed by")[1]
@@ -380,7 +390,7 @@ def test_an_empty_submissions_folder_gives_an_empty_gradebook(tmp_path):
 def test_without_the_kernel_factory_each_kernel_starts_fresh_under_the_memory_limit(tmp_path):
     _write(tmp_path / "subs" / "alice_full", _read("solutions"))
     report = grade(tmp_path / "subs", tmp_path / "out", jobs=1, timeout=60, memory_gib=MEMORY_GIB, fork=False)
-    assert gradebook_rows(report)[1] == ["alice_full", "1", "1", "2", "2", "graded"]
+    assert gradebook_rows(report)[1] == ["alice_full", "1", "1", "2", "graded", "2", "2", "graded"]
     assert report.learners[0].notebooks[0].cpu > 0  # the kernel's CPU time, read from /proc
 
 
@@ -417,7 +427,8 @@ def test_a_notebook_whose_last_check_hung_is_partly_graded_everywhere(tmp_path):
     subs = copy_class(tmp_path, ("jonas",))
     (subs / "jonas" / "03_causal_masking.ipynb").unlink()
     keep_cells(subs / "jonas" / "07_kv_cache.ipynb", [range(0, 9), range(50, 56)])
-    report = grade(subs, tmp_path / "out", jobs=1, timeout=3.0, memory_gib=MEMORY_GIB)
+    out = tmp_path / "out"
+    report = grade(subs, out, jobs=1, timeout=3.0, memory_gib=MEMORY_GIB)
     (notebook,) = report.learners[0].notebooks
     assert notebook.status == "timeout" and notebook.status_text == "partly graded (timed out)"
     row = gradebook_rows(report)[1]
@@ -429,3 +440,31 @@ def test_a_notebook_whose_last_check_hung_is_partly_graded_everywhere(tmp_path):
     assert "- `next_token_probs` passed" in text
     assert "- `sample_next` **stopped while checked**: 0 points: the grader's checks timed out" in text
     assert "(while the grader's check called your `sample_next`)" in text
+
+
+def test_cli_takes_points_and_a_roster_and_writes_the_lms_export(tmp_path, capsys):
+    """No kernel needed: one learner hands in a file that is not a notebook, one is on the roster only."""
+    subs = tmp_path / "subs"
+    (subs / "ann").mkdir(parents=True)
+    (subs / "ann" / "03_causal_masking.ipynb").write_text("{truncated")
+    (subs / "zed").mkdir()  # a folder not on the roster
+    (tmp_path / "points.csv").write_text("exercise,points\nattention,2\n")
+    (tmp_path / "roster.csv").write_text("Student,SIS User ID,learner\nAnn A.,s1,ann\nBea B.,s2,bea\n")
+    args = ["grade", str(subs), "--out", str(tmp_path / "out"), "--points", str(tmp_path / "points.csv")]
+    assert main([*args, "--roster", str(tmp_path / "roster.csv")]) == 0
+    with (tmp_path / "out" / "gradebook.csv").open(encoding="utf-8", newline="") as file:
+        rows = list(csv.reader(file))
+    assert [row[0] for row in rows] == ["learner", "ann", "bea", "zed"]
+    assert rows[0][-5:] == ["03_causal_masking points", "03_causal_masking status", "total", "max", "status"]
+    assert rows[1][-5:] == ["", "not a notebook", "", "4", "not a notebook"]
+    assert rows[2][-5:] == ["", "not handed in", "", "4", "not handed in"]
+    with (tmp_path / "out" / "lms.csv").open(encoding="utf-8", newline="") as file:
+        assert list(csv.reader(file)) == [
+            ["Student", "SIS User ID", "03_causal_masking", "attn-course total"],
+            ["Ann A.", "s1", "", ""],
+            ["Bea B.", "s2", "", ""],
+        ]  # zed: not on the roster, so no identity an LMS could match (the summary says so)
+    assert "zed: a folder of SUBMISSIONS whose name is not on the roster" in capsys.readouterr().out
+    (tmp_path / "points.csv").write_text("attention,lots\n")
+    assert main([*args, "--roster", str(tmp_path / "roster.csv")]) == 2
+    assert "line 1: 'lots' is not a number of points" in capsys.readouterr().err

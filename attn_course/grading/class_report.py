@@ -17,6 +17,7 @@ import base64
 import html
 import io
 import json
+import math
 import re
 from collections import Counter
 from pathlib import Path
@@ -99,7 +100,10 @@ def report_data(report: GradeReport) -> dict[str, Any]:
         "mean": sum(totals) / count if count else 0.0,
         "exercises": exercises,
         "nobody_passed": [e["exercise"] for e in exercises if count and not e["passed"]],
-        "histogram": [{"score": s, "learners": totals.count(s)} for s in range(report.maximum + 1)],
+        "histogram": [
+            {"score": s, "learners": sum(1 for t in totals if math.floor(t) == s)}
+            for s in range(math.ceil(report.maximum) + 1)
+        ],
         "class": [
             {
                 "learner": r.learner,

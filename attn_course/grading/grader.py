@@ -29,10 +29,13 @@ from attn_course.grading.points import POINTS
 from attn_course.grading.report import (
     FEEDBACK,
     GRADEBOOK,
+    LMS,
     write_feedback,
     write_gradebook,
+    write_lms,
 )
 from attn_course.grading.results import ExerciseResult, GradeReport, LearnerResult, NotebookResult
+from attn_course.grading.roster import Roster
 from attn_course.grading.tasks import grade_locally
 from attn_course.reference import EXERCISES
 
@@ -106,6 +109,22 @@ def learner_result(
     return LearnerResult(learner.name, notebooks, learner.problems)
 
 
+def absent_learner(name: str, stems: list[str] | tuple[str, ...]) -> LearnerResult:
+    """A learner of the roster with no folder in SUBMISSIONS: every notebook not handed in."""
+    return LearnerResult(name, tuple(_missing(stem) for stem in stems), ("no folder in SUBMISSIONS",))
+
+
+def with_points(learner: LearnerResult, points: dict[str, float]) -> LearnerResult:
+    """`learner` with each passed exercise worth its points in `points` (a points file's)."""
+    notebooks = tuple(
+        replace(
+            n, exercises=tuple(replace(e, points=points[e.exercise] if e.passed else 0) for e in n.exercises)
+        )
+        for n in learner.notebooks
+    )
+    return replace(learner, notebooks=notebooks)
+
+
 def grade(
     submissions: Path,
     out: Path,
@@ -116,9 +135,14 @@ def grade(
     progress: bool = False,
     fork: bool = True,
     scheduler: str | None = None,
+    points: dict[str, float] | None = None,
+    roster: Roster | None = None,
 ) -> GradeReport:
-    """Grade every learner folder of `submissions`; write `out/gradebook.csv`, `out/feedback/` and
-    the class report `out/report.html` and `out/report.json` (see `class_report`).
+    """Grade every learner folder of `submissions`; write `out/gradebook.csv`, `out/lms.csv`,
+    `out/feedback/` and the class report `out/report.html` and `out/report.json` (see `class_report`).
+
+    `points` (`points.read_points`) sets what each exercise is worth (default `points.POINTS`);
+    with `roster` (`roster.read_roster`), a learner with no folder appears as not handed in.
 
     Each notebook runs in a fresh kernel in a temporary copy of its learner's folder, with a
     time and memory limit, and is graded by the course's own checks. Raises SubmissionsError
@@ -138,7 +162,14 @@ def grade(
     misplaced = {m[0] for learner in learners for m in learner.misplaced}
     stems = [stem for stem in EXERCISES if stem in misplaced or any(stem == s for _, s in results)]
     exercises = tuple(name for stem in stems for name in EXERCISES[stem])
-    graded = tuple(learner_result(learner, stems, results) for learner in learners)
+    worth: dict[str, float] = dict(points or POINTS)
+    graded = tuple(with_points(learner_result(learner, stems, results), worth) for learner in learners)
+    if roster is not None:
+        found = {learner.name for learner in learners}
+        graded = tuple(sorted(
+            graded + tuple(absent_learner(name, stems) for name in roster.learners if name not in found),
+            key=lambda learner: learner.learner,
+        ))  # fmt: skip
     failures = tuple(
         f"{learner.learner}/{n.stem}.ipynb: {n.problem}"
         for learner in graded
@@ -149,14 +180,22 @@ def grade(
     report = GradeReport(
         learners=graded,
         exercises=exercises,
-        maximum=sum(POINTS[name] for name in exercises),
-        problems=tuple(folder_problems),
+        maximum=sum(worth[name] for name in exercises),
+        problems=tuple(folder_problems)
+        + tuple(
+            f"{learner.name}: a folder of SUBMISSIONS whose name is not on the roster"
+            for learner in learners
+            if roster is not None and learner.name not in roster.learners
+        ),
         gradebook=out / GRADEBOOK,
         feedback=out / FEEDBACK,
         failures=failures,
         sandboxed=sandbox.landlock_abi() > 0,
+        points={name: worth[name] for name in exercises},
+        roster=roster,
     )
     write_gradebook(report, out / GRADEBOOK)
+    write_lms(report, out / LMS)
     write_feedback(report, out / FEEDBACK)
     write_class_report(report, out)
     return _with_seconds(report, time.perf_counter() - start)

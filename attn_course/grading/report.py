@@ -12,17 +12,37 @@ from typing import TextIO
 from attn_course.grading.results import STOPPED, GradeReport, LearnerResult, NotebookResult
 
 GRADEBOOK = "gradebook.csv"
+LMS = "lms.csv"
 FEEDBACK = "feedback"
 
 
+def number(points: float | None) -> str:
+    """Points as the gradebook writes them: "" for no work graded, "1", "0.5"."""
+    return "" if points is None else f"{points:g}"
+
+
 def gradebook_rows(report: GradeReport) -> list[list[str]]:
-    """The gradebook as rows: a header, then one row per learner (learner, exercises…, total, max,
-    status: graded, partly graded (timed out), timed out, not handed in, not a notebook, ...)."""
-    rows = [["learner", *report.exercises, "total", "max", "status"]]
+    """The gradebook as rows: a header, then one row per learner: learner, exercises…, each notebook's
+    points and status, total, max, status (graded, partly graded (timed out), timed out, not handed
+    in, not a notebook, ...). A score is blank where no work was graded (not handed in, misnamed, in a
+    subfolder, not a notebook, the grader's failure), 0 for a real 0."""
+    stems = _stems(report)
+    header = ["learner", *report.exercises]
+    for stem in stems:
+        header += [f"{stem} points", f"{stem} status"]
+    rows = [[*header, "total", "max", "status"]]
     for learner in report.learners:
-        scores = [str(learner.score(name)) for name in report.exercises]
-        rows.append([learner.learner, *scores, str(learner.total), str(report.maximum), learner.status_text])
+        scores = [number(learner.graded_score(name)) for name in report.exercises]
+        for notebook in learner.notebooks:
+            scores += [number(notebook.subtotal), notebook.status_text]
+        total = number(learner.total if learner.handed_in else None)
+        rows.append([learner.learner, *scores, total, number(report.maximum), learner.status_text])
     return rows
+
+
+def _stems(report: GradeReport) -> list[str]:
+    """The gradebook's notebooks, in course order."""
+    return [n.stem for n in report.learners[0].notebooks] if report.learners else []
 
 
 def write_gradebook(report: GradeReport, path: Path) -> None:
@@ -31,13 +51,46 @@ def write_gradebook(report: GradeReport, path: Path) -> None:
         csv.writer(file, lineterminator="\n").writerows(gradebook_rows(report))
 
 
+LMS_TOTAL = "attn-course total"
+"""The LMS export's column of each learner's total."""
+
+
+def lms_rows(report: GradeReport) -> list[list[str]]:
+    """The gradebook in the form Canvas's and Moodle's CSV grade import read: the roster's own columns
+    (for Canvas `Student`, `ID`, `SIS User ID`, `SIS Login ID`, `Section`, which it matches learners
+    by; for Moodle the column picked as "Map from", such as `email`), else `Student` (the folder
+    name); then one column per notebook, headed by its stem (an assignment of that name), and
+    `attn-course total`. Blank where nothing was handed in, so an import leaves that grade empty.
+    A folder not on a roster with columns is left out (the LMS could not match it)."""
+    roster = report.roster
+    columns = list(roster.columns) if roster is not None and roster.columns else ["Student"]
+    stems = _stems(report)
+    rows = [[*columns, *stems, LMS_TOTAL]]
+    for learner in report.learners:
+        if roster is not None and roster.columns:
+            if learner.learner not in roster.learners:
+                continue  # no identity the LMS could match (the summary names the folder)
+            identity = list(roster.identity(learner.learner))
+        else:
+            identity = [learner.learner]
+        subtotals = [number(n.subtotal) for n in learner.notebooks]
+        rows.append([*identity, *subtotals, number(learner.total if learner.handed_in else None)])
+    return rows
+
+
+def write_lms(report: GradeReport, path: Path) -> None:
+    """Write the LMS export (`lms_rows`) as UTF-8 CSV with CRLF line ends, as spreadsheets write it."""
+    with path.open("w", encoding="utf-8", newline="") as file:
+        csv.writer(file, lineterminator="\r\n").writerows(lms_rows(report))
+
+
 def _indent(text: str) -> str:
     return text.strip().replace("\n", "\n  ")
 
 
 def _notebook_section(result: NotebookResult) -> list[str]:
     scored = sum(e.points for e in result.exercises)
-    lines = [f"## {result.stem}.ipynb: {scored} point(s)", "", f"Status: {result.status_text}.", ""]
+    lines = [f"## {result.stem}.ipynb: {scored:g} point(s)", "", f"Status: {result.status_text}.", ""]
     stopped = result.status in STOPPED and (result.reached or any(e.stopped for e in result.exercises))
     if result.problem and not stopped:
         lines += [f"**Not graded**: {_indent(result.problem)}.", ""]
@@ -62,9 +115,9 @@ def _notebook_section(result: NotebookResult) -> list[str]:
     return [*lines, ""]
 
 
-def feedback_text(learner: LearnerResult, maximum: int) -> str:
+def feedback_text(learner: LearnerResult, maximum: float) -> str:
     """One learner's feedback in Markdown: per notebook, each exercise passed or the check's message."""
-    lines = [f"# Feedback for {learner.learner}", "", f"Score: {learner.total} / {maximum}", ""]
+    lines = [f"# Feedback for {learner.learner}", "", f"Score: {learner.total:g} / {maximum:g}", ""]
     for result in learner.notebooks:
         lines += _notebook_section(result)
     if learner.problems:
@@ -103,7 +156,7 @@ def summary(report: GradeReport, most_failed: int = 5) -> str:
     mean = sum(learner.total for learner in report.learners) / count if count else 0.0
     lines = [
         f"Graded {count} learner(s) in {report.seconds:.1f} s.",
-        f"Mean score: {mean:.2f} / {report.maximum}",
+        f"Mean score: {mean:.2f} / {report.maximum:g}",
     ]
     failed = Counter(
         name for learner in report.learners for name in report.exercises if learner.score(name) == 0

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from attn_course.grading.points import POINTS
+from attn_course.grading.roster import Roster
 
 
 @dataclass(frozen=True)
@@ -16,8 +17,8 @@ class ExerciseResult:
     """The exercise NAME (as in `attn_course.reference.EXERCISES` and `check_NAME`)."""
     passed: bool
     """Whether the grader's own check accepted the learner's implementation."""
-    points: int
-    """Points awarded: the exercise's points when passed, else 0."""
+    points: float
+    """Points awarded: the exercise's points when passed, else 0 (an int unless a points file says 0.5)."""
     message: str
     """The check's pass line or failure message, or why the exercise could not be graded."""
     graded: bool = True
@@ -66,6 +67,10 @@ STATUSES = (
 STOPPED = ("timeout", "out_of_memory", "crashed")
 """Statuses of a notebook that started and stopped early (exercises checked before keep their result)."""
 
+NO_WORK = ("missing", "misnamed", "subfolder", "invalid", "grader_error")
+"""Statuses of a notebook with no work graded (not handed in as the course's notebook, not a notebook,
+or the grader's own failure): blank in the gradebook, where a real 0 is 0."""
+
 STATUS_WORDS = {
     "graded": "graded", "timeout": "timed out", "out_of_memory": "out of memory", "crashed": "crashed",
     "invalid": "not a notebook", "missing": "not handed in", "misnamed": "misnamed",
@@ -102,6 +107,11 @@ class NotebookResult:
         )
 
     @property
+    def subtotal(self) -> float | None:
+        """Points over its exercises; None when no work was graded (`NO_WORK`: blank, not 0)."""
+        return None if self.status in NO_WORK else sum(e.points for e in self.exercises)
+
+    @property
     def status_text(self) -> str:
         """The status in words: graded, partly graded (timed out), timed out, not handed in, ...
 
@@ -127,14 +137,27 @@ class LearnerResult:
     problems: tuple[str, ...] = ()
     """Problems with the learner's folder that belong to no course notebook (unknown files, empty folder)."""
 
-    def score(self, exercise: str) -> int:
+    def score(self, exercise: str) -> float:
         """Points for one exercise (0 when the learner has no result for it)."""
         return next((e.points for n in self.notebooks for e in n.exercises if e.exercise == exercise), 0)
 
+    def graded_score(self, exercise: str) -> float | None:
+        """Points for one exercise; None when its notebook has no work graded (`NO_WORK`) or no result."""
+        for notebook in self.notebooks:
+            for result in notebook.exercises:
+                if result.exercise == exercise:
+                    return None if notebook.subtotal is None else result.points
+        return None
+
     @property
-    def total(self) -> int:
+    def total(self) -> float:
         """Points over all exercises."""
         return sum(e.points for n in self.notebooks for e in n.exercises)
+
+    @property
+    def handed_in(self) -> bool:
+        """Whether any of the learner's notebooks has work graded (else the gradebook's total is blank)."""
+        return any(n.subtotal is not None for n in self.notebooks)
 
     @property
     def status_text(self) -> str:
@@ -153,7 +176,7 @@ class GradeReport:
     """One per learner folder, sorted by name."""
     exercises: tuple[str, ...]
     """The gradebook's exercise columns, in course order."""
-    maximum: int
+    maximum: float
     """The most points a learner could score on these exercises."""
     problems: tuple[str, ...] = ()
     """Problems with SUBMISSIONS itself (stray files at its top level)."""
@@ -165,5 +188,9 @@ class GradeReport:
     """Wall time of the whole run."""
     failures: tuple[str, ...] = field(default=())
     """Notebooks the grader itself could not grade (its own failure, not the learner's)."""
+    points: dict[str, float] = field(default_factory=dict)
+    """What each exercise of the gradebook is worth (the points file's, else `points.POINTS`)."""
+    roster: Roster | None = None
+    """The class list given with `--roster` (its learners are in `learners`, handed in or not)."""
     sandboxed: bool = True
     """Whether kernels ran in the file-system sandbox (False where the system has no Landlock)."""
