@@ -408,13 +408,17 @@ def test_the_class_report_counts_the_class_and_names_its_mistakes(graded):
     data = json.loads((root / "out" / "report.json").read_text(encoding="utf-8"))
     by_name = {e["exercise"]: e for e in data["exercises"]}
     sdpa = by_name["scaled_dot_product_attention"]
-    assert (sdpa["passed"], sdpa["learners"]) == (
+    assert (sdpa["passed"], sdpa["handed_in"]) == (
         sum(row[2] == "1" for row in EXPECTED_GRADEBOOK[1:]),
-        LEARNERS,
+        sum(row[6] != "" for row in EXPECTED_GRADEBOOK[1:]),  # 02_scaling points: blank, not handed in
     )
-    ideas = {m["mistake"]: m["count"] for m in sdpa["mistakes"]}
-    assert ideas["`scaled_dot_product_attention` is not implemented yet"] == 2  # bob, dave
-    assert "causal_mask" in data["nobody_passed"]
+    assert sdpa["not_attempted"] == 2  # bob, dave: paperwork, not a mistake
+    (scaling,) = [n for n in data["notebooks"] if n["notebook"] == STEM]
+    paperwork = (scaling["misnamed or in a subfolder"], scaling["not a notebook"], scaling["timed out"])
+    assert paperwork == (2, 1, 2)  # nina, otto; heidi; frank, and leo after his checks
+    made = {(m["mistake"], made["learner"]) for m in data["mistakes"] for made in m["made_by"]}
+    assert any("are divided by d_k instead of √d_k" in text and who == "carol_wrong" for text, who in made)
+    assert data["nobody_passed"] == []  # 03_causal_masking: handed in by nobody, so nobody failed it
     page = (root / "out" / "report.html").read_text(encoding="utf-8")
     assert f'<a href="feedback/{quote(ZOE)}.md">{ZOE}</a>' in page and "data:image/png;base64," in page
 

@@ -159,13 +159,19 @@ def summary(report: GradeReport, most_failed: int = 5) -> str:
         f"Mean score: {mean:.2f} / {report.maximum:g}",
     ]
     failed = Counter(
-        name for learner in report.learners for name in report.exercises if learner.score(name) == 0
-    )
+        name for learner in report.learners for name in report.exercises if learner.graded_score(name) == 0
+    )  # those who handed the notebook in and scored 0 on it (no work handed in is counted elsewhere)
     if failed:
         width = max(len("exercise"), *(len(name) for name in failed))
         lines += ["", f"{'exercise':<{width}}  failed by", f"{'-' * width}  ---------"]
         ranked = sorted(failed.items(), key=lambda item: (-item[1], report.exercises.index(item[0])))
-        lines += [f"{name:<{width}}  {n} / {count}" for name, n in ranked[:most_failed]]
+        handed = Counter(
+            name
+            for learner in report.learners
+            for name in report.exercises
+            if learner.graded_score(name) is not None
+        )
+        lines += [f"{name:<{width}}  {n} / {handed[name]}" for name, n in ranked[:most_failed]]
     found = problems(report)
     if found:
         lines += ["", f"Problems ({len(found)}):"] + [f"  - {_indent(p)}" for p in found]
