@@ -106,6 +106,7 @@ def _grade(args: argparse.Namespace) -> int:
             scheduler=args.scheduler,
             points=points,
             roster=roster,
+            check_timeout=args.check_timeout,
         )
     except (SubmissionsError, OSError) as error:
         print(f"attn-course grade: {error}", file=sys.stderr)
@@ -244,6 +245,9 @@ def build_parser() -> argparse.ArgumentParser:
     gra.add_argument("--timeout", type=_positive(float), default=180.0, metavar="SECONDS",
                      help="CPU seconds (per torch thread) for each notebook's cells, again for its checks; "
                      "a busy machine does not count (default 180; wall-clock backstop 5x)")  # fmt: skip
+    gra.add_argument("--check-timeout", type=float, default=60.0, metavar="SECONDS",
+                     help="CPU seconds (per torch thread) one exercise's check may spend: a loop there "
+                     "costs this, later exercises are still graded (default 60; 0: none)")  # fmt: skip
     gra.add_argument("--memory", type=_positive(float), default=4.0, metavar="GIB",
                      help="memory limit of each notebook's kernel in GiB (default 4)")  # fmt: skip
     gra.add_argument("--scheduler", metavar="ADDRESS",

@@ -432,7 +432,7 @@ def test_a_notebook_whose_last_check_hung_is_partly_graded_everywhere(tmp_path):
     (subs / "jonas" / "03_causal_masking.ipynb").unlink()
     keep_cells(subs / "jonas" / "07_kv_cache.ipynb", [range(0, 9), range(50, 56)])
     out = tmp_path / "out"
-    report = grade(subs, out, jobs=1, timeout=3.0, memory_gib=MEMORY_GIB)
+    report = grade(subs, out, jobs=1, timeout=3.0, memory_gib=MEMORY_GIB, check_timeout=0)  # no own limit
     (notebook,) = report.learners[0].notebooks
     assert notebook.status == "timeout" and notebook.status_text == "partly graded (timed out)"
     row = gradebook_rows(report)[1]
@@ -472,3 +472,22 @@ def test_cli_takes_points_and_a_roster_and_writes_the_lms_export(tmp_path, capsy
     (tmp_path / "points.csv").write_text("attention,lots\n")
     assert main([*args, "--roster", str(tmp_path / "roster.csv")]) == 2
     assert "line 1: 'lots' is not a number of points" in capsys.readouterr().err
+
+
+@needs_class
+def test_a_loop_in_one_check_costs_its_own_limit_and_the_exercises_after_it_are_graded(tmp_path):
+    """jonas's `sample_next` loops forever inside its check: with a per-check CPU limit it fails
+    with a message that says so, and `block_forward`, moved after it, is still graded. His 07 is cut
+    to the setup and the exercises 6, 7 and then 1 (his code as he wrote it)."""
+    subs = copy_class(tmp_path, ("jonas",))
+    (subs / "jonas" / "03_causal_masking.ipynb").unlink()
+    keep_cells(subs / "jonas" / "07_kv_cache.ipynb", [range(0, 7), range(50, 56), range(7, 9)])
+    report = grade(subs, tmp_path / "out", jobs=1, timeout=60.0, memory_gib=MEMORY_GIB, check_timeout=2.0)
+    (notebook,) = report.learners[0].notebooks
+    assert notebook.status == "graded" and notebook.status_text == "graded"
+    results = {e.exercise: e for e in notebook.exercises}
+    assert results["next_token_probs"].passed and results["block_forward"].passed
+    assert not results["sample_next"].passed and results["sample_next"].reached
+    assert "the grader's check of `sample_next` stopped your code after" in results["sample_next"].message
+    assert "s of CPU time: it did not finish" in results["sample_next"].message
+    assert notebook.cpu < 40  # the loop cost its check's seconds, not the notebook's budget

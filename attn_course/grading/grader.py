@@ -42,6 +42,9 @@ from attn_course.reference import EXERCISES
 DEFAULT_TIMEOUT = 180.0
 """Seconds of CPU time each notebook's cells may use per thread (and again the grader's checks);
 the wall-clock backstop is `execute.WALL_FACTOR` times this."""
+DEFAULT_CHECK_TIMEOUT = 60.0
+"""Seconds of CPU time (per thread) one exercise's check may spend before it is stopped and the
+exercises after it are graded (`execute.Limits.check`)."""
 DEFAULT_MEMORY_GIB = 4.0
 """Memory (address space) each notebook's kernel may use, in GiB."""
 
@@ -71,11 +74,12 @@ def _cores() -> int:
 
 def make_limits(
     hidden: tuple[str, ...], *, jobs: int = 2, timeout: float = DEFAULT_TIMEOUT,
-    memory_gib: float = DEFAULT_MEMORY_GIB,
+    memory_gib: float = DEFAULT_MEMORY_GIB, check_timeout: float = DEFAULT_CHECK_TIMEOUT,
 ) -> Limits:  # fmt: skip
     """The limits of each kernel when `jobs` notebooks run at once on this machine; `hidden` from them."""
     return Limits(
         timeout=timeout,
+        check=check_timeout,
         memory=int(memory_gib * 2**30),
         threads=max(1, _cores() // max(1, jobs)),
         hidden=(*hidden, jupyter_runtime_dir()),
@@ -137,12 +141,14 @@ def grade(
     scheduler: str | None = None,
     points: dict[str, float] | None = None,
     roster: Roster | None = None,
+    check_timeout: float = DEFAULT_CHECK_TIMEOUT,
 ) -> GradeReport:
     """Grade every learner folder of `submissions`; write `out/gradebook.csv`, `out/lms.csv`,
     `out/feedback/` and the class report `out/report.html` and `out/report.json` (see `class_report`).
 
     `points` (`points.read_points`) sets what each exercise is worth (default `points.POINTS`);
     with `roster` (`roster.read_roster`), a learner with no folder appears as not handed in.
+    Each exercise's check may spend `check_timeout` CPU seconds (0: only the notebook's `timeout`).
 
     Each notebook runs in a fresh kernel in a temporary copy of its learner's folder, with a
     time and memory limit, and is graded by the course's own checks. Raises SubmissionsError
@@ -157,7 +163,9 @@ def grade(
     learners, folder_problems = discover(submissions)
     tasks = [(learner, submission) for learner in learners for submission in learner.submissions]
     hidden = (str(submissions.resolve()), str(out.resolve()))
-    limits = make_limits(hidden, jobs=jobs, timeout=timeout, memory_gib=memory_gib)
+    limits = make_limits(
+        hidden, jobs=jobs, timeout=timeout, memory_gib=memory_gib, check_timeout=check_timeout
+    )
     results = grade_tasks(tasks, limits, jobs=jobs, fork=fork, progress=progress, scheduler=scheduler)
     misplaced = {m[0] for learner in learners for m in learner.misplaced}
     stems = [stem for stem in EXERCISES if stem in misplaced or any(stem == s for _, s in results)]
