@@ -491,3 +491,33 @@ def test_a_loop_in_one_check_costs_its_own_limit_and_the_exercises_after_it_are_
     assert "the grader's check of `sample_next` stopped your code after" in results["sample_next"].message
     assert "s of CPU time: it did not finish" in results["sample_next"].message
     assert notebook.cpu < 40  # the loop cost its check's seconds, not the notebook's budget
+
+
+@needs_class
+def test_one_mistake_loses_one_point_for_dana(tmp_path):
+    """dana's `attention` is right and calls her inverted `causal_mask`; her `sample_next` is right and
+    calls her wrong `next_token_probs`: each earlier exercise alone loses its point, and the later
+    one's feedback says what it failed through. Her 07 is cut to the setup and the exercises 1, 6 and
+    7 (her code as she wrote it)."""
+    subs = copy_class(tmp_path, ("dana",))
+    keep_cells(subs / "dana" / "07_kv_cache.ipynb", [range(0, 9), range(50, 56)])
+    report = grade(subs, tmp_path / "out", jobs=2, timeout=TIMEOUT * 4, memory_gib=MEMORY_GIB)
+    results = {e.exercise: e for n in report.learners[0].notebooks for e in n.exercises}
+    for right, wrong in (("attention", "causal_mask"), ("sample_next", "next_token_probs")):
+        assert not results[wrong].passed and results[wrong].points == 0, results[wrong]
+        assert results[right].upstream == wrong and results[right].points == 1, results[right]
+        assert wrong in results[right].message
+    assert results["padding_mask"].passed and results["block_forward"].passed
+    text = (tmp_path / "out" / "feedback" / "dana.md").read_text(encoding="utf-8")
+    assert "- `attention` right; failed through your `causal_mask`: " in text
+    assert "- `sample_next` right; failed through your `next_token_probs`: " in text
+    row = dict(zip(*gradebook_rows(report), strict=True))
+    assert (row["attention"], row["causal_mask"], row["sample_next"], row["next_token_probs"]) == (
+        "1",
+        "0",
+        "1",
+        "0",
+    )
+    data = json.loads((tmp_path / "out" / "report.json").read_text(encoding="utf-8"))
+    through = {e["exercise"]: e["through_earlier"] for e in data["exercises"]}
+    assert through["attention"] == 1 and through["sample_next"] == 1
