@@ -419,6 +419,8 @@ def test_the_class_report_counts_the_class_and_names_its_mistakes(graded):
     made = {(m["mistake"], made["learner"]) for m in data["mistakes"] for made in m["made_by"]}
     assert any("are divided by d_k instead of √d_k" in text and who == "carol_wrong" for text, who in made)
     assert data["nobody_passed"] == []  # 03_causal_masking: handed in by nobody, so nobody failed it
+    alice = next(c for c in data["class"] if c["learner"] == "alice_full")["notebooks"][0]
+    assert alice["seconds"] > 0 and alice["cpu"] > 0  # each notebook's wall and CPU time
     page = (root / "out" / "report.html").read_text(encoding="utf-8")
     assert f'<a href="feedback/{quote(ZOE)}.md">{ZOE}</a>' in page and "data:image/png;base64," in page
 

@@ -29,7 +29,8 @@ def _learner(name: str, softmax: str | None, attention: str | None, status: str 
         return ExerciseResult.failed(exercise, message)
 
     exercises = (result(NAMES[0], softmax), result(NAMES[1], attention))
-    return LearnerResult(name, (NotebookResult("09_backward", status, "", exercises),))
+    seconds, cpu = (12.34, 9.87) if status != "missing" else (0.0, 0.0)
+    return LearnerResult(name, (NotebookResult("09_backward", status, "", exercises, seconds, cpu),))
 
 
 def _class() -> GradeReport:
@@ -89,6 +90,16 @@ def test_each_mistake_is_grouped_by_its_whole_message_across_exercises_with_who_
     for paperwork in ("not implemented yet", "not reached", "not handed in", "right with the course"):
         assert paperwork not in everything
     assert {c["learner"]: c["status"] for c in data["class"]}["eve"] == "partly graded (timed out)"
+    eve = next(c for c in data["class"] if c["learner"] == "eve")
+    assert eve["notebooks"] == [
+        {
+            "notebook": "09_backward",
+            "status": "partly graded (timed out)",
+            "points": 1,
+            "seconds": 12.3,
+            "cpu": 9.9,
+        }
+    ]
     assert data["histogram"] == [
         {"score": 0, "learners": 3},  # cy & dee, fay, hal
         {"score": 1, "learners": 4},
@@ -104,6 +115,7 @@ def test_the_html_page_is_self_contained_escaped_and_links_each_learners_feedbac
     assert "is_causal=False) forgets the 1/√d scale in dK: dK = dSᵀ Q / √d. Second line.</td>" in page
     assert "5 of 7 who handed it in" in page and "1 not attempted" in page
     assert "<th>not handed in</th>" in page
+    assert "09_backward: 12.3 s, 9.9 s CPU" in page
     assert '<a href="feedback/%3Ccy%20%26%20dee%3E.md">&lt;cy &amp; dee&gt;</a>' in page
     assert '<a href="feedback/zo%C3%AB.md">zoë</a>' in page
     assert '<a href="feedback/hal.md">hal</a>, <a href="feedback/hal.md">hal</a>' in page

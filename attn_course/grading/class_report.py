@@ -10,7 +10,9 @@
 - each mistake named whole, as the check wrote it (numbers kept), grouped by identical message
   across exercises, with its count, the exercises it was met in, and the learners who made it,
   each linked to their feedback;
-- the exercises nobody passed, a histogram of the scores, each learner linked to their feedback.
+- the exercises nobody passed, a histogram of the scores, each learner linked to their feedback,
+  with the wall and CPU time each of their notebooks took (so report.json and report.html differ
+  from run to run; the gradebook and the feedback do not).
 """
 
 from __future__ import annotations
@@ -141,6 +143,16 @@ def report_data(report: GradeReport) -> dict[str, Any]:
                 "handed_in": r.handed_in,
                 "status": r.status_text,
                 "feedback": _feedback(r.learner),
+                "notebooks": [
+                    {
+                        "notebook": n.stem,
+                        "status": n.status_text,
+                        "points": n.subtotal,
+                        "seconds": round(n.seconds, 1),
+                        "cpu": round(n.cpu, 1),
+                    }
+                    for n in r.notebooks
+                ],
             }
             for r in learners
         ],
@@ -225,7 +237,13 @@ def report_html(data: dict[str, Any]) -> str:
     )
     learners = "".join(
         f"<tr><td>{link(c['learner'], c['feedback'])}</td>"
-        f"<td>{c['total']:g} / {data['maximum']:g}</td><td>{e(c['status'])}</td></tr>"
+        f"<td>{c['total']:g} / {data['maximum']:g}</td><td>{e(c['status'])}</td><td>"
+        + "<br>".join(
+            f"{e(n['notebook'])}: {n['seconds']:g} s, {n['cpu']:g} s CPU"
+            for n in c["notebooks"]
+            if n["seconds"] or n["cpu"]
+        )
+        + "</td></tr>"
         for c in data["class"]
     )
     return (
@@ -251,9 +269,8 @@ def report_html(data: dict[str, Any]) -> str:
         )
         + "\n<h2>Scores</h2>"
         f'<img alt="histogram of the scores" src="data:image/png;base64,{png}">\n'
-        "<h2>Learners</h2><table><tr><th>learner</th><th>score</th><th>status</th></tr>"
-        + learners
-        + "</table>\n</body></html>\n"
+        "<h2>Learners</h2><table><tr><th>learner</th><th>score</th><th>status</th>"
+        "<th>time per notebook (wall, CPU)</th></tr>" + learners + "</table>\n</body></html>\n"
     )
 
 
