@@ -85,6 +85,7 @@ def _workspace(args: argparse.Namespace) -> int:
 def _grade(args: argparse.Namespace) -> int:
     from attn_course.grading.discover import SubmissionsError
     from attn_course.grading.grader import grade
+    from attn_course.grading.overrides import OverridesError, read_overrides
     from attn_course.grading.points import PointsError, read_points
     from attn_course.grading.report import summary
     from attn_course.grading.roster import RosterError, read_roster
@@ -92,7 +93,8 @@ def _grade(args: argparse.Namespace) -> int:
     try:
         points = read_points(args.points) if args.points else None
         roster = read_roster(args.roster) if args.roster else None
-    except (PointsError, RosterError) as error:
+        overrides = read_overrides(args.overrides) if args.overrides else ()
+    except (PointsError, RosterError, OverridesError) as error:
         print(f"attn-course grade: {error}", file=sys.stderr)
         return 2
     try:
@@ -107,6 +109,8 @@ def _grade(args: argparse.Namespace) -> int:
             points=points,
             roster=roster,
             check_timeout=args.check_timeout,
+            overrides=overrides,
+            accept_misnamed=args.accept_misnamed,
         )
     except (SubmissionsError, OSError) as error:
         print(f"attn-course grade: {error}", file=sys.stderr)
@@ -257,6 +261,12 @@ def build_parser() -> argparse.ArgumentParser:
     gra.add_argument("--roster", type=Path, metavar="FILE",
                      help="CSV class list: a `learner` column of folder names (others copied to lms.csv), "
                      "or one name per line; learners with no folder appear as not handed in")  # fmt: skip
+    gra.add_argument("--overrides", type=Path, metavar="FILE",
+                     help="CSV learner,exercise,points,note: points you set for one learner, "
+                     "applied on every run")  # fmt: skip
+    gra.add_argument("--accept-misnamed", action="store_true",
+                     help="grade a notebook found misnamed or in a subfolder (saying so), "
+                     "instead of leaving it ungraded")  # fmt: skip
     gra.set_defaults(run=_grade)
     che = commands.add_parser("check", help=_CHECK_HELP, description=_CHECK_HELP)
     che.add_argument("notebooks", type=Path, nargs="+", metavar="NOTEBOOK", help="e.g. 02_scaling.ipynb")

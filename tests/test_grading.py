@@ -523,3 +523,32 @@ def test_one_mistake_loses_one_point_for_dana(tmp_path):
     data = json.loads((tmp_path / "out" / "report.json").read_text(encoding="utf-8"))
     through = {e["exercise"]: e["through_earlier"] for e in data["exercises"]}
     assert through["attention"] == 1 and through["sample_next"] == 1
+
+
+@needs_class
+def test_accept_misnamed_and_overrides_fix_one_learner_through_the_cli(tmp_path, capsys):
+    """lena's correct work is `Copy of 03_causal_masking.ipynb` and `my-work/07_kv_cache.ipynb`: with
+    --accept-misnamed both are graded, saying where they were found; an override sets one exercise.
+    Her 07 is cut to the setup and Exercise 1 (her code as she wrote it)."""
+    subs = copy_class(tmp_path, ("lena",))
+    keep_cells(subs / "lena" / "my-work" / "07_kv_cache.ipynb", [range(0, 9)])
+    overrides = tmp_path / "overrides.csv"
+    overrides.write_text(
+        'learner,exercise,points,note\nlena,attention,0.5,"Late: half points"\nmo,attention,1,\n'
+    )
+    out = tmp_path / "out"
+    args = ["grade", str(subs), "--out", str(out), "--timeout", "60", "--memory", str(MEMORY_GIB)]
+    assert main([*args, "--accept-misnamed", "--overrides", str(overrides)]) == 0
+    row = dict(
+        zip(*list(csv.reader((out / "gradebook.csv").open(encoding="utf-8", newline=""))), strict=True)
+    )
+    found = "graded (found misnamed or in a subfolder)"
+    assert (row["03_causal_masking points"], row["03_causal_masking status"]) == ("2.5", found)
+    assert (row["block_forward"], row["07_kv_cache status"]) == ("1", found)
+    text = (out / "feedback" / "lena.md").read_text(encoding="utf-8")
+    assert "Graded from `Copy of 03_causal_masking.ipynb`, accepted by your instructor" in text
+    assert "Graded from `my-work/07_kv_cache.ipynb`" in text
+    assert "- `attention` 0.5 point(s), set by your instructor: Late: half points" in text
+    printed = capsys.readouterr().out
+    assert "overrides: mo's attention is not in this gradebook" in printed
+    assert "lena: 03_causal_masking.ipynb graded from `Copy of 03_causal_masking.ipynb`" in printed

@@ -21,10 +21,12 @@ from attn_course.grading.discover import (
     Learner,
     Submission,
     SubmissionsError,
+    accept_misplaced,
     discover,
     misplaced_problem,
 )
 from attn_course.grading.execute import Limits
+from attn_course.grading.overrides import Override, apply_overrides, unused
 from attn_course.grading.points import POINTS
 from attn_course.grading.report import (
     FEEDBACK,
@@ -141,6 +143,8 @@ def grade(
     scheduler: str | None = None,
     points: dict[str, float] | None = None,
     roster: Roster | None = None,
+    overrides: tuple[Override, ...] = (),
+    accept_misnamed: bool = False,
     check_timeout: float = DEFAULT_CHECK_TIMEOUT,
 ) -> GradeReport:
     """Grade every learner folder of `submissions`; write `out/gradebook.csv`, `out/lms.csv`,
@@ -149,6 +153,8 @@ def grade(
     `points` (`points.read_points`) sets what each exercise is worth (default `points.POINTS`);
     with `roster` (`roster.read_roster`), a learner with no folder appears as not handed in.
     Each exercise's check may spend `check_timeout` CPU seconds (0: only the notebook's `timeout`).
+    `overrides` (`overrides.read_overrides`) set one learner's points for an exercise, with a note;
+    with `accept_misnamed`, a notebook found misnamed or in a subfolder is graded, saying so.
 
     Each notebook runs in a fresh kernel in a temporary copy of its learner's folder, with a
     time and memory limit, and is graded by the course's own checks. Raises SubmissionsError
@@ -161,12 +167,19 @@ def grade(
     if _inside(out, submissions) and submissions.is_dir():
         raise SubmissionsError(f"--out {out} is inside {submissions}: the grader never writes there")
     learners, folder_problems = discover(submissions)
+    if accept_misnamed:
+        learners = [accept_misplaced(learner) for learner in learners]
     tasks = [(learner, submission) for learner in learners for submission in learner.submissions]
     hidden = (str(submissions.resolve()), str(out.resolve()))
     limits = make_limits(
         hidden, jobs=jobs, timeout=timeout, memory_gib=memory_gib, check_timeout=check_timeout
     )
     results = grade_tasks(tasks, limits, jobs=jobs, fork=fork, progress=progress, scheduler=scheduler)
+    for learner, submission in tasks:
+        key = (learner.name, submission.stem)
+        if submission.accepted and key in results:
+            found_as = submission.path.relative_to(learner.folder).as_posix()
+            results[key] = replace(results[key], found_as=found_as)
     misplaced = {m[0] for learner in learners for m in learner.misplaced}
     stems = [stem for stem in EXERCISES if stem in misplaced or any(stem == s for _, s in results)]
     exercises = tuple(name for stem in stems for name in EXERCISES[stem])
@@ -178,6 +191,7 @@ def grade(
             graded + tuple(absent_learner(name, stems) for name in roster.learners if name not in found),
             key=lambda learner: learner.learner,
         ))  # fmt: skip
+    graded = tuple(apply_overrides(learner, overrides) for learner in graded)
     failures = tuple(
         f"{learner.learner}/{n.stem}.ipynb: {n.problem}"
         for learner in graded
@@ -190,6 +204,13 @@ def grade(
         exercises=exercises,
         maximum=sum(worth[name] for name in exercises),
         problems=tuple(folder_problems)
+        + unused(overrides, graded)
+        + tuple(
+            f"{learner.learner}: {n.stem}.ipynb graded from `{n.found_as}` (--accept-misnamed)"
+            for learner in graded
+            for n in learner.notebooks
+            if n.found_as
+        )
         + tuple(
             f"{learner.name}: a folder of SUBMISSIONS whose name is not on the roster"
             for learner in learners

@@ -91,13 +91,28 @@ def _indent(text: str) -> str:
 def _notebook_section(result: NotebookResult) -> list[str]:
     scored = sum(e.points for e in result.exercises)
     lines = [f"## {result.stem}.ipynb: {scored:g} point(s)", "", f"Status: {result.status_text}.", ""]
+    if result.found_as:
+        lines += [
+            f"Graded from `{result.found_as}`, accepted by your instructor: hand it in as "
+            f"`{result.stem}.ipynb` at the top of your folder next time.",
+            "",
+        ]
+    overridden = [
+        f"- `{e.exercise}` {e.points:g} point(s), set by your instructor: {_indent(e.override)}"
+        for e in result.exercises
+        if e.override
+    ]
     stopped = result.status in STOPPED and (result.reached or any(e.stopped for e in result.exercises))
     if result.problem and not stopped:
         lines += [f"**Not graded**: {_indent(result.problem)}.", ""]
-        return lines + [f"- `{e.exercise}` **not graded**: 0 points" for e in result.exercises] + [""]
+        rest = [f"- `{e.exercise}` **not graded**: 0 points" for e in result.exercises if not e.override]
+        return lines + overridden + rest + [""]
     if result.problem:
         lines += [f"**Stopped**: {_indent(result.problem)}. What was checked before keeps its points.", ""]
     for exercise in result.exercises:
+        if exercise.override:
+            lines.append(overridden.pop(0))
+            continue
         if exercise.stopped:
             lines.append(
                 f"- `{exercise.exercise}` **stopped while checked**: 0 points: {_indent(exercise.message)}"

@@ -28,6 +28,8 @@ class ExerciseResult:
     upstream: str = ""
     """The earlier exercise (by NAME) whose learner version alone made this one's check fail: this
     exercise is right (it passes with the course's version of that one) and keeps its points; "" else."""
+    override: str = ""
+    """The instructor's note when an overrides file set this exercise's points ("" otherwise)."""
     stopped: bool = False
     """True when the notebook stopped while this exercise's check ran (the learner's code it called
     looped, crashed or ran out of memory): the check never finished, so the exercise is not reached."""
@@ -95,6 +97,9 @@ class NotebookResult:
     """Wall time spent on it (not written to the gradebook)."""
     cpu: float = 0.0
     """CPU seconds its kernel spent in cells, where /proc tells (not written to the gradebook)."""
+    found_as: str = ""
+    """The file graded, relative to the learner's folder, when it was accepted under another name or
+    in a subfolder (`--accept-misnamed`); "" otherwise."""
 
     @property
     def reached(self) -> int:
@@ -109,7 +114,9 @@ class NotebookResult:
     @property
     def subtotal(self) -> float | None:
         """Points over its exercises; None when no work was graded (`NO_WORK`: blank, not 0)."""
-        return None if self.status in NO_WORK else sum(e.points for e in self.exercises)
+        if self.status in NO_WORK and not any(e.override for e in self.exercises):
+            return None
+        return sum(e.points for e in self.exercises)
 
     @property
     def status_text(self) -> str:
@@ -118,6 +125,8 @@ class NotebookResult:
         A notebook that stopped after every exercise's check finished is graded; one that stopped
         after some (or in the last exercise's check), partly graded.
         """
+        if self.found_as and self.status == "graded":
+            return "graded (found misnamed or in a subfolder)"
         if self.status in STOPPED:
             if self.exercises and self.reached == len(self.exercises):
                 return "graded"
