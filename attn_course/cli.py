@@ -111,6 +111,7 @@ def _grade(args: argparse.Namespace) -> int:
             check_timeout=args.check_timeout,
             overrides=overrides,
             accept_misnamed=args.accept_misnamed,
+            only=tuple(args.only or ()),
         )
     except (SubmissionsError, OSError) as error:
         print(f"attn-course grade: {error}", file=sys.stderr)
@@ -267,6 +268,9 @@ def build_parser() -> argparse.ArgumentParser:
     gra.add_argument("--accept-misnamed", action="store_true",
                      help="grade a notebook found misnamed or in a subfolder (saying so), "
                      "instead of leaving it ungraded")  # fmt: skip
+    gra.add_argument("--only", nargs="+", metavar="LEARNER",
+                     help="regrade only these learner folders into the gradebook of --out (the others "
+                     "keep their results from the run before)")  # fmt: skip
     gra.set_defaults(run=_grade)
     che = commands.add_parser("check", help=_CHECK_HELP, description=_CHECK_HELP)
     che.add_argument("notebooks", type=Path, nargs="+", metavar="NOTEBOOK", help="e.g. 02_scaling.ipynb")

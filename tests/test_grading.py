@@ -552,3 +552,27 @@ def test_accept_misnamed_and_overrides_fix_one_learner_through_the_cli(tmp_path,
     printed = capsys.readouterr().out
     assert "overrides: mo's attention is not in this gradebook" in printed
     assert "lena: 03_causal_masking.ipynb graded from `Copy of 03_causal_masking.ipynb`" in printed
+
+
+def test_cli_regrades_one_learner_into_the_existing_gradebook(tmp_path, capsys):
+    """ann hands in a broken file, then the untouched student notebook; bea's misnamed work is kept
+    from the first run even after her folder is gone: only ann is graded again."""
+    subs = tmp_path / "subs"
+    (subs / "ann").mkdir(parents=True)
+    (subs / "ann" / f"{STEM}.ipynb").write_text("{truncated")
+    (subs / "bea").mkdir()
+    _write(subs / "bea", _read("solutions"), name=f"Copy of {STEM}.ipynb")
+    out = tmp_path / "out"
+    assert main(["grade", str(subs), "--out", str(out)]) == 0
+    first = (out / "gradebook.csv").read_text(encoding="utf-8").splitlines()
+    shutil.copy(ROOT / "notebooks" / f"{STEM}.ipynb", subs / "ann" / f"{STEM}.ipynb")
+    shutil.rmtree(subs / "bea")
+    args = ["grade", str(subs), "--out", str(out), "--timeout", str(TIMEOUT), "--memory", str(MEMORY_GIB)]
+    assert main([*args, "--only", "ann"]) == 0
+    again = (out / "gradebook.csv").read_text(encoding="utf-8").splitlines()
+    assert again[0] == first[0] and again[2] == first[2]  # bea's row as before
+    assert first[1].startswith("ann,,,") and again[1].startswith("ann,0,0,0,graded,")
+    assert "Graded 2 learner(s)" in capsys.readouterr().out
+    assert (out / "feedback" / "bea.md").is_file()
+    assert main([*args, "--only", "cy"]) == 2
+    assert "--only: no learner folder cy" in capsys.readouterr().err

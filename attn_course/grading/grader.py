@@ -38,6 +38,7 @@ from attn_course.grading.report import (
 )
 from attn_course.grading.results import ExerciseResult, GradeReport, LearnerResult, NotebookResult
 from attn_course.grading.roster import Roster
+from attn_course.grading.store import RESULTS, read_results, write_results
 from attn_course.grading.tasks import grade_locally
 from attn_course.reference import EXERCISES
 
@@ -145,6 +146,7 @@ def grade(
     roster: Roster | None = None,
     overrides: tuple[Override, ...] = (),
     accept_misnamed: bool = False,
+    only: tuple[str, ...] = (),
     check_timeout: float = DEFAULT_CHECK_TIMEOUT,
 ) -> GradeReport:
     """Grade every learner folder of `submissions`; write `out/gradebook.csv`, `out/lms.csv`,
@@ -155,6 +157,8 @@ def grade(
     Each exercise's check may spend `check_timeout` CPU seconds (0: only the notebook's `timeout`).
     `overrides` (`overrides.read_overrides`) set one learner's points for an exercise, with a note;
     with `accept_misnamed`, a notebook found misnamed or in a subfolder is graded, saying so.
+    With `only` (learner folder names), only they are graded again: every other learner keeps the
+    result kept in `out/results.json` by the run before (see `store`).
 
     Each notebook runs in a fresh kernel in a temporary copy of its learner's folder, with a
     time and memory limit, and is graded by the course's own checks. Raises SubmissionsError
@@ -167,6 +171,13 @@ def grade(
     if _inside(out, submissions) and submissions.is_dir():
         raise SubmissionsError(f"--out {out} is inside {submissions}: the grader never writes there")
     learners, folder_problems = discover(submissions)
+    kept: tuple[LearnerResult, ...] = ()
+    if only:
+        unknown = sorted(set(only) - {learner.name for learner in learners})
+        if unknown:
+            raise SubmissionsError(f"--only: no learner folder {', '.join(unknown)} in {submissions}")
+        kept = tuple(r for r in read_results(out / RESULTS) if r.learner not in only)
+        learners = [learner for learner in learners if learner.name in only]
     if accept_misnamed:
         learners = [accept_misplaced(learner) for learner in learners]
     tasks = [(learner, submission) for learner in learners for submission in learner.submissions]
@@ -181,10 +192,23 @@ def grade(
             found_as = submission.path.relative_to(learner.folder).as_posix()
             results[key] = replace(results[key], found_as=found_as)
     misplaced = {m[0] for learner in learners for m in learner.misplaced}
-    stems = [stem for stem in EXERCISES if stem in misplaced or any(stem == s for _, s in results)]
+    stems = [
+        stem
+        for stem in EXERCISES
+        if stem in misplaced
+        or any(stem == s for _, s in results)
+        or any(n.stem == stem for r in kept for n in r.notebooks)
+    ]
     exercises = tuple(name for stem in stems for name in EXERCISES[stem])
     worth: dict[str, float] = dict(points or POINTS)
-    graded = tuple(with_points(learner_result(learner, stems, results), worth) for learner in learners)
+    raw = tuple(sorted(
+        tuple(learner_result(learner, stems, results) for learner in learners)
+        + tuple(_with_stems(r, stems) for r in kept),
+        key=lambda r: r.learner,
+    ))  # fmt: skip
+    out.mkdir(parents=True, exist_ok=True)
+    write_results(raw, out / RESULTS)
+    graded = tuple(with_points(learner, worth) for learner in raw)
     if roster is not None:
         found = {learner.name for learner in learners}
         graded = tuple(sorted(
@@ -198,7 +222,6 @@ def grade(
         for n in learner.notebooks
         if n.status == "grader_error"
     ) + checker_failures(graded)
-    out.mkdir(parents=True, exist_ok=True)
     report = GradeReport(
         learners=graded,
         exercises=exercises,
@@ -228,6 +251,12 @@ def grade(
     write_feedback(report, out / FEEDBACK)
     write_class_report(report, out)
     return _with_seconds(report, time.perf_counter() - start)
+
+
+def _with_stems(learner: LearnerResult, stems: list[str]) -> LearnerResult:
+    """A kept result with one notebook per stem of this gradebook (not handed in where it had none)."""
+    have = {n.stem: n for n in learner.notebooks}
+    return replace(learner, notebooks=tuple(have.get(stem) or _missing(stem) for stem in stems))
 
 
 def checker_failures(learners: tuple[LearnerResult, ...]) -> tuple[str, ...]:
