@@ -15,6 +15,7 @@ from pathlib import Path
 from jupyter_core.paths import jupyter_runtime_dir
 
 from attn_course.grading import sandbox
+from attn_course.grading.answers import collect_answers, write_answers
 from attn_course.grading.class_report import write_class_report
 from attn_course.grading.dask_runner import grade_on_cluster
 from attn_course.grading.discover import (
@@ -250,6 +251,8 @@ def grade(
     write_lms(report, out / LMS)
     write_feedback(report, out / FEEDBACK)
     write_class_report(report, out)
+    if not only:  # with --only, the other learners' notebooks are not read again
+        write_answers(collect_answers(learners), out)
     return _with_seconds(report, time.perf_counter() - start)
 
 
