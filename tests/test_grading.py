@@ -322,7 +322,7 @@ def test_submissions_are_untouched_and_escapes_change_nothing(graded):
     assert not (subs / "alice_full" / "planted.txt").exists()
     assert "overwritten" not in feedback(graded, "alice_full")
     assert sorted(p.name for p in (root / "out" / "feedback").iterdir()) == sorted(
-        f"{row[0]}.md" for row in EXPECTED_GRADEBOOK[1:]
+        f"{row[0]}.{kind}" for row in EXPECTED_GRADEBOOK[1:] for kind in ("md", "html")
     )
 
 
@@ -422,7 +422,10 @@ def test_the_class_report_counts_the_class_and_names_its_mistakes(graded):
     alice = next(c for c in data["class"] if c["learner"] == "alice_full")["notebooks"][0]
     assert alice["seconds"] > 0 and alice["cpu"] > 0  # each notebook's wall and CPU time
     page = (root / "out" / "report.html").read_text(encoding="utf-8")
-    assert f'<a href="feedback/{quote(ZOE)}.md">{ZOE}</a>' in page and "data:image/png;base64," in page
+    assert f'<a href="feedback/{quote(ZOE)}.html">{ZOE}</a>' in page and "data:image/png;base64," in page
+    alice = (root / "out" / "feedback" / "alice_full.html").read_text(encoding="utf-8")
+    assert "<li><code>score_variance</code> passed: Var(q·k) ≈ d_k unscaled and ≈ 1 scaled" in alice
+    assert "<h1>Feedback for alice_full</h1>" in alice and "http" not in alice  # self-contained
 
 
 @needs_class

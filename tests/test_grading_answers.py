@@ -24,7 +24,7 @@ def test_answers_are_collected_per_question_with_colabs_cells_and_blank_prompts(
     write_answers(answers, tmp_path)
     page = (tmp_path / "answers.html").read_text(encoding="utf-8")
     assert "<h2>Question 03.1</h2><p>2 of 4 answered.</p>" in page
-    assert '<a href="feedback/alice.md">alice</a>' in page
+    assert '<a href="feedback/alice.html">alice</a>' in page
     with (tmp_path / "answers.csv").open(encoding="utf-8", newline="") as file:
         rows = list(csv.reader(file))
     assert rows[0] == ["learner", "question", "answer", "points"]

@@ -84,7 +84,7 @@ def test_each_mistake_is_grouped_by_its_whole_message_across_exercises_with_who_
     assert rows["made_by"][0] == {
         "learner": "hal",
         "exercise": "softmax_backward",
-        "feedback": "feedback/hal.md",
+        "feedback": "feedback/hal.html",
     }
     everything = " ".join(texts)
     for paperwork in ("not implemented yet", "not reached", "not handed in", "right with the course"):
@@ -116,9 +116,9 @@ def test_the_html_page_is_self_contained_escaped_and_links_each_learners_feedbac
     assert "5 of 7 who handed it in" in page and "1 not attempted" in page
     assert "<th>not handed in</th>" in page
     assert "09_backward: 12.3 s, 9.9 s CPU" in page
-    assert '<a href="feedback/%3Ccy%20%26%20dee%3E.md">&lt;cy &amp; dee&gt;</a>' in page
-    assert '<a href="feedback/zo%C3%AB.md">zoë</a>' in page
-    assert '<a href="feedback/hal.md">hal</a>, <a href="feedback/hal.md">hal</a>' in page
+    assert '<a href="feedback/%3Ccy%20%26%20dee%3E.html">&lt;cy &amp; dee&gt;</a>' in page
+    assert '<a href="feedback/zo%C3%AB.html">zoë</a>' in page
+    assert '<a href="feedback/hal.html">hal</a>, <a href="feedback/hal.html">hal</a>' in page
     assert "<cy" not in page  # every learner-given text is escaped
     (png,) = re.findall(r'src="data:image/png;base64,([^"]+)"', page)
     assert base64.b64decode(png).startswith(b"\x89PNG")

@@ -80,3 +80,20 @@ def test_without_a_roster_the_lms_export_names_each_learner_by_folder():
     report = _report()
     rows = lms_rows(GradeReport(report.learners, report.exercises, report.maximum))
     assert [row[0] for row in rows] == ["Student", "ada", "bo", "cy"]
+
+
+def test_the_html_feedback_is_the_markdowns_structure_escaped():
+    from attn_course.grading.report import feedback_html
+
+    markdown = (
+        "# Feedback for <eve>\n\nScore: 1 / 2\n\n## 03_causal_masking.ipynb: 1 point(s)\n\n"
+        "Status: graded.\n\n- `causal_mask` **not passed**: rows a < b are *wrong*:\n  second line\n"
+        "- `attention` passed: ok\n"
+    )
+    page = feedback_html(markdown, "Feedback for <eve>")
+    assert "<title>Feedback for &lt;eve&gt;</title>" in page and "<h1>Feedback for &lt;eve&gt;</h1>" in page
+    assert (
+        "<ul><li><code>causal_mask</code> <strong>not passed</strong>: rows a &lt; b are <em>wrong</em>:"
+        "<br>second line</li><li><code>attention</code> passed: ok</li></ul>"
+    ) in page
+    assert "<p>Status: graded.</p>" in page and "<h2>03_causal_masking.ipynb: 1 point(s)</h2>" in page

@@ -71,7 +71,7 @@ def write_answers(answers: dict[str, list[tuple[str, str]]], folder: Path) -> No
     sections = []
     for label, given in answers.items():
         rows = "".join(
-            f'<tr><td><a href="{e(quote(f"{FEEDBACK}/{name}.md"))}">{e(name)}</a></td>'
+            f'<tr><td><a href="{e(quote(f"{FEEDBACK}/{name}.html"))}">{e(name)}</a></td>'
             f"<td>{e(text) if text else '<span class=muted>no answer</span>'}</td></tr>"
             for name, text in given
         )

@@ -71,7 +71,7 @@ def is_mistake(notebook: NotebookResult, exercise: ExerciseResult) -> bool:
 
 
 def _feedback(learner: str) -> str:
-    return f"{FEEDBACK}/{learner}.md"
+    return f"{FEEDBACK}/{learner}.html"
 
 
 def report_data(report: GradeReport) -> dict[str, Any]:

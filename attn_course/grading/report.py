@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import csv
+import html
+import re
 import shutil
 import sys
 from collections import Counter
@@ -141,15 +143,72 @@ def feedback_text(learner: LearnerResult, maximum: float) -> str:
     return "\n".join(lines)
 
 
+_INLINE = re.compile(r"`([^`]+)`|\*\*(.+?)\*\*|(?<![\w*])\*([^*\n]+)\*(?![\w*])")
+
+
+def _inline(text: str) -> str:
+    """Escaped text with the feedback's Markdown spans (`code`, **bold**, *italic*) as HTML."""
+    out, at = [], 0
+    for match in _INLINE.finditer(text):
+        out.append(html.escape(text[at : match.start()]))
+        code, bold, italic = match.groups()
+        if code is not None:
+            out.append(f"<code>{html.escape(code)}</code>")
+        elif bold is not None:
+            out.append(f"<strong>{_inline(bold)}</strong>")
+        else:
+            out.append(f"<em>{html.escape(italic)}</em>")
+        at = match.end()
+    return "".join(out) + html.escape(text[at:])
+
+
+def feedback_html(markdown: str, title: str) -> str:
+    """The feedback's Markdown (`feedback_text`: headings, paragraphs, one level of list items with
+    indented continuation lines) as one self-contained HTML page."""
+    body: list[str] = []
+    items: list[str] = []
+
+    def close_list() -> None:
+        if items:
+            body.append("<ul>" + "".join(f"<li>{item}</li>" for item in items) + "</ul>")
+            items.clear()
+
+    for line in markdown.splitlines():
+        if line.startswith("  ") and items:  # a list item's continuation
+            items[-1] += "<br>" + _inline(line.strip())
+        elif line.startswith("- "):
+            items.append(_inline(line[2:]))
+        else:
+            close_list()
+            if line.startswith("## "):
+                body.append(f"<h2>{_inline(line[3:])}</h2>")
+            elif line.startswith("# "):
+                body.append(f"<h1>{_inline(line[2:])}</h1>")
+            elif line.strip():
+                body.append(f"<p>{_inline(line)}</p>")
+    close_list()
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{html.escape(title)}</title><style>body {{ font: 15px/1.5 system-ui, sans-serif; "
+        "margin: 2em auto; max-width: 52em; padding: 0 1em; } li { margin: .4em 0; } "
+        "code { background: #f1f1f4; padding: 0 .2em; }</style></head><body>\n"
+        + "\n".join(body)
+        + "\n</body></html>\n"
+    )
+
+
 def write_feedback(report: GradeReport, folder: Path) -> None:
-    """Replace `folder` with one `<learner>.md` per learner."""
+    """Replace `folder` with one `<learner>.md` per learner, and the same as a self-contained
+    `<learner>.html` (what the class report links to: a browser shows Markdown as raw text)."""
     if folder.is_dir() and not folder.is_symlink():
         shutil.rmtree(folder)
     folder.mkdir(parents=True, exist_ok=True)
     for learner in report.learners:
-        (folder / f"{learner.learner}.md").write_text(
-            feedback_text(learner, report.maximum), encoding="utf-8"
-        )
+        text = feedback_text(learner, report.maximum)
+        (folder / f"{learner.learner}.md").write_text(text, encoding="utf-8")
+        page = feedback_html(text, f"Feedback for {learner.learner}")
+        (folder / f"{learner.learner}.html").write_text(page, encoding="utf-8")
 
 
 def problems(report: GradeReport) -> list[str]:
