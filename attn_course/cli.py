@@ -112,6 +112,7 @@ def _grade(args: argparse.Namespace) -> int:
             overrides=overrides,
             accept_misnamed=args.accept_misnamed,
             only=tuple(args.only or ()),
+            keep_executed=args.keep_executed,
         )
     except (SubmissionsError, OSError) as error:
         print(f"attn-course grade: {error}", file=sys.stderr)
@@ -271,6 +272,8 @@ def build_parser() -> argparse.ArgumentParser:
     gra.add_argument("--only", nargs="+", metavar="LEARNER",
                      help="regrade only these learner folders into the gradebook of --out (the others "
                      "keep their results from the run before)")  # fmt: skip
+    gra.add_argument("--keep-executed", action="store_true",
+                     help="write each executed notebook, outputs included, to OUT/executed/")  # fmt: skip
     gra.set_defaults(run=_grade)
     che = commands.add_parser("check", help=_CHECK_HELP, description=_CHECK_HELP)
     che.add_argument("notebooks", type=Path, nargs="+", metavar="NOTEBOOK", help="e.g. 02_scaling.ipynb")

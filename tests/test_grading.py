@@ -541,7 +541,7 @@ def test_accept_misnamed_and_overrides_fix_one_learner_through_the_cli(tmp_path,
     )
     out = tmp_path / "out"
     args = ["grade", str(subs), "--out", str(out), "--timeout", "60", "--memory", str(MEMORY_GIB)]
-    assert main([*args, "--accept-misnamed", "--overrides", str(overrides)]) == 0
+    assert main([*args, "--accept-misnamed", "--overrides", str(overrides), "--keep-executed"]) == 0
     row = dict(
         zip(*list(csv.reader((out / "gradebook.csv").open(encoding="utf-8", newline=""))), strict=True)
     )
@@ -555,6 +555,11 @@ def test_accept_misnamed_and_overrides_fix_one_learner_through_the_cli(tmp_path,
     printed = capsys.readouterr().out
     assert "overrides: mo's attention is not in this gradebook" in printed
     assert "lena: 03_causal_masking.ipynb graded from `Copy of 03_causal_masking.ipynb`" in printed
+    executed = nbformat.read(out / "executed" / "lena" / "03_causal_masking.ipynb", as_version=4)
+    sources = [c.source for c in executed.cells if c.cell_type == "code"]
+    assert not any("_attn_grader" in s for s in sources)  # the grader's cells left out
+    assert any(c.get("outputs") for c in executed.cells if c.cell_type == "code")  # with the outputs
+    assert (out / "executed" / "lena" / "07_kv_cache.ipynb").is_file()
 
 
 def test_cli_regrades_one_learner_into_the_existing_gradebook(tmp_path, capsys):

@@ -64,6 +64,10 @@ class Limits:
     """Seconds of CPU time (per thread in `threads`) one exercise's check may spend, the learner's code
     it calls included: a loop in one exercise costs this, and the exercises after it are still
     graded (0: only the notebook's limit)."""
+    keep: str = ""
+    """A folder to write each executed notebook to, as `<learner>/<stem>.ipynb` (the learner's cells
+    with their outputs, the grader's cells left out); "" keeps none. Written by the process that
+    grades it (on a Dask cluster, on the worker's machine)."""
     wall: float = 0.0
     """Wall-clock seconds for the learner's cells, and again for the checks, however little CPU they
     got (the backstop); 0: WALL_FACTOR times `timeout`."""
@@ -450,11 +454,22 @@ def run_notebook(learner: Learner, submission: Submission, limits: Limits) -> No
         work = Path(temporary, "grading", "submission")
         _copy_folder(learner, submission, work)
         status, problem, errors, graded, cpu = _execute(stem, notebook, work, limits)
+    if limits.keep and status != "grader_error":
+        _keep(notebook, Path(limits.keep) / learner.name / f"{stem}.ipynb")
     if status == "grader_error":
         exercises = _zeros(stem, f"not graded: {problem}")
     else:
         exercises = _exercise_results(stem, notebook, errors, graded, problem if status != "graded" else "")
     return NotebookResult(stem, status, problem, exercises, time.perf_counter() - start, cpu)
+
+
+def _keep(notebook: nbformat.NotebookNode, path: Path) -> None:
+    """Write the executed notebook to `path` for the instructor; a failure to write costs no grade."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        nbformat.write(notebook, path)
+    except (OSError, ValueError):
+        pass
 
 
 def _execute(

@@ -8,6 +8,7 @@ PosixPath('grades/gradebook.csv')
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -49,6 +50,8 @@ the wall-clock backstop is `execute.WALL_FACTOR` times this."""
 DEFAULT_CHECK_TIMEOUT = 60.0
 """Seconds of CPU time (per thread) one exercise's check may spend before it is stopped and the
 exercises after it are graded (`execute.Limits.check`)."""
+EXECUTED = "executed"
+"""The folder of `--out` where `--keep-executed` writes the executed notebooks."""
 DEFAULT_MEMORY_GIB = 4.0
 """Memory (address space) each notebook's kernel may use, in GiB."""
 
@@ -78,12 +81,13 @@ def _cores() -> int:
 
 def make_limits(
     hidden: tuple[str, ...], *, jobs: int = 2, timeout: float = DEFAULT_TIMEOUT,
-    memory_gib: float = DEFAULT_MEMORY_GIB, check_timeout: float = DEFAULT_CHECK_TIMEOUT,
+    memory_gib: float = DEFAULT_MEMORY_GIB, check_timeout: float = DEFAULT_CHECK_TIMEOUT, keep: str = "",
 ) -> Limits:  # fmt: skip
     """The limits of each kernel when `jobs` notebooks run at once on this machine; `hidden` from them."""
     return Limits(
         timeout=timeout,
         check=check_timeout,
+        keep=keep,
         memory=int(memory_gib * 2**30),
         threads=max(1, _cores() // max(1, jobs)),
         hidden=(*hidden, jupyter_runtime_dir()),
@@ -148,6 +152,7 @@ def grade(
     overrides: tuple[Override, ...] = (),
     accept_misnamed: bool = False,
     only: tuple[str, ...] = (),
+    keep_executed: bool = False,
     check_timeout: float = DEFAULT_CHECK_TIMEOUT,
 ) -> GradeReport:
     """Grade every learner folder of `submissions`; write `out/gradebook.csv`, `out/lms.csv`,
@@ -159,7 +164,8 @@ def grade(
     `overrides` (`overrides.read_overrides`) set one learner's points for an exercise, with a note;
     with `accept_misnamed`, a notebook found misnamed or in a subfolder is graded, saying so.
     With `only` (learner folder names), only they are graded again: every other learner keeps the
-    result kept in `out/results.json` by the run before (see `store`).
+    result kept in `out/results.json` by the run before (see `store`). With `keep_executed`, each
+    executed notebook is written to `out/executed/<learner>/<stem>.ipynb`.
 
     Each notebook runs in a fresh kernel in a temporary copy of its learner's folder, with a
     time and memory limit, and is graded by the course's own checks. Raises SubmissionsError
@@ -183,8 +189,12 @@ def grade(
         learners = [accept_misplaced(learner) for learner in learners]
     tasks = [(learner, submission) for learner in learners for submission in learner.submissions]
     hidden = (str(submissions.resolve()), str(out.resolve()))
+    executed = out / EXECUTED
+    if keep_executed and not only and executed.is_dir() and not executed.is_symlink():
+        shutil.rmtree(executed)  # this run's notebooks only (with --only, the others' are kept)
+    keep = str(executed.resolve()) if keep_executed else ""
     limits = make_limits(
-        hidden, jobs=jobs, timeout=timeout, memory_gib=memory_gib, check_timeout=check_timeout
+        hidden, jobs=jobs, timeout=timeout, memory_gib=memory_gib, check_timeout=check_timeout, keep=keep
     )
     results = grade_tasks(tasks, limits, jobs=jobs, fork=fork, progress=progress, scheduler=scheduler)
     for learner, submission in tasks:
