@@ -83,6 +83,7 @@ def _workspace(args: argparse.Namespace) -> int:
 
 
 def _grade(args: argparse.Namespace) -> int:
+    from attn_course.grading.answers import HandPointsError, read_hand_points
     from attn_course.grading.discover import SubmissionsError
     from attn_course.grading.grader import grade
     from attn_course.grading.overrides import OverridesError, read_overrides
@@ -94,7 +95,8 @@ def _grade(args: argparse.Namespace) -> int:
         points = read_points(args.points) if args.points else None
         roster = read_roster(args.roster) if args.roster else None
         overrides = read_overrides(args.overrides) if args.overrides else ()
-    except (PointsError, RosterError, OverridesError) as error:
+        hand = read_hand_points(args.hand_points) if args.hand_points else None
+    except (PointsError, RosterError, OverridesError, HandPointsError) as error:
         print(f"attn-course grade: {error}", file=sys.stderr)
         return 2
     try:
@@ -113,6 +115,7 @@ def _grade(args: argparse.Namespace) -> int:
             accept_misnamed=args.accept_misnamed,
             only=tuple(args.only or ()),
             keep_executed=args.keep_executed,
+            hand_points=hand,
         )
     except (SubmissionsError, OSError) as error:
         print(f"attn-course grade: {error}", file=sys.stderr)
@@ -274,6 +277,9 @@ def build_parser() -> argparse.ArgumentParser:
                      "keep their results from the run before)")  # fmt: skip
     gra.add_argument("--keep-executed", action="store_true",
                      help="write each executed notebook, outputs included, to OUT/executed/")  # fmt: skip
+    gra.add_argument("--hand-points", type=Path, metavar="FILE",
+                     help="answers.csv with points entered for the written answers "
+                     "(added to the gradebook)")  # fmt: skip
     gra.set_defaults(run=_grade)
     che = commands.add_parser("check", help=_CHECK_HELP, description=_CHECK_HELP)
     che.add_argument("notebooks", type=Path, nargs="+", metavar="NOTEBOOK", help="e.g. 02_scaling.ipynb")

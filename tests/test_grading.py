@@ -584,3 +584,31 @@ def test_cli_regrades_one_learner_into_the_existing_gradebook(tmp_path, capsys):
     assert (out / "feedback" / "bea.md").is_file()
     assert main([*args, "--only", "cy"]) == 2
     assert "--only: no learner folder cy" in capsys.readouterr().err
+
+
+def test_cli_adds_hand_points_of_the_written_answers(tmp_path):
+    """No kernel needed: ann's notebook is not one, her written answer still earned a point by hand."""
+    (tmp_path / "subs" / "ann").mkdir(parents=True)
+    (tmp_path / "subs" / "ann" / "03_causal_masking.ipynb").write_text("{truncated")
+    (tmp_path / "answers.csv").write_text("learner,question,answer,points\nann,03.1,sent by e-mail,1\n")
+    out = tmp_path / "out"
+    assert (
+        main(
+            [
+                "grade",
+                str(tmp_path / "subs"),
+                "--out",
+                str(out),
+                "--hand-points",
+                str(tmp_path / "answers.csv"),
+            ]
+        )
+        == 0
+    )
+    with (out / "gradebook.csv").open(encoding="utf-8", newline="") as file:
+        header, ann = list(csv.reader(file))
+    assert dict(zip(header, ann, strict=True))["written 03.1"] == "1"
+    assert ann[-3:] == ["1", "4", "not a notebook"]  # total, max (3 exercises and one answer), status
+    assert (
+        "Written answers, graded by hand: 1 point(s) (03.1: 1)." in (out / "feedback" / "ann.md").read_text()
+    )

@@ -4,9 +4,16 @@ from __future__ import annotations
 
 import csv
 
+import pytest
 from instructor_class import copy_class, needs_class
 
-from attn_course.grading.answers import collect_answers, write_answers, written_answers
+from attn_course.grading.answers import (
+    HandPointsError,
+    collect_answers,
+    read_hand_points,
+    write_answers,
+    written_answers,
+)
 from attn_course.grading.discover import discover
 
 
@@ -33,3 +40,17 @@ def test_answers_are_collected_per_question_with_colabs_cells_and_blank_prompts(
 
 def test_a_file_that_is_not_a_notebook_has_no_answers():
     assert written_answers(b"{truncated") == {}
+
+
+def test_hand_points_entered_in_answers_csv_are_read_per_question(tmp_path):
+    path = tmp_path / "answers.csv"
+    path.write_text(
+        'learner,question,answer,points\nalice,03.1,the lower triangle,1\nbob,03.1,,\ndana,03.2,"a, b",0.5\n'
+    )
+    assert read_hand_points(path) == {"03.1": {"alice": 1}, "03.2": {"dana": 0.5}}
+    path.write_text("learner,question,answer,points\nalice,03.1,x,lots\n")
+    with pytest.raises(HandPointsError, match="line 2: 'lots' is not a number"):
+        read_hand_points(path)
+    path.write_text("alice,03.1,x,1\n")
+    with pytest.raises(HandPointsError, match="the first line must be"):
+        read_hand_points(path)

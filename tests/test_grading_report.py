@@ -97,3 +97,19 @@ def test_the_html_feedback_is_the_markdowns_structure_escaped():
         "<br>second line</li><li><code>attention</code> passed: ok</li></ul>"
     ) in page
     assert "<p>Status: graded.</p>" in page and "<h2>03_causal_masking.ipynb: 1 point(s)</h2>" in page
+
+
+def test_hand_points_add_a_column_per_question_to_the_gradebook_and_the_total(tmp_path):
+    from dataclasses import replace
+
+    from attn_course.grading.report import feedback_text, gradebook_rows
+
+    report = replace(_report(), written={"03.1": {"ada": 1, "cy": 0.5}})
+    rows = gradebook_rows(report)
+    assert rows[0][-5:] == ["03_causal_masking status", "written 03.1", "total", "max", "status"]
+    assert [row[-4:-1] for row in rows[1:]] == [["1", "4.5", "6.5"], ["", "0", "6.5"], ["0.5", "0.5", "6.5"]]
+    assert lms_rows(report)[0][-2:] == ["written answers", "attn-course total"]
+    assert lms_rows(report)[3] == ["Cy", "s3", "", "", "0.5", "0.5"]
+    assert "Written answers, graded by hand: 1 point(s) (03.1: 1)." in feedback_text(
+        report.learners[0], report.maximum, {"03.1": 1}
+    )

@@ -24,7 +24,39 @@ from attn_course.questions import answer_label, answer_prompt
 
 ANSWERS_HTML = "answers.html"
 ANSWERS_CSV = "answers.csv"
+_LABEL = re.compile(r"^\d\d\.\d+$")
 _PROMPT = re.compile(r"^\s*\*\*Your answer \((?P<label>\d\d\.\d+)\):\*\*")
+
+
+class HandPointsError(ValueError):
+    """A hand-points file that cannot be used; the message names the file and the line."""
+
+
+def read_hand_points(path: Path) -> dict[str, dict[str, float]]:
+    """The points entered in an answers.csv (`learner,question,answer,points`), per question, per
+    learner; rows whose points are blank are skipped. HandPointsError names a bad line."""
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as error:
+        raise HandPointsError(f"cannot read the hand points {path}: {error}") from error
+    rows = list(csv.reader(text.splitlines()))
+    if not rows or [c.strip().lower() for c in rows[0][:4]] != ["learner", "question", "answer", "points"]:
+        raise HandPointsError(f"{path}: the first line must be learner,question,answer,points (answers.csv)")
+    points: dict[str, dict[str, float]] = {}
+    for number, row in enumerate(rows[1:], start=2):
+        learner, question, _, value = ([c.strip() for c in row] + ["", "", "", ""])[:4]
+        if not value:
+            continue
+        try:
+            worth = float(value)
+        except ValueError:
+            raise HandPointsError(f"{path}, line {number}: {value!r} is not a number of points") from None
+        if not learner or not _LABEL.match(question) or not 0 <= worth < float("inf"):
+            raise HandPointsError(
+                f"{path}, line {number}: expected a learner, a question NN.K and points ≥ 0"
+            )
+        points.setdefault(question, {})[learner] = int(worth) if worth.is_integer() else worth
+    return points
 
 
 def written_answers(data: bytes) -> dict[str, str]:

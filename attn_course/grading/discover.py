@@ -175,8 +175,13 @@ def accept_misplaced(learner: Learner) -> Learner:
         return learner
     found = {s.stem: s for s in learner.submissions}
     for stem, path, how in learner.misplaced:
-        data = (learner.folder / path).read_bytes()
-        found[stem] = Submission(stem, learner.folder / path, data, notebook_problem(data), accepted=how)
+        try:
+            data = (learner.folder / path).read_bytes()
+        except OSError as error:  # gone or unreadable since discovery: graded as not a notebook
+            data, problem = b"", f"the file cannot be read ({error.strerror or error})"
+        else:
+            problem = notebook_problem(data)
+        found[stem] = Submission(stem, learner.folder / path, data, problem, accepted=how)
     ordered = tuple(found[stem] for stem in EXERCISES if stem in found)
     return Learner(learner.name, learner.folder, ordered, learner.problems, ())
 

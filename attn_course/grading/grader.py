@@ -153,6 +153,7 @@ def grade(
     accept_misnamed: bool = False,
     only: tuple[str, ...] = (),
     keep_executed: bool = False,
+    hand_points: dict[str, dict[str, float]] | None = None,
     check_timeout: float = DEFAULT_CHECK_TIMEOUT,
 ) -> GradeReport:
     """Grade every learner folder of `submissions`; write `out/gradebook.csv`, `out/lms.csv`,
@@ -256,6 +257,7 @@ def grade(
         sandboxed=sandbox.landlock_abi() > 0,
         points={name: worth[name] for name in exercises},
         roster=roster,
+        written=hand_points or {},
     )
     write_gradebook(report, out / GRADEBOOK)
     write_lms(report, out / LMS)

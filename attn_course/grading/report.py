@@ -23,6 +23,24 @@ def number(points: float | None) -> str:
     return "" if points is None else f"{points:g}"
 
 
+WRITTEN_POINTS = 1
+"""What each written answer is worth in the gradebook's max (as nbgrader's export makes them)."""
+
+
+def hand_points(report: GradeReport, learner: str) -> float | None:
+    """The learner's hand points over the written answers (None when none were entered)."""
+    given = [by[learner] for by in report.written.values() if learner in by]
+    return sum(given) if given else None
+
+
+def _total(report: GradeReport, learner: LearnerResult) -> str:
+    """The gradebook's total: the autograded points and the hand points; blank when there is neither."""
+    hand = hand_points(report, learner.learner)
+    if not learner.handed_in and hand is None:
+        return ""
+    return number((learner.total if learner.handed_in else 0) + (hand or 0))
+
+
 def gradebook_rows(report: GradeReport) -> list[list[str]]:
     """The gradebook as rows: a header, then one row per learner: learner, exercises…, each notebook's
     points and status, total, max, status (graded, partly graded (timed out), timed out, not handed
@@ -32,13 +50,16 @@ def gradebook_rows(report: GradeReport) -> list[list[str]]:
     header = ["learner", *report.exercises]
     for stem in stems:
         header += [f"{stem} points", f"{stem} status"]
+    questions = sorted(report.written, key=lambda q: tuple(int(x) for x in q.split(".")))
+    header += [f"written {q}" for q in questions]
     rows = [[*header, "total", "max", "status"]]
+    maximum = number(report.maximum + WRITTEN_POINTS * len(questions))
     for learner in report.learners:
         scores = [number(learner.graded_score(name)) for name in report.exercises]
         for notebook in learner.notebooks:
             scores += [number(notebook.subtotal), notebook.status_text]
-        total = number(learner.total if learner.handed_in else None)
-        rows.append([learner.learner, *scores, total, number(report.maximum), learner.status_text])
+        scores += [number(report.written[q].get(learner.learner)) for q in questions]
+        rows.append([learner.learner, *scores, _total(report, learner), maximum, learner.status_text])
     return rows
 
 
@@ -67,7 +88,8 @@ def lms_rows(report: GradeReport) -> list[list[str]]:
     roster = report.roster
     columns = list(roster.columns) if roster is not None and roster.columns else ["Student"]
     stems = _stems(report)
-    rows = [[*columns, *stems, LMS_TOTAL]]
+    written = ["written answers"] if report.written else []
+    rows = [[*columns, *stems, *written, LMS_TOTAL]]
     for learner in report.learners:
         if roster is not None and roster.columns:
             if learner.learner not in roster.learners:
@@ -76,7 +98,9 @@ def lms_rows(report: GradeReport) -> list[list[str]]:
         else:
             identity = [learner.learner]
         subtotals = [number(n.subtotal) for n in learner.notebooks]
-        rows.append([*identity, *subtotals, number(learner.total if learner.handed_in else None)])
+        if written:
+            subtotals.append(number(hand_points(report, learner.learner)))
+        rows.append([*identity, *subtotals, _total(report, learner)])
     return rows
 
 
@@ -132,9 +156,13 @@ def _notebook_section(result: NotebookResult) -> list[str]:
     return [*lines, ""]
 
 
-def feedback_text(learner: LearnerResult, maximum: float) -> str:
-    """One learner's feedback in Markdown: per notebook, each exercise passed or the check's message."""
+def feedback_text(learner: LearnerResult, maximum: float, written: dict[str, float] | None = None) -> str:
+    """One learner's feedback in Markdown: per notebook, each exercise passed or the check's message;
+    with `written` (hand points per question), a line for the written answers."""
     lines = [f"# Feedback for {learner.learner}", "", f"Score: {learner.total:g} / {maximum:g}", ""]
+    if written:
+        given = ", ".join(f"{q}: {p:g}" for q, p in sorted(written.items()))
+        lines += [f"Written answers, graded by hand: {sum(written.values()):g} point(s) ({given}).", ""]
     for result in learner.notebooks:
         lines += _notebook_section(result)
     if learner.problems:
@@ -205,7 +233,8 @@ def write_feedback(report: GradeReport, folder: Path) -> None:
         shutil.rmtree(folder)
     folder.mkdir(parents=True, exist_ok=True)
     for learner in report.learners:
-        text = feedback_text(learner, report.maximum)
+        written = {q: by[learner.learner] for q, by in report.written.items() if learner.learner in by}
+        text = feedback_text(learner, report.maximum, written)
         (folder / f"{learner.learner}.md").write_text(text, encoding="utf-8")
         page = feedback_html(text, f"Feedback for {learner.learner}")
         (folder / f"{learner.learner}.html").write_text(page, encoding="utf-8")

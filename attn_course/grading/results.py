@@ -199,6 +199,8 @@ class GradeReport:
     """Notebooks the grader itself could not grade (its own failure, not the learner's)."""
     points: dict[str, float] = field(default_factory=dict)
     """What each exercise of the gradebook is worth (the points file's, else `points.POINTS`)."""
+    written: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Hand points of the written answers, per question label ("03.1"), per learner (`--hand-points`)."""
     roster: Roster | None = None
     """The class list given with `--roster` (its learners are in `learners`, handed in or not)."""
     sandboxed: bool = True
