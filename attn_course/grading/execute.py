@@ -89,8 +89,9 @@ class Limits:
 
     @property
     def check_cpu(self) -> float:
-        """CPU seconds of one check (all threads); never more than the checks' whole budget."""
-        return min(self.check, self.timeout) * max(1, self.threads) if self.check > 0 else 0.0
+        """CPU seconds of one check (all threads); 0 (none of its own) unless less than the checks'
+        whole budget, which otherwise stops the notebook first."""
+        return self.check * max(1, self.threads) if 0 < self.check < self.timeout else 0.0
 
     @property
     def wall_limit(self) -> float:
