@@ -83,10 +83,22 @@ def _workspace(args: argparse.Namespace) -> int:
 
 
 def _grade(args: argparse.Namespace) -> int:
+    from attn_course.grading.answers import HandPointsError, read_hand_points
     from attn_course.grading.discover import SubmissionsError
     from attn_course.grading.grader import grade
+    from attn_course.grading.overrides import OverridesError, read_overrides
+    from attn_course.grading.points import PointsError, read_points
     from attn_course.grading.report import summary
+    from attn_course.grading.roster import RosterError, read_roster
 
+    try:
+        points = read_points(args.points) if args.points else None
+        roster = read_roster(args.roster) if args.roster else None
+        overrides = read_overrides(args.overrides) if args.overrides else ()
+        hand = read_hand_points(args.hand_points) if args.hand_points else None
+    except (PointsError, RosterError, OverridesError, HandPointsError) as error:
+        print(f"attn-course grade: {error}", file=sys.stderr)
+        return 2
     try:
         report = grade(
             args.submissions,
@@ -96,6 +108,14 @@ def _grade(args: argparse.Namespace) -> int:
             memory_gib=args.memory,
             progress=True,
             scheduler=args.scheduler,
+            points=points,
+            roster=roster,
+            check_timeout=args.check_timeout,
+            overrides=overrides,
+            accept_misnamed=args.accept_misnamed,
+            only=tuple(args.only or ()),
+            keep_executed=args.keep_executed,
+            hand_points=hand,
         )
     except (SubmissionsError, OSError) as error:
         print(f"attn-course grade: {error}", file=sys.stderr)
@@ -234,10 +254,32 @@ def build_parser() -> argparse.ArgumentParser:
     gra.add_argument("--timeout", type=_positive(float), default=180.0, metavar="SECONDS",
                      help="CPU seconds (per torch thread) for each notebook's cells, again for its checks; "
                      "a busy machine does not count (default 180; wall-clock backstop 5x)")  # fmt: skip
+    gra.add_argument("--check-timeout", type=float, default=60.0, metavar="SECONDS",
+                     help="CPU seconds (per torch thread) one exercise's check may spend: a loop there "
+                     "costs this, later exercises are still graded (default 60; 0: none)")  # fmt: skip
     gra.add_argument("--memory", type=_positive(float), default=4.0, metavar="GIB",
                      help="memory limit of each notebook's kernel in GiB (default 4)")  # fmt: skip
     gra.add_argument("--scheduler", metavar="ADDRESS",
                      help="grade on a Dask cluster at this scheduler address (tcp://host:8786)")  # fmt: skip
+    gra.add_argument("--points", type=Path, metavar="FILE",
+                     help="CSV of exercise,points for exercises worth other than 1 point")  # fmt: skip
+    gra.add_argument("--roster", type=Path, metavar="FILE",
+                     help="CSV class list: a `learner` column of folder names (others copied to lms.csv), "
+                     "or one name per line; learners with no folder appear as not handed in")  # fmt: skip
+    gra.add_argument("--overrides", type=Path, metavar="FILE",
+                     help="CSV learner,exercise,points,note: points you set for one learner, "
+                     "applied on every run")  # fmt: skip
+    gra.add_argument("--accept-misnamed", action="store_true",
+                     help="grade a notebook found misnamed or in a subfolder (saying so), "
+                     "instead of leaving it ungraded")  # fmt: skip
+    gra.add_argument("--only", nargs="+", metavar="LEARNER",
+                     help="regrade only these learner folders into the gradebook of --out (the others "
+                     "keep their results from the run before)")  # fmt: skip
+    gra.add_argument("--keep-executed", action="store_true",
+                     help="write each executed notebook, outputs included, to OUT/executed/")  # fmt: skip
+    gra.add_argument("--hand-points", type=Path, metavar="FILE",
+                     help="answers.csv with points entered for the written answers "
+                     "(added to the gradebook)")  # fmt: skip
     gra.set_defaults(run=_grade)
     che = commands.add_parser("check", help=_CHECK_HELP, description=_CHECK_HELP)
     che.add_argument("notebooks", type=Path, nargs="+", metavar="NOTEBOOK", help="e.g. 02_scaling.ipynb")

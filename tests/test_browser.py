@@ -495,11 +495,13 @@ def test_the_class_report_opens_in_the_browser_self_contained(page, tmp_path):
     page.on("request", lambda request: fetched.append(request.url))
     page.goto((tmp_path / "report.html").as_uri())
     assert page.title() == "Class report"
-    assert page.locator("text=2 of 4: Your attention_backward forgets the 1/√d scale in dK").count() == 1
+    assert page.locator("text=2 of 4 who handed it in").count() == 1  # attention_backward: ann and dee
+    assert page.locator("td", has_text=slip).count() == 1  # the mistake named whole, once, by whom
+    assert page.locator("tr", has_text=slip).locator("a").count() == 2  # bob, Zoë
     width = page.eval_on_selector("img", "img => img.complete ? img.naturalWidth : 0")
     assert width > 300  # the histogram, decoded from the page itself
-    link = page.locator("a", has_text="Zoë Ångström")
-    assert link.get_attribute("href") == "feedback/Zo%C3%AB%20%C3%85ngstr%C3%B6m.md"
+    link = page.locator("a", has_text="Zoë Ångström").first
+    assert link.get_attribute("href") == "feedback/Zo%C3%AB%20%C3%85ngstr%C3%B6m.html"
     assert [url for url in fetched if not url.startswith(("file:", "data:"))] == []
     OUTPUT.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=OUTPUT / "class_report.png", full_page=True)

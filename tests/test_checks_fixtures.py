@@ -39,26 +39,22 @@ def test_the_newcomers_right_flash_attention_passes(capsys):
     assert "check_flash_attention passed" in capsys.readouterr().out
 
 
-NEWCOMER_06 = [  # (file, what the message must say, what it must not say: a cause the code does not have)
-    ("ex3_lse2", "wrong only for the rows that see no key (rows 0–17", "belongs at its absolute rows"),
-    (
-        "ex3_local",
-        "tile's own row and column numbers (0, 1, … within the tile) instead",
-        "largest difference",
-    ),
-    ("ex3_local_off", "plus T_k - T_q, which leaves out the tile's starts qs and ks", "does not mask inside"),
-    ("ex3_offbyone", "stops the causal key loop one key short", "masks the diagonal too"),
-]
+NEWCOMER_06 = [  # (file, the finding, what the message must say, what it must not: a cause the code lacks)
+    ("ex3_lse2", "property", "wrong only for the rows that see no key (rows 0–17", "at its absolute rows"),
+    ("ex3_local", "known-mistake", "own row and column numbers (0, 1, … within the tile) instead", "largest"),
+    ("ex3_local_off", "known-mistake", "plus T_k - T_q, which leaves out the tile", "not mask inside"),
+    ("ex3_offbyone", "known-mistake", "stops the causal key loop one key short", "masks the diagonal too"),
+]  # fmt: skip
 
 
-@pytest.mark.parametrize(("name", "said", "not_said"), NEWCOMER_06)
-def test_the_newcomers_mistakes_are_named_truly(name, said, not_said):
+@pytest.mark.parametrize(("name", "finding", "said", "not_said"), NEWCOMER_06)
+def test_the_newcomers_mistakes_are_named_truly(name, finding, said, not_said):
     with pytest.raises(CheckFailed) as failure:
         check_flash_attention(newcomer(name))
     message = str(failure.value)
     assert said in message
     assert not_said not in message
-    assert failure.value.upstream == ""
+    assert failure.value.finding == finding and failure.value.upstream == ""
 
 
 def _dana(notebook: str, namespace: dict[str, Any]) -> dict[str, Any]:

@@ -261,6 +261,19 @@ def python_if_in_mask(layer, x, window, positions=None):
     return layer.out(merge_heads(flex_attention(q, k, v, block_mask=mask, enable_gqa=True)))
 
 
+def first_keys_only(layer, x, window, positions=None):  # a window that does not slide: the sequence's start
+    t = x.shape[1]
+    q = apply_rope(split_heads(layer.q(x), layer.n_heads), positions)
+    k = apply_rope(split_heads(layer.k(x), layer.n_kv_heads), positions)
+    v = split_heads(layer.v(x), layer.n_kv_heads)
+
+    def first_window(b, h, q_idx, kv_idx):
+        return (q_idx >= kv_idx) & (kv_idx < window)
+
+    mask = create_block_mask(first_window, None, None, t, t, device="cpu")
+    return layer.out(merge_heads(flex_attention(q, k, v, block_mask=mask, enable_gqa=True)))
+
+
 def mod_indices_reversed(layer, x, window, positions=None):  # the mod's indices named key first
     t = x.shape[1]
     q = apply_rope(split_heads(layer.q(x), layer.n_heads), positions)
@@ -294,6 +307,9 @@ WRONG = [
         mod_indices_reversed, "passes this check written `def near(batch, head, query, key):`", id="mod-order"
     ),
     pytest.param(forgot_rope, "has no rotary positions", id="no-rope"),
+    pytest.param(
+        first_keys_only, "keeps the first `window` keys of the sequence", id="window-does-not-slide"
+    ),
     pytest.param(rope_on_queries_only, "rotates the queries but not the keys", id="rope-q-only"),
     pytest.param(rope_on_everything, "rotates the values too", id="rope-v"),
     pytest.param(neox_rope, "rotate-half", id="rope-rotate-half"),

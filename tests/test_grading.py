@@ -15,6 +15,7 @@ from urllib.parse import quote
 
 import nbformat
 import pytest
+from instructor_class import copy_class, keep_cells, needs_class
 
 from attn_course.cli import build_parser, main
 from attn_course.grading.discover import SubmissionsError
@@ -33,31 +34,41 @@ SANDBOXED = landlock_abi() > 0
 
 ALSO = "03_causal_masking: not handed in"
 """Zoë's class hands in a broken 03_causal_masking, so the gradebook has its columns for everyone."""
+NOTEBOOKS = ["02_scaling points", "02_scaling status", "03_causal_masking points", "03_causal_masking status"]
+NONE03 = ["", "", ""]  # 03's exercises: blank, nothing handed in
+GRADED = "graded"
+
+
+def _row(
+    learner: str, scores02: list[str], status02: str, total: str, status03: str = "not handed in"
+) -> list[str]:
+    subtotal = "" if not scores02[0] else str(sum(int(x) for x in scores02))
+    status = status02 if status02 == status03 else f"02_scaling: {status02}; 03_causal_masking: {status03}"
+    return [learner, *scores02, *NONE03, subtotal, status02, "", status03, total, "5", status]
+
+
 EXPECTED_GRADEBOOK = [
-    ["learner", *COLUMNS, "total", "max", "status"],
-    [ZOE, "1", "1", "0", "0", "0", "2", "5", "02_scaling: graded; 03_causal_masking: not a notebook"],
-    ["alice_full", "1", "1", "0", "0", "0", "2", "5", f"02_scaling: graded; {ALSO}"],
-    ["bob_untouched", "0", "0", "0", "0", "0", "0", "5", f"02_scaling: graded; {ALSO}"],
-    ["carol_wrong", "0", "0", "0", "0", "0", "0", "5", f"02_scaling: graded; {ALSO}"],
-    ["dave_tampered", "0", "0", "0", "0", "0", "0", "5", f"02_scaling: graded; {ALSO}"],
-    ["erin_reference", "0", "0", "0", "0", "0", "0", "5", f"02_scaling: graded; {ALSO}"],
-    ["frank_loop", "0", "0", "0", "0", "0", "0", "5", f"02_scaling: timed out; {ALSO}"],
-    ["grace_memory", "0", "0", "0", "0", "0", "0", "5", f"02_scaling: out of memory; {ALSO}"],
-    ["heidi_malformed", "0", "0", "0", "0", "0", "0", "5", f"02_scaling: not a notebook; {ALSO}"],
-    ["ivan_escape", "0", "1", "0", "0", "0", "1", "5", f"02_scaling: graded; {ALSO}"],
-    ["judy_empty", "0", "0", "0", "0", "0", "0", "5", "not handed in"],
-    *(
-        [["kim_absolute", "0", "1", "0", "0", "0", "1", "5", f"02_scaling: graded; {ALSO}"]]
-        if SANDBOXED
-        else []
-    ),
-    ["leo_late_hang", "1", "1", "0", "0", "0", "2", "5", f"02_scaling: graded; {ALSO}"],
-    ["mia_mid_crash", "1", "0", "0", "0", "0", "1", "5", f"02_scaling: partly graded (crashed); {ALSO}"],
-    ["nina_misnamed", "0", "0", "0", "0", "0", "0", "5", f"02_scaling: misnamed; {ALSO}"],
-    ["otto_subfolder", "0", "0", "0", "0", "0", "0", "5", f"02_scaling: in a subfolder; {ALSO}"],
+    ["learner", *COLUMNS, *NOTEBOOKS, "total", "max", "status"],
+    _row(ZOE, ["1", "1"], GRADED, "2", "not a notebook"),
+    _row("alice_full", ["1", "1"], GRADED, "2"),
+    _row("bob_untouched", ["0", "0"], GRADED, "0"),
+    _row("carol_wrong", ["0", "0"], GRADED, "0"),
+    _row("dave_tampered", ["0", "0"], GRADED, "0"),
+    _row("erin_reference", ["0", "0"], GRADED, "0"),
+    _row("frank_loop", ["0", "0"], "timed out", "0"),  # it ran: a real 0
+    _row("grace_memory", ["0", "0"], "out of memory", "0"),
+    _row("heidi_malformed", ["", ""], "not a notebook", ""),  # nothing graded: blank
+    _row("ivan_escape", ["0", "1"], GRADED, "1"),
+    _row("judy_empty", ["", ""], "not handed in", ""),
+    *([_row("kim_absolute", ["0", "1"], GRADED, "1")] if SANDBOXED else []),
+    _row("leo_late_hang", ["1", "1"], GRADED, "2"),
+    _row("mia_mid_crash", ["1", "0"], "partly graded (crashed)", "1"),
+    _row("nina_misnamed", ["", ""], "misnamed", ""),
+    _row("otto_subfolder", ["", ""], "in a subfolder", ""),
 ]
+"""Scores blank where no work was graded (not handed in, misnamed, in a subfolder, not a notebook)."""
 LEARNERS = len(EXPECTED_GRADEBOOK) - 1
-MEAN = sum(int(row[-3]) for row in EXPECTED_GRADEBOOK[1:]) / LEARNERS
+MEAN = sum(int(row[-3] or 0) for row in EXPECTED_GRADEBOOK[1:]) / LEARNERS
 
 ESCAPE = """
 for target in ("../alice_full/02_scaling.ipynb", "../alice_full/planted.txt", "../../out/gradebook.csv",
@@ -311,7 +322,7 @@ def test_submissions_are_untouched_and_escapes_change_nothing(graded):
     assert not (subs / "alice_full" / "planted.txt").exists()
     assert "overwritten" not in feedback(graded, "alice_full")
     assert sorted(p.name for p in (root / "out" / "feedback").iterdir()) == sorted(
-        f"{row[0]}.md" for row in EXPECTED_GRADEBOOK[1:]
+        f"{row[0]}.{kind}" for row in EXPECTED_GRADEBOOK[1:] for kind in ("md", "html")
     )
 
 
@@ -338,7 +349,7 @@ def test_cli_grades_again_to_the_same_bytes_and_exits_zero(graded, capsys):
         assert (again / "feedback" / f"{learner}.md").read_bytes() == (
             root / "out" / "feedback" / f"{learner}.md"
         ).read_bytes()
-    mean = sum(int(row[-3]) for row in EXPECTED_GRADEBOOK[1:] if row[0] in AGAIN) / len(AGAIN)
+    mean = sum(int(row[-3] or 0) for row in EXPECTED_GRADEBOOK[1:] if row[0] in AGAIN) / len(AGAIN)
     printed = capsys.readouterr()
     assert f"Graded {len(AGAIN)} learner(s)" in printed.out and f"Mean score: {mean:.2f} / 5" in printed.out
     assert "scaled_dot_product_attention" in printed.out.split("failed by")[1]
@@ -379,7 +390,7 @@ def test_an_empty_submissions_folder_gives_an_empty_gradebook(tmp_path):
 def test_without_the_kernel_factory_each_kernel_starts_fresh_under_the_memory_limit(tmp_path):
     _write(tmp_path / "subs" / "alice_full", _read("solutions"))
     report = grade(tmp_path / "subs", tmp_path / "out", jobs=1, timeout=60, memory_gib=MEMORY_GIB, fork=False)
-    assert gradebook_rows(report)[1] == ["alice_full", "1", "1", "2", "2", "graded"]
+    assert gradebook_rows(report)[1] == ["alice_full", "1", "1", "2", "graded", "2", "2", "graded"]
     assert report.learners[0].notebooks[0].cpu > 0  # the kernel's CPU time, read from /proc
 
 
@@ -397,12 +408,207 @@ def test_the_class_report_counts_the_class_and_names_its_mistakes(graded):
     data = json.loads((root / "out" / "report.json").read_text(encoding="utf-8"))
     by_name = {e["exercise"]: e for e in data["exercises"]}
     sdpa = by_name["scaled_dot_product_attention"]
-    assert (sdpa["passed"], sdpa["learners"]) == (
+    assert (sdpa["passed"], sdpa["handed_in"]) == (
         sum(row[2] == "1" for row in EXPECTED_GRADEBOOK[1:]),
-        LEARNERS,
+        sum(row[6] != "" for row in EXPECTED_GRADEBOOK[1:]),  # 02_scaling points: blank, not handed in
     )
-    ideas = {m["mistake"]: m["count"] for m in sdpa["mistakes"]}
-    assert ideas["`scaled_dot_product_attention` is not implemented yet"] == 2  # bob, dave
-    assert "causal_mask" in data["nobody_passed"]
+    assert sdpa["not_attempted"] == 2  # bob, dave: paperwork, not a mistake
+    (scaling,) = [n for n in data["notebooks"] if n["notebook"] == STEM]
+    paperwork = (scaling["misnamed or in a subfolder"], scaling["not a notebook"], scaling["timed out"])
+    assert paperwork == (2, 1, 2)  # nina, otto; heidi; frank, and leo after his checks
+    made = {(m["mistake"], made["learner"]) for m in data["mistakes"] for made in m["made_by"]}
+    assert any("are divided by d_k instead of √d_k" in text and who == "carol_wrong" for text, who in made)
+    assert data["nobody_passed"] == []  # 03_causal_masking: handed in by nobody, so nobody failed it
+    alice = next(c for c in data["class"] if c["learner"] == "alice_full")["notebooks"][0]
+    assert alice["seconds"] > 0 and alice["cpu"] > 0  # each notebook's wall and CPU time
     page = (root / "out" / "report.html").read_text(encoding="utf-8")
-    assert f'<a href="feedback/{quote(ZOE)}.md">{ZOE}</a>' in page and "data:image/png;base64," in page
+    assert f'<a href="feedback/{quote(ZOE)}.html">{ZOE}</a>' in page and "data:image/png;base64," in page
+    alice = (root / "out" / "feedback" / "alice_full.html").read_text(encoding="utf-8")
+    assert "<li><code>score_variance</code> passed: Var(q·k) ≈ d_k unscaled and ≈ 1 scaled" in alice
+    assert "<h1>Feedback for alice_full</h1>" in alice and "http" not in alice  # self-contained
+
+
+@needs_class
+def test_a_notebook_whose_last_check_hung_is_partly_graded_everywhere(tmp_path):
+    """jonas's `sample_next` loops forever: his notebook is "partly graded (timed out)", never "graded",
+    in gradebook.csv, report.json and his feedback. His 07 is cut to the setup and the exercises 1, 6
+    and 7 (his code as he wrote it), so the run costs seconds, not the model's training."""
+    subs = copy_class(tmp_path, ("jonas",))
+    (subs / "jonas" / "03_causal_masking.ipynb").unlink()
+    keep_cells(subs / "jonas" / "07_kv_cache.ipynb", [range(0, 9), range(50, 56)])
+    out = tmp_path / "out"
+    report = grade(subs, out, jobs=1, timeout=3.0, memory_gib=MEMORY_GIB, check_timeout=0)  # no own limit
+    (notebook,) = report.learners[0].notebooks
+    assert notebook.status == "timeout" and notebook.status_text == "partly graded (timed out)"
+    row = gradebook_rows(report)[1]
+    assert row[0] == "jonas" and row[-1] == "partly graded (timed out)"
+    data = json.loads((tmp_path / "out" / "report.json").read_text(encoding="utf-8"))
+    assert data["class"][0]["status"] == "partly graded (timed out)"
+    text = (tmp_path / "out" / "feedback" / "jonas.md").read_text(encoding="utf-8")
+    assert "Status: partly graded (timed out)." in text and "Status: graded." not in text
+    assert "- `next_token_probs` passed" in text
+    assert "- `sample_next` **stopped while checked**: 0 points: the grader's checks timed out" in text
+    assert "(while the grader's check called your `sample_next`)" in text
+
+
+def test_cli_takes_points_and_a_roster_and_writes_the_lms_export(tmp_path, capsys):
+    """No kernel needed: one learner hands in a file that is not a notebook, one is on the roster only."""
+    subs = tmp_path / "subs"
+    (subs / "ann").mkdir(parents=True)
+    (subs / "ann" / "03_causal_masking.ipynb").write_text("{truncated")
+    (subs / "zed").mkdir()  # a folder not on the roster
+    (tmp_path / "points.csv").write_text("exercise,points\nattention,2\n")
+    (tmp_path / "roster.csv").write_text("Student,SIS User ID,learner\nAnn A.,s1,ann\nBea B.,s2,bea\n")
+    args = ["grade", str(subs), "--out", str(tmp_path / "out"), "--points", str(tmp_path / "points.csv")]
+    assert main([*args, "--roster", str(tmp_path / "roster.csv")]) == 0
+    with (tmp_path / "out" / "gradebook.csv").open(encoding="utf-8", newline="") as file:
+        rows = list(csv.reader(file))
+    assert [row[0] for row in rows] == ["learner", "ann", "bea", "zed"]
+    assert rows[0][-5:] == ["03_causal_masking points", "03_causal_masking status", "total", "max", "status"]
+    assert rows[1][-5:] == ["", "not a notebook", "", "4", "not a notebook"]
+    assert rows[2][-5:] == ["", "not handed in", "", "4", "not handed in"]
+    with (tmp_path / "out" / "lms.csv").open(encoding="utf-8", newline="") as file:
+        assert list(csv.reader(file)) == [
+            ["Student", "SIS User ID", "03_causal_masking", "attn-course total"],
+            ["Ann A.", "s1", "", ""],
+            ["Bea B.", "s2", "", ""],
+        ]  # zed: not on the roster, so no identity an LMS could match (the summary says so)
+    assert "zed: a folder of SUBMISSIONS whose name is not on the roster" in capsys.readouterr().out
+    (tmp_path / "points.csv").write_text("attention,lots\n")
+    assert main([*args, "--roster", str(tmp_path / "roster.csv")]) == 2
+    assert "line 1: 'lots' is not a number of points" in capsys.readouterr().err
+
+
+@needs_class
+def test_a_loop_in_one_check_costs_its_own_limit_and_the_exercises_after_it_are_graded(tmp_path):
+    """jonas's `sample_next` loops forever inside its check: with a per-check CPU limit it fails
+    with a message that says so, and `block_forward`, moved after it, is still graded. His 07 is cut
+    to the setup and the exercises 6, 7 and then 1 (his code as he wrote it)."""
+    subs = copy_class(tmp_path, ("jonas",))
+    (subs / "jonas" / "03_causal_masking.ipynb").unlink()
+    keep_cells(subs / "jonas" / "07_kv_cache.ipynb", [range(0, 7), range(50, 56), range(7, 9)])
+    report = grade(subs, tmp_path / "out", jobs=1, timeout=60.0, memory_gib=MEMORY_GIB, check_timeout=2.0)
+    (notebook,) = report.learners[0].notebooks
+    assert notebook.status == "graded" and notebook.status_text == "graded"
+    results = {e.exercise: e for e in notebook.exercises}
+    assert results["next_token_probs"].passed and results["block_forward"].passed
+    assert not results["sample_next"].passed and results["sample_next"].reached
+    assert "the grader's check of `sample_next` stopped your code after" in results["sample_next"].message
+    assert "s of CPU time: it did not finish" in results["sample_next"].message
+    assert notebook.cpu < 40  # the loop cost its check's seconds, not the notebook's budget
+
+
+@needs_class
+def test_one_mistake_loses_one_point_for_dana(tmp_path):
+    """dana's `attention` is right and calls her inverted `causal_mask`; her `sample_next` is right and
+    calls her wrong `next_token_probs`: each earlier exercise alone loses its point, and the later
+    one's feedback says what it failed through. Her 07 is cut to the setup and the exercises 1, 6 and
+    7 (her code as she wrote it)."""
+    subs = copy_class(tmp_path, ("dana",))
+    keep_cells(subs / "dana" / "07_kv_cache.ipynb", [range(0, 9), range(50, 56)])
+    report = grade(subs, tmp_path / "out", jobs=2, timeout=TIMEOUT * 4, memory_gib=MEMORY_GIB)
+    results = {e.exercise: e for n in report.learners[0].notebooks for e in n.exercises}
+    for right, wrong in (("attention", "causal_mask"), ("sample_next", "next_token_probs")):
+        assert not results[wrong].passed and results[wrong].points == 0, results[wrong]
+        assert results[right].upstream == wrong and results[right].points == 1, results[right]
+        assert wrong in results[right].message
+    assert results["padding_mask"].passed and results["block_forward"].passed
+    text = (tmp_path / "out" / "feedback" / "dana.md").read_text(encoding="utf-8")
+    assert "- `attention` right; failed through your `causal_mask`: " in text
+    assert "- `sample_next` right; failed through your `next_token_probs`: " in text
+    row = dict(zip(*gradebook_rows(report), strict=True))
+    assert (row["attention"], row["causal_mask"], row["sample_next"], row["next_token_probs"]) == (
+        "1",
+        "0",
+        "1",
+        "0",
+    )
+    data = json.loads((tmp_path / "out" / "report.json").read_text(encoding="utf-8"))
+    through = {e["exercise"]: e["through_earlier"] for e in data["exercises"]}
+    assert through["attention"] == 1 and through["sample_next"] == 1
+
+
+@needs_class
+def test_accept_misnamed_and_overrides_fix_one_learner_through_the_cli(tmp_path, capsys):
+    """lena's correct work is `Copy of 03_causal_masking.ipynb` and `my-work/07_kv_cache.ipynb`: with
+    --accept-misnamed both are graded, saying where they were found; an override sets one exercise.
+    Her 07 is cut to the setup and Exercise 1 (her code as she wrote it)."""
+    subs = copy_class(tmp_path, ("lena",))
+    keep_cells(subs / "lena" / "my-work" / "07_kv_cache.ipynb", [range(0, 9)])
+    overrides = tmp_path / "overrides.csv"
+    overrides.write_text(
+        'learner,exercise,points,note\nlena,attention,0.5,"Late: half points"\nmo,attention,1,\n'
+    )
+    out = tmp_path / "out"
+    args = ["grade", str(subs), "--out", str(out), "--timeout", "60", "--memory", str(MEMORY_GIB)]
+    assert main([*args, "--accept-misnamed", "--overrides", str(overrides), "--keep-executed"]) == 0
+    row = dict(
+        zip(*list(csv.reader((out / "gradebook.csv").open(encoding="utf-8", newline=""))), strict=True)
+    )
+    found = "graded (found misnamed or in a subfolder)"
+    assert (row["03_causal_masking points"], row["03_causal_masking status"]) == ("2.5", found)
+    assert (row["block_forward"], row["07_kv_cache status"]) == ("1", found)
+    text = (out / "feedback" / "lena.md").read_text(encoding="utf-8")
+    assert "Graded from `Copy of 03_causal_masking.ipynb`, accepted by your instructor" in text
+    assert "Graded from `my-work/07_kv_cache.ipynb`" in text
+    assert "- `attention` 0.5 point(s), set by your instructor: Late: half points" in text
+    printed = capsys.readouterr().out
+    assert "overrides: mo's attention is not in this gradebook" in printed
+    assert "lena: 03_causal_masking.ipynb graded from `Copy of 03_causal_masking.ipynb`" in printed
+    executed = nbformat.read(out / "executed" / "lena" / "03_causal_masking.ipynb", as_version=4)
+    sources = [c.source for c in executed.cells if c.cell_type == "code"]
+    assert not any("_attn_grader" in s for s in sources)  # the grader's cells left out
+    assert any(c.get("outputs") for c in executed.cells if c.cell_type == "code")  # with the outputs
+    assert (out / "executed" / "lena" / "07_kv_cache.ipynb").is_file()
+
+
+def test_cli_regrades_one_learner_into_the_existing_gradebook(tmp_path, capsys):
+    """ann hands in a broken file, then the untouched student notebook; bea's misnamed work is kept
+    from the first run even after her folder is gone: only ann is graded again."""
+    subs = tmp_path / "subs"
+    (subs / "ann").mkdir(parents=True)
+    (subs / "ann" / f"{STEM}.ipynb").write_text("{truncated")
+    (subs / "bea").mkdir()
+    _write(subs / "bea", _read("solutions"), name=f"Copy of {STEM}.ipynb")
+    out = tmp_path / "out"
+    assert main(["grade", str(subs), "--out", str(out)]) == 0
+    first = (out / "gradebook.csv").read_text(encoding="utf-8").splitlines()
+    shutil.copy(ROOT / "notebooks" / f"{STEM}.ipynb", subs / "ann" / f"{STEM}.ipynb")
+    shutil.rmtree(subs / "bea")
+    args = ["grade", str(subs), "--out", str(out), "--timeout", str(TIMEOUT), "--memory", str(MEMORY_GIB)]
+    assert main([*args, "--only", "ann"]) == 0
+    again = (out / "gradebook.csv").read_text(encoding="utf-8").splitlines()
+    assert again[0] == first[0] and again[2] == first[2]  # bea's row as before
+    assert first[1].startswith("ann,,,") and again[1].startswith("ann,0,0,0,graded,")
+    assert "Graded 2 learner(s)" in capsys.readouterr().out
+    assert (out / "feedback" / "bea.md").is_file()
+    assert main([*args, "--only", "cy"]) == 2
+    assert "--only: no learner folder cy" in capsys.readouterr().err
+
+
+def test_cli_adds_hand_points_of_the_written_answers(tmp_path):
+    """No kernel needed: ann's notebook is not one, her written answer still earned a point by hand."""
+    (tmp_path / "subs" / "ann").mkdir(parents=True)
+    (tmp_path / "subs" / "ann" / "03_causal_masking.ipynb").write_text("{truncated")
+    (tmp_path / "answers.csv").write_text("learner,question,answer,points\nann,03.1,sent by e-mail,1\n")
+    out = tmp_path / "out"
+    assert (
+        main(
+            [
+                "grade",
+                str(tmp_path / "subs"),
+                "--out",
+                str(out),
+                "--hand-points",
+                str(tmp_path / "answers.csv"),
+            ]
+        )
+        == 0
+    )
+    with (out / "gradebook.csv").open(encoding="utf-8", newline="") as file:
+        header, ann = list(csv.reader(file))
+    assert dict(zip(header, ann, strict=True))["written 03.1"] == "1"
+    assert ann[-3:] == ["1", "4", "not a notebook"]  # total, max (3 exercises and one answer), status
+    assert (
+        "Written answers, graded by hand: 1 point(s) (03.1: 1)." in (out / "feedback" / "ann.md").read_text()
+    )

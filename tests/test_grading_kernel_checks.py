@@ -100,6 +100,22 @@ LEARNER = textwrap.dedent(
         print("CASE", label)
         kernel_checks.grade_exercise(name, {name: candidate})
 
+    def failing_through(upstream):
+        def check_attention(candidate):  # the checks' side: right with the course's `upstream`
+            failure = kernel_checks._state["checks"].CheckFailed(
+                f"`attention` is right, but fails through your `{upstream}`: compare them."
+            )
+            failure.upstream = upstream
+            raise failure
+
+        return check_attention
+
+
+    for upstream in ("causal_mask", "MultiHeadAttention", "no_such_exercise"):
+        kernel_checks._state["checks"].check_attention = failing_through(upstream)
+        print("CASE failing through", upstream)
+        kernel_checks.grade_exercise("attention", {"attention": lambda q, k, v, mask=None: q})
+
     from attn_course.checks._harness import check
 
 
@@ -145,6 +161,30 @@ def graded(tmp_path_factory) -> dict[str, dict]:
             else:
                 assert payload["ok"], payload  # setup found the package untampered
     return results
+
+
+def test_a_check_failing_only_through_an_earlier_exercise_gives_the_points(graded):
+    """One mistake, one point: `CheckFailed.upstream` names an earlier exercise (the checks' side)."""
+    result = graded["failing through causal_mask"]
+    assert result["passed"] is True and result["upstream"] == "causal_mask"
+    assert result["message"] == "`attention` is right, but fails through your `causal_mask`: compare them."
+    for later_or_unknown in ("MultiHeadAttention", "no_such_exercise"):  # never a later exercise
+        result = graded[f"failing through {later_or_unknown}"]
+        assert result["passed"] is False and result["upstream"] == "", result
+
+
+def test_an_exercise_right_through_an_earlier_one_keeps_its_points_and_says_so():
+    from attn_course.grading.report import feedback_text
+    from attn_course.grading.results import ExerciseResult, LearnerResult, NotebookResult
+
+    message = "`attention` is right, but fails through your `causal_mask`: compare them."
+    through = ExerciseResult.success("attention", message, upstream="causal_mask")
+    wrong = ExerciseResult.failed("causal_mask", "your mask is inverted")
+    notebook = NotebookResult("03_causal_masking", "graded", "", (wrong, through))
+    learner = LearnerResult("dana", (notebook,))
+    assert learner.total == 1 and learner.score("attention") == 1
+    text = feedback_text(learner, 2)
+    assert f"- `attention` right; failed through your `causal_mask`: {message}" in text
 
 
 def test_a_failing_checker_leaves_the_exercise_not_graded(graded):

@@ -31,19 +31,16 @@ from typing import Any
 import torch
 
 from attn_course.checks import _mutants
-from attn_course.checks._calls import misplaced_arguments, misplaced_in
+from attn_course.checks._calls import misplaced_arguments
 from attn_course.checks._mutants import (
     call_arguments,
     forget_calls,
-    last_candidate,
-    name_by_mutation,
     name_error_by_mutation,
     name_shape_by_mutation,
     note_call,
     reference_shapes,
 )
-from attn_course.checks._nan_origin import nan_origin
-from attn_course.checks._repairs import begin_check, foreign_step, name_by_repair, unquoted
+from attn_course.checks._repairs import begin_check, name_by_repair, unquoted
 from attn_course.checks._shapes import explain_shape
 from attn_course.checks._upstream import blamed_exercise, learner_upstream, upstream_message
 from attn_course.progress import record_failure, record_pass
@@ -92,8 +89,11 @@ class CheckFailed(AssertionError):
         upstream: str = "",
         slips: tuple[str, ...] = (),
         framing: tuple[str, str] = ("", ""),
+        finding: str = "",
     ) -> None:
         super().__init__(message)
+        self.finding = finding
+        """The id of the diagnosis finding the message is about ("" where no pipeline ran)."""
         self.slips = slips
         """The known mistakes (`Mistake.message`) that give the learner's result on the failing inputs."""
         self.framing = framing
@@ -183,9 +183,7 @@ def check(body: Callable[[Callable[..., Any]], str]) -> Callable[[Any], None]:
                 torch.manual_seed(0)
                 detail = body(candidate)
         except CheckFailed as error:
-            failure = CheckFailed(
-                str(error), upstream=error.upstream, slips=error.slips, framing=error.framing
-            )
+            failure = CheckFailed(str(error), error.upstream, error.slips, error.framing, error.finding)
         except Exception as raised:
             inner = _unwrap_interpreter_error(raised)
             if is_learners(inner, body.__code__):  # the learner's code raised in a call made for them
@@ -1047,8 +1045,13 @@ def expect_close(
     nan_means_unknown: bool = False,
     diagnose: Callable[[torch.Tensor, torch.Tensor], str | None] | None = None,
     called_as: str | None = None,
+    only: Sequence[str] | None = None,
+    own_line_with_property: bool = False,
 ) -> None:
     """Require `actual` to match `expected`; if not, name the mistake, or at least what property fails.
+
+    The diagnosis is the one pipeline of `_diagnosis.py` (`only` narrows its layers, by id); the
+    failure carries the id of the finding its message is about (`CheckFailed.finding`).
 
     In order: the first known `mistakes` whose implementation, called with `args` and `kwargs`, gives
     what the learner gave (a mistake that is right on these inputs, or cannot run on them, is
@@ -1061,55 +1064,29 @@ def expect_close(
     """
     if close(actual, expected):
         return
+    from attn_course.checks._diagnosis import Failure, diagnose_failure, primary, render
+
     kwargs = kwargs or {}
     shown = called_as if called_as is not None else describe_args(args, kwargs)
-    where = f"\n(Called as {shown}.)" if shown else ""
-    reference_finite = ~torch.isnan(expected.detach().cpu()) if expected.is_floating_point() else None
-    matching: list[str] = []
-    for mistake in mistakes:
-        try:
-            with torch.no_grad():
-                wrong = mistake.implementation(*args, **kwargs)
-        except Exception:  # a mistake that cannot even run on these inputs is not this one
-            continue
-        if not isinstance(wrong, torch.Tensor) or wrong.shape != expected.shape:
-            continue
-        if nan_means_unknown and reference_finite is not None:
-            if (torch.isnan(wrong.detach().cpu()) & reference_finite).any():
-                continue
-        if not close(wrong, expected) and close(actual, wrong):
-            matching.append(mistake.message)
-    matching = list(dict.fromkeys(matching))
-    if matching:
-        raise CheckFailed(slips_message(what, matching, where), slips=tuple(matching), framing=(what, where))
-    derived = name_by_mutation(actual, expected, close)
-    # A diagnosis may call the learner's code again: in a context of its own, the check's last call stays.
-    found = contextvars.copy_context().run(diagnose, actual, expected) if diagnose is not None else None
-    if found:  # the check's own reading first; a one-change mutant that gives the same result says how
-        raise CheckFailed(f"{what} {found}" + (f"\nIt {unquoted(derived)}" if derived else "") + where)
-    if derived:  # in the learner's own line too, where the reference's step is not one of theirs
-        repair = name_by_repair(expected, close) if foreign_step(derived) else None
-        raise CheckFailed(f"{what} {unquoted(derived)}" + (f"\n{repair}" if repair else "") + where)
-    repair = name_by_repair(expected, close)
-    where = f"\n{repair}{where}" if repair else where  # the learner's own line, after what is wrong
-    candidate = last_candidate()
-    misplaced = misplaced_in(candidate) if candidate is not None else ""
-    if misplaced:
-        raise CheckFailed(f"{what} is wrong. {misplaced}{where}")
-    source = _equal_argument(actual, expected)
-    if source:
-        raise CheckFailed(f"{what} {source}{where}")
-    if actual.is_floating_point() and not torch.isfinite(actual).all() and torch.isfinite(expected).all():
-        bad = "NaN" if torch.isnan(actual).any() else "inf"
-        origin = nan_origin(_LIBRARY_DIRS) if bad == "NaN" else ""
-        raise CheckFailed(
-            f"{what} contains {bad} values where the right answer is finite (the inputs are finite): "
-            f"{_where_nonfinite(actual)}."
-            + (f" {origin}" if origin else "")
-            + (f" {nonfinite_hint}" if nonfinite_hint else "")
-            + where
-        )
-    raise CheckFailed(f"{what} is wrong: {describe_error(actual, expected)}{where}")
+    failure = Failure(
+        actual,
+        expected,
+        what,
+        f"\n(Called as {shown}.)" if shown else "",
+        close,
+        mistakes,
+        args,
+        kwargs,
+        nan_means_unknown,
+        diagnose,
+        nonfinite_hint,
+        own_line_with_property,
+    )
+    found = diagnose_failure(failure, only)
+    slips = found["known-mistake"].evidence if "known-mistake" in found else ()
+    raise CheckFailed(
+        render(failure, found), slips=slips, framing=(failure.what, failure.called), finding=primary(found)
+    )
 
 
 def slips_message(what: str, slips: Sequence[str], where: str = "") -> str:
@@ -1167,14 +1144,11 @@ def narrow_slips(
         return failure
     what, where = failure.framing
     return CheckFailed(
-        slips_message(what, kept, where),
-        upstream=failure.upstream,
-        slips=tuple(kept),
-        framing=failure.framing,
+        slips_message(what, kept, where), failure.upstream, tuple(kept), failure.framing, failure.finding
     )
 
 
-def _equal_argument(actual: torch.Tensor, expected: torch.Tensor) -> str:
+def equal_argument(actual: torch.Tensor, expected: torch.Tensor) -> str:
     """Which argument of the last call the result is, unchanged or transposed ("" if none)."""
     a = actual.detach().cpu().double()
     for name, value in call_arguments().items():
@@ -1188,7 +1162,7 @@ def _equal_argument(actual: torch.Tensor, expected: torch.Tensor) -> str:
     return ""
 
 
-def _where_nonfinite(actual: torch.Tensor) -> str:
+def where_nonfinite(actual: torch.Tensor) -> str:
     bad = ~torch.isfinite(actual.detach().cpu())
     index = [int(i) for i in torch.unravel_index(bad.flatten().nonzero()[0, 0], bad.shape)]
     return f"{int(bad.sum())} of {bad.numel()} entries, the first at index {index}"

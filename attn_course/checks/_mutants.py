@@ -493,9 +493,11 @@ def deep_mutants(function: Callable[..., Any]) -> list[Mutant]:
                     function.__closure__,
                 )
                 caller.__kwdefaults__ = function.__kwdefaults__
-                message = mutant.message.replace(
-                    "with one change", f"with one change inside `{helper.__name__}`", 1
+                message, unquoted = (
+                    text.replace("with one change", f"with one change inside `{helper.__name__}`", 1)
+                    for text in (mutant.message, UNQUOTED.get(mutant.message, mutant.message))
                 )
+                UNQUOTED[message] = unquoted  # the helper's step is never in the caller's code: described
                 found.append(Mutant(message, caller, mutant.line, mutant.names))
         _DEEP_CACHE[function] = found
     return _DEEP_CACHE[function]

@@ -34,6 +34,10 @@ layer off); half as many for an error, where the lines that feed the failing one
 runs, not seconds, so that the message is the same on every machine (300 is what 4 s covered on a quiet
 2-core machine for notebook 09's flash_attention_backward, the largest learner function)."""
 
+RUNS_PER_EXERCISE = {"FlashAttentionFunction": 60, "rotary_window_attention": 40}
+"""Exercises whose every run is costly (a whole autograd pass; a block mask built): fewer runs, so that
+a learner waits about as long as for any other exercise. Still a count: the same on every machine."""
+
 SAFETY_NET_S = 60.0
 """CPU seconds (this process's, whatever else the machine runs) after which the search stops whatever
 its count: only for a pathological case, each run very slow."""
@@ -103,7 +107,8 @@ def _search(
     line: int | None,
 ) -> str | None:
     deadline = time.process_time() + SAFETY_NET_S
-    budget = BUDGET if line is None else BUDGET // 2  # an error: what feeds its line
+    runs = RUNS_PER_EXERCISE.get(body.__name__.removeprefix("check_"), BUDGET) if BUDGET > 0 else 0
+    budget = runs if line is None else runs // 2  # an error: what feeds its line
 
     def order(variant: tuple[Any, Any, _mutants.Mutant, int]) -> tuple[int, bool, int]:
         mutant, start = variant[2], variant[3]

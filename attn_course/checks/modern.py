@@ -27,10 +27,8 @@ from attn_course.checks._harness import (
     library_dirs,
     randn,
 )
-from attn_course.checks._mutants import name_by_mutation
 from attn_course.checks._nan_origin import first_nan
 from attn_course.checks._probe import Heads, diagnose_heads, merged_input
-from attn_course.checks._repairs import name_by_repair
 from attn_course.checks.flash import _FUSED, _OpRecorder
 from attn_course.checks.masking import _expect_bool_mask
 from attn_course.heads import merge_heads, split_heads
@@ -279,6 +277,28 @@ def _probe_gqa(
     )
 
 
+_SHARING = (
+    " It is right with n_kv_heads == n_heads (plain multi-head attention), so the sharing goes wrong: query "
+    "head j reads key/value head j // (n_heads // n_kv_heads); repeat k and v with your repeat_kv before "
+    "the scores."
+)
+
+
+def _gqa_reading(
+    actual: torch.Tensor,
+    expected: torch.Tensor,
+    candidate: Any,
+    heads: tuple[int, int],
+    mask: torch.Tensor | None,
+    is_causal: bool,
+    shared_fails: bool,
+) -> str | None:
+    """What the probe reads of the learner's heads; else, once plain multi-head attention passed, that
+    the sharing of key/value heads goes wrong."""
+    probed = _probe_gqa(candidate, *heads, mask, is_causal)
+    return probed or (f"is wrong: {difference(actual, expected)}{_SHARING}" if shared_fails else None)
+
+
 @check
 def check_GroupedQueryAttention(candidate: Any) -> str:  # noqa: N802 (exercise name)
     """Seeded weights copied into the learner's layer; MHA, GQA and MQA against the reference."""
@@ -322,27 +342,24 @@ def check_GroupedQueryAttention(candidate: Any) -> str:  # noqa: N802 (exercise 
             out = expect_tensor(result, expected.shape, what, finite=False)
             if is_close(out, expected):
                 continue
-            for message, knobs in _GQA_MISTAKES:
-                wrong = _gqa_forward(params, n_heads, n_kv_heads, x, mask, is_causal, **knobs)
-                if not is_close(wrong, expected) and is_close(out, wrong):
-                    raise CheckFailed(f"{what} {message}")
-            probed = _probe_gqa(candidate, n_heads, n_kv_heads, mask, is_causal)
-            if probed:
-                raise CheckFailed(f"{what} {probed}")
-            where = (
-                " It is right with n_kv_heads == n_heads (plain multi-head attention), so the sharing goes "
-                "wrong: query head j reads key/value head j // (n_heads // n_kv_heads); repeat k and v with "
-                "your repeat_kv before the scores."
-                if passed_mha
-                else ""
+            mistakes = [
+                Mistake(
+                    message,
+                    functools.partial(_gqa_forward, params, n_heads, n_kv_heads, x, mask, is_causal, **knobs),
+                )
+                for message, knobs in _GQA_MISTAKES
+            ]
+            heads = (n_heads, n_kv_heads)
+            reading = functools.partial(
+                _gqa_reading,
+                candidate=candidate,
+                heads=heads,
+                mask=mask,
+                is_causal=is_causal,
+                shared_fails=passed_mha,
             )
-            derived = name_by_mutation(out, expected, is_close)  # one change to the reference layer
-            if derived:
-                raise CheckFailed(f"{what} {derived}")
-            repair = name_by_repair(expected, is_close)  # one change to the learner's own layer
-            raise CheckFailed(
-                f"{what} is wrong: {difference(out, expected)}{where}" + (f"\n{repair}" if repair else "")
-            )
+            # the one pipeline (_diagnosis.py): the named slips, a one-change mutant, the probe, the own line
+            expect_close(out, expected, what, mistakes=mistakes, diagnose=reading, called_as="")
         passed_mha = passed_mha or n_heads == n_kv_heads
     layer = _gqa_layer(candidate, 16, 4, 2).double()
     q_proj = cast(nn.Linear, layer.q)  # the learner's layer projects with nn.Linear, as the reference does

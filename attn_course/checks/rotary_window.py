@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from collections.abc import Callable
@@ -9,9 +10,16 @@ from typing import Any
 
 import torch
 
-from attn_course.checks._harness import CheckFailed, call, check, difference, expect_tensor, is_close, randn
+from attn_course.checks._harness import (
+    Mistake,
+    call,
+    check,
+    expect_close,
+    expect_tensor,
+    is_close,
+    randn,
+)
 from attn_course.checks._probe import Heads, diagnose_heads, merged_input
-from attn_course.checks._repairs import name_by_repair
 from attn_course.gqa import GroupedQueryAttention
 from attn_course.heads import merge_heads, split_heads
 from attn_course.rope import apply_rope, apply_rope_rotate_half
@@ -281,6 +289,25 @@ def _probe_heads(
     return diagnose_heads(merged, heads, out_name="layer.out")
 
 
+_LAYERS = ("known-mistake", "property", "repair", "where-wrong")
+"""The diagnosis layers this check runs (`_diagnosis.LAYERS`), in their order."""
+
+
+def _reading(
+    actual: torch.Tensor,
+    expected: torch.Tensor,
+    candidate: Any,
+    layer: Any,
+    x: torch.Tensor,
+    window: int,
+    what: str,
+) -> str | None:
+    """What property of the window or the heads fails, read by calling the learner's code again."""
+    return _properties(candidate, layer, x.shape[1], window, what) or _probe_heads(
+        candidate, layer, x, window, what
+    )
+
+
 @check
 def check_rotary_window_attention(candidate: Callable[..., Any]) -> str:
     """Seeded float64 layers; grouped, odd and single key/value heads, windows of 1 to T, gapped positions."""
@@ -293,18 +320,16 @@ def check_rotary_window_attention(candidate: Callable[..., Any]) -> str:
             expected = _dense(layer, x, window, positions)  # (b, t, d_model)
         if is_close(out, expected):
             continue
-        with torch.no_grad():
-            for message, knobs in _MISTAKES:
-                wrong = _dense(layer, x, window, positions, **knobs)
-                if not is_close(wrong, expected) and is_close(out, wrong):
-                    raise CheckFailed(f"{what} {message}")
-        own_line = name_by_repair(expected, is_close)  # the learner's line changed once, on this call
-        shown = f"\n{own_line}" if own_line else ""
-        found = _properties(candidate, layer, t, window, what)
-        found = found or _probe_heads(candidate, layer, x, window, what)
-        if found:
-            raise CheckFailed(f"{what} {found}{shown}")
-        raise CheckFailed(f"{what} is wrong: {difference(out, expected)}{shown}")
+        mistakes = [
+            Mistake(message, functools.partial(_dense, layer, x, window, positions, **knobs))
+            for message, knobs in _MISTAKES
+        ]
+        reading = functools.partial(_reading, candidate=candidate, layer=layer, x=x, window=window, what=what)
+        # the one pipeline (_diagnosis.py), without the reference layer's mutants (each compiles a block mask)
+        expect_close(
+            out, expected, what, mistakes=mistakes, diagnose=reading, called_as="", only=_LAYERS,
+            own_line_with_property=True,
+        )  # fmt: skip
     return (
         "grouped (2 of 4, 3 of 6) and single key/value heads, windows of 1, 2, 3 and T, RoPE on q and k "
         "at default and gapped positions, against every score built densely"

@@ -1,14 +1,18 @@
-"""The class report: what the whole class got right and wrong, by exercise and by named mistake.
+"""The class report: what the whole class handed in, got right and got wrong, by mistake.
 
 `attn-course grade` writes it beside the gradebook, as `report.json` (for scripts) and
 `report.html` (one self-contained page: styles and the score histogram inline, nothing fetched):
-per exercise the share of the class that passed it and its most common mistakes, named as the
-checks name them ("11 of 30: Your attention_backward forgets the 1/√d scale in dQ"), the exercises
-nobody passed, a histogram of the scores, and each learner linked to their feedback file.
 
-Mistakes are grouped by the first sentence of the check's message, with the arguments of the call
-it describes (in parentheses) and the numbers left out, so that the same slip met on different
-cases counts once per learner.
+- per notebook, the paperwork in its own row: handed in, not handed in, misnamed or in a
+  subfolder, not a notebook, timed out, out of memory or crashed, the grader's own failure;
+- per exercise, the share of those who handed its notebook in that passed it, and how many left it
+  unattempted ("not implemented yet") or were right but failed through an earlier exercise;
+- each mistake named whole, as the check wrote it (numbers kept), grouped by identical message
+  across exercises, with its count, the exercises it was met in, and the learners who made it,
+  each linked to their feedback;
+- the exercises nobody passed, a histogram of the scores, each learner linked to their feedback,
+  with the wall and CPU time each of their notebooks took (so report.json and report.html differ
+  from run to run; the gradebook and the feedback do not).
 """
 
 from __future__ import annotations
@@ -17,95 +21,138 @@ import base64
 import html
 import io
 import json
-import re
-from collections import Counter
+import math
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 from attn_course.grading.report import FEEDBACK
-from attn_course.grading.results import GradeReport
+from attn_course.grading.results import NO_WORK, ExerciseResult, GradeReport, NotebookResult
 
 REPORT_HTML = "report.html"
 REPORT_JSON = "report.json"
-MISTAKES_SHOWN = 5
-"""Named mistakes listed per exercise, most common first."""
+
+PAPERWORK = (
+    ("handed in", ("graded", "timeout", "out_of_memory", "crashed")),
+    ("not handed in", ("missing",)),
+    ("misnamed or in a subfolder", ("misnamed", "subfolder")),
+    ("not a notebook", ("invalid",)),
+    ("timed out", ("timeout",)),
+    ("out of memory or crashed", ("out_of_memory", "crashed")),
+    ("grader error", ("grader_error",)),
+)
+"""The report's administrative columns, each with the notebook statuses it counts."""
 
 
 def mistake(message: str) -> str:
-    """The idea of a failure message: its first sentence, without the call's arguments.
+    """A failure message named whole: every line of it, its whitespace made single spaces.
 
-    >>> mistake("Your attention_backward(q (2, 3, 6, 8), k (2, 6, 8)) forgets the 1/√d scale in dQ: ...")
-    'Your attention_backward forgets the 1/√d scale in dQ'
-    >>> mistake("not reached: the notebook timed out after 15 s of CPU time")
-    'not reached'
+    >>> mistake("Your attention_backward forgets the 1/√d scale in dK:\n  dK = dSᵀ Q / √d.")
+    'Your attention_backward forgets the 1/√d scale in dK: dK = dSᵀ Q / √d.'
     """
-    line = message.strip().splitlines()[0] if message.strip() else "no message"
-    previous = None
-    while previous != line:  # nested parentheses, innermost first
-        previous, line = line, re.sub(r"\s*\([^()]*\)", "", line)
-    line = re.split(r"(?<=[^.])\.\s|:\s|;\s", line, maxsplit=1)[0]
-    return " ".join(line.rstrip(".:; ").split()) or "no message"
+    return " ".join(message.split()) or "no message"
 
 
-def _key(idea: str) -> str:
-    return re.sub(r"\d+(?:\.\d+)?(?:e-?\d+)?", "N", idea.lower())
+def not_attempted(exercise: ExerciseResult) -> bool:
+    """Whether the learner left the exercise as handed out (its check says it is not implemented yet)."""
+    return exercise.message.startswith(f"`{exercise.exercise}` is not implemented yet")
+
+
+def is_mistake(notebook: NotebookResult, exercise: ExerciseResult) -> bool:
+    """Whether a result is a mistake of the learner's (not paperwork: nothing handed in, a stop, the
+    grader's failure, an exercise left unattempted)."""
+    return (
+        notebook.status not in NO_WORK
+        and not exercise.passed
+        and exercise.reached
+        and exercise.graded
+        and not not_attempted(exercise)
+    )
+
+
+def _feedback(learner: str) -> str:
+    return f"{FEEDBACK}/{learner}.html"
 
 
 def report_data(report: GradeReport) -> dict[str, Any]:
     """The class report as JSON-able data (what report.json holds)."""
     learners = report.learners
     count = len(learners)
+    stems = [n.stem for n in learners[0].notebooks] if learners else []
+    notebooks = []
+    for stem in stems:
+        statuses = [n.status for r in learners for n in r.notebooks if n.stem == stem]
+        row: dict[str, Any] = {"notebook": stem, "learners": count}
+        row.update({label: sum(s in kinds for s in statuses) for label, kinds in PAPERWORK})
+        notebooks.append(row)
     exercises = []
+    groups: dict[str, dict[str, Any]] = {}
     for name in report.exercises:
-        stem = next(
-            (n.stem for r in learners for n in r.notebooks if any(e.exercise == name for e in n.exercises)),
-            "",
-        )
         results = [
-            (r.learner, e) for r in learners for n in r.notebooks for e in n.exercises if e.exercise == name
+            (r.learner, n, e)
+            for r in learners
+            for n in r.notebooks
+            for e in n.exercises
+            if e.exercise == name
         ]
-        passed = sum(1 for _, e in results if e.passed)
-        groups: dict[str, list[str]] = {}
-        shown: dict[str, Counter[str]] = {}
-        for learner, e in results:
-            if e.passed:
-                continue
-            idea = mistake(e.message)
-            groups.setdefault(_key(idea), []).append(learner)
-            shown.setdefault(_key(idea), Counter())[idea] += 1
-        ranked = sorted(groups.items(), key=lambda item: (-len(item[1]), item[0]))
+        handed_in = [(learner, n, e) for learner, n, e in results if n.status not in NO_WORK]
+        passed = sum(1 for _, _, e in handed_in if e.passed)
         exercises.append(
             {
                 "exercise": name,
-                "notebook": stem,
+                "notebook": results[0][1].stem if results else "",
+                "handed_in": len(handed_in),
                 "passed": passed,
-                "learners": count,
-                "share": passed / count if count else 0.0,
-                "mistakes": [
-                    {
-                        "mistake": shown[key].most_common(1)[0][0],
-                        "count": len(names),
-                        "learners": sorted(names),
-                    }
-                    for key, names in ranked
-                ],
+                "share": passed / len(handed_in) if handed_in else 0.0,
+                "not_attempted": sum(1 for _, _, e in handed_in if not_attempted(e)),
+                "through_earlier": sum(1 for _, _, e in handed_in if e.upstream),
             }
         )
+        for learner, notebook, exercise in handed_in:
+            if is_mistake(notebook, exercise):
+                text = mistake(exercise.message)
+                group = groups.setdefault(text, {"mistake": text, "exercises": [], "made_by": []})
+                if name not in group["exercises"]:
+                    group["exercises"].append(name)
+                group["made_by"].append(
+                    {"learner": learner, "exercise": name, "feedback": _feedback(learner)}
+                )
+    mistakes = sorted(groups.values(), key=lambda g: (-len(g["made_by"]), g["mistake"]))
+    for group in mistakes:
+        group["count"] = len(group["made_by"])
+        group["learners"] = sorted({m["learner"] for m in group["made_by"]})
     totals = [r.total for r in learners]
+    handed = [r.total for r in learners if r.handed_in]
     return {
         "learners": count,
+        "handed_in": len(handed),
         "maximum": report.maximum,
-        "mean": sum(totals) / count if count else 0.0,
+        "mean": sum(handed) / len(handed) if handed else 0.0,
+        "notebooks": notebooks,
         "exercises": exercises,
-        "nobody_passed": [e["exercise"] for e in exercises if count and not e["passed"]],
-        "histogram": [{"score": s, "learners": totals.count(s)} for s in range(report.maximum + 1)],
+        "mistakes": mistakes,
+        "nobody_passed": [e["exercise"] for e in exercises if e["handed_in"] and not e["passed"]],
+        "histogram": [
+            {"score": s, "learners": sum(1 for t in totals if math.floor(t) == s)}
+            for s in range(math.ceil(report.maximum) + 1)
+        ],
         "class": [
             {
                 "learner": r.learner,
                 "total": r.total,
+                "handed_in": r.handed_in,
                 "status": r.status_text,
-                "feedback": f"{FEEDBACK}/{r.learner}.md",
+                "feedback": _feedback(r.learner),
+                "notebooks": [
+                    {
+                        "notebook": n.stem,
+                        "status": n.status_text,
+                        "points": n.subtotal,
+                        "seconds": round(n.seconds, 1),
+                        "cpu": round(n.cpu, 1),
+                    }
+                    for n in r.notebooks
+                ],
             }
             for r in learners
         ],
@@ -147,48 +194,83 @@ th { text-align: left; border-bottom: 2px solid #ccd; } tr + tr td { border-top:
 def report_html(data: dict[str, Any]) -> str:
     """The class report as one self-contained HTML page."""
     e = html.escape
+
+    def link(learner: str, feedback: str) -> str:
+        return f'<a href="{e(quote(feedback))}">{e(learner)}</a>'
+
     png = base64.b64encode(histogram_png(data)).decode("ascii")
+    labels = [label for label, _ in PAPERWORK]
+    paperwork = "".join(
+        f"<tr><td>{e(n['notebook'])}</td>" + "".join(f"<td>{n[label]}</td>" for label in labels) + "</tr>"
+        for n in data["notebooks"]
+    )
     rows = []
     for ex in data["exercises"]:
         width = round(100 * ex["share"])
-        mistakes = "".join(
-            f"<li>{m['count']} of {ex['learners']}: {e(m['mistake'])}</li>"
-            for m in ex["mistakes"][:MISTAKES_SHOWN]
-        )
-        more = len(ex["mistakes"]) - MISTAKES_SHOWN
-        if more > 0:
-            mistakes += f'<li class="muted">and {more} other mistake(s): see report.json</li>'
         passed_class = ' class="none"' if ex["exercise"] in data["nobody_passed"] else ""
+        notes = []
+        if ex["not_attempted"]:
+            notes.append(f"{ex['not_attempted']} not attempted")
+        if ex["through_earlier"]:
+            notes.append(
+                f"{ex['through_earlier']} right but failed through an earlier exercise (points kept)"
+            )
         rows.append(
             f'<tr><td><code>{e(ex["exercise"])}</code><br><span class="muted">{e(ex["notebook"])}</span></td>'
             f'<td{passed_class}><span class="bar"><span style="width:{width}%"></span></span>'
-            f"{ex['passed']} of {ex['learners']}</td><td><ul>{mistakes}</ul></td></tr>"
+            f"{ex['passed']} of {ex['handed_in']} who handed it in</td>"
+            f'<td class="muted">{e("; ".join(notes))}</td></tr>'
         )
+    mistakes = "".join(
+        f"<tr><td>{m['count']}</td><td>{e(m['mistake'])}</td>"
+        f"<td>{', '.join(f'<code>{e(x)}</code>' for x in m['exercises'])}</td><td>"
+        + ", ".join(link(made["learner"], made["feedback"]) for made in m["made_by"])
+        + "</td></tr>"
+        for m in data["mistakes"]
+    )
     nobody = (
         '<p class="none">Nobody passed: '
         + ", ".join(f"<code>{e(n)}</code>" for n in data["nobody_passed"])
         + "</p>"
         if data["nobody_passed"]
-        else "<p>Every exercise was passed by someone.</p>"
+        else "<p>Every exercise was passed by someone who handed it in.</p>"
     )
     learners = "".join(
-        f'<tr><td><a href="{e(quote(c["feedback"]))}">{e(c["learner"])}</a></td>'
-        f"<td>{c['total']} / {data['maximum']}</td><td>{e(c['status'])}</td></tr>"
+        f"<tr><td>{link(c['learner'], c['feedback'])}</td>"
+        f"<td>{c['total']:g} / {data['maximum']:g}</td><td>{e(c['status'])}</td><td>"
+        + "<br>".join(
+            f"{e(n['notebook'])}: {n['seconds']:g} s, {n['cpu']:g} s CPU"
+            for n in c["notebooks"]
+            if n["seconds"] or n["cpu"]
+        )
+        + "</td></tr>"
         for c in data["class"]
     )
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>Class report</title><style>{_STYLE}</style></head><body>\n"
-        f"<h1>Class report</h1><p>{data['learners']} learner(s), mean score {data['mean']:.2f} / "
-        f"{data['maximum']}.</p>\n<h2>Exercises</h2>{nobody}\n"
-        "<table><tr><th>exercise</th><th>passed</th><th>most common mistakes</th></tr>"
+        f"<h1>Class report</h1><p>{data['learners']} learner(s), {data['handed_in']} of whom handed "
+        f"something in; their mean score {data['mean']:.2f} / {data['maximum']:g}.</p>\n"
+        "<h2>Notebooks handed in</h2><table><tr><th>notebook</th>"
+        + "".join(f"<th>{e(label)}</th>" for label in labels)
+        + "</tr>"
+        + paperwork
+        + f"</table>\n<h2>Exercises</h2>{nobody}\n"
+        "<table><tr><th>exercise</th><th>passed</th><th>besides</th></tr>"
         + "".join(rows)
-        + "</table>\n<h2>Scores</h2>"
+        + "</table>\n<h2>Mistakes</h2>"
+        + (
+            "<table><tr><th>count</th><th>mistake, as the check named it</th><th>in</th><th>made by</th></tr>"
+            + mistakes
+            + "</table>"
+            if mistakes
+            else "<p>No mistakes among the work handed in.</p>"
+        )
+        + "\n<h2>Scores</h2>"
         f'<img alt="histogram of the scores" src="data:image/png;base64,{png}">\n'
-        "<h2>Learners</h2><table><tr><th>learner</th><th>score</th><th>status</th></tr>"
-        + learners
-        + "</table>\n</body></html>\n"
+        "<h2>Learners</h2><table><tr><th>learner</th><th>score</th><th>status</th>"
+        "<th>time per notebook (wall, CPU)</th></tr>" + learners + "</table>\n</body></html>\n"
     )
 
 

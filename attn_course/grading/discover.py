@@ -36,6 +36,9 @@ class Submission:
     """Its bytes, as read at discovery."""
     problem: str
     """Empty when `data` is a valid notebook; else why it is not."""
+    accepted: str = ""
+    """"misnamed" or "subfolder" when graded although not handed in under the course's name at the
+    top of the folder (`accept_misplaced`, `--accept-misnamed`); "" otherwise."""
 
 
 @dataclass(frozen=True)
@@ -163,6 +166,24 @@ def misplaced_problem(stem: str, path: str, how: str) -> str:
         f"{stem}.ipynb was not handed in at the top of your folder: it is in a subfolder, as `{path}`, "
         "so it was not graded; move it to the top of your folder"
     )
+
+
+def accept_misplaced(learner: Learner) -> Learner:
+    """`learner` with each course notebook found misnamed or in a subfolder taken as handed in
+    (`Submission.accepted` says how it was found), for an instructor who accepts it."""
+    if not learner.misplaced:
+        return learner
+    found = {s.stem: s for s in learner.submissions}
+    for stem, path, how in learner.misplaced:
+        try:
+            data = (learner.folder / path).read_bytes()
+        except OSError as error:  # gone or unreadable since discovery: graded as not a notebook
+            data, problem = b"", f"the file cannot be read ({error.strerror or error})"
+        else:
+            problem = notebook_problem(data)
+        found[stem] = Submission(stem, learner.folder / path, data, problem, accepted=how)
+    ordered = tuple(found[stem] for stem in EXERCISES if stem in found)
+    return Learner(learner.name, learner.folder, ordered, learner.problems, ())
 
 
 def discover(submissions: Path) -> tuple[list[Learner], list[str]]:

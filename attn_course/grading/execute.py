@@ -60,6 +60,14 @@ class Limits:
     hidden: tuple[str, ...] = ()
     """Folders a kernel may not read or write, even by absolute path (the submissions, the grades);
     enforced where the system has Landlock (see `sandbox`)."""
+    check: float = 60.0
+    """Seconds of CPU time (per thread in `threads`) one exercise's check may spend, the learner's code
+    it calls included: a loop in one exercise costs this, and the exercises after it are still
+    graded (0: only the notebook's limit)."""
+    keep: str = ""
+    """A folder to write each executed notebook to, as `<learner>/<stem>.ipynb` (the learner's cells
+    with their outputs, the grader's cells left out); "" keeps none. Written by the process that
+    grades it (on a Dask cluster, on the worker's machine)."""
     wall: float = 0.0
     """Wall-clock seconds for the learner's cells, and again for the checks, however little CPU they
     got (the backstop); 0: WALL_FACTOR times `timeout`."""
@@ -78,6 +86,12 @@ class Limits:
         """The CPU time limit in words: "180 s of CPU time" (per thread, where there are several)."""
         threads = f" per thread ({self.threads} threads)" if self.threads > 1 else ""
         return f"{self.timeout:g} s of CPU time{threads}"
+
+    @property
+    def check_cpu(self) -> float:
+        """CPU seconds of one check (all threads); 0 (none of its own) unless less than the checks'
+        whole budget, which otherwise stops the notebook first."""
+        return self.check * max(1, self.threads) if 0 < self.check < self.timeout else 0.0
 
     @property
     def wall_limit(self) -> float:
@@ -128,6 +142,9 @@ class _CappedClient(NotebookClient):
         self.kept += size
         return super().output(outs, msg, display_id, cell_index)
 
+
+_CHECK_CELL = re.compile(r"^\s*check_\w+\(\s*\w+\s*\)\s*;?\s*$")
+"""A learner's check cell as the notebooks ship it: `check_NAME(NAME)` alone."""
 
 _DEFINES = (
     r"^(?:(?:async\s+)?def\s+{0}\s*\(|class\s+{0}\b|{0}\s*(?::[^=\n]*)?=(?!=)"
@@ -317,6 +334,8 @@ class _Clock:
         self.last = 0.0
         self.kill_at = float("inf")
         self.fired = False
+        self.interrupt_at = float("inf")
+        self.interrupted = False
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True)
         self._thread.start()
@@ -339,6 +358,11 @@ class _Clock:
 
     def disarm(self) -> None:
         self.kill_at = float("inf")
+        self.interrupt_at = float("inf")
+
+    def interrupt(self, at: float) -> None:
+        """Interrupt the running cell (SIGINT: KeyboardInterrupt in the kernel) once CPU time reaches `at`."""
+        self.interrupt_at, self.interrupted = at, False
 
     def close(self) -> None:
         self._done.set()
@@ -346,10 +370,20 @@ class _Clock:
 
     def _watch(self) -> None:
         while not self._done.wait(self.POLL):
-            if self.pid is not None and self.cpu() >= self.kill_at:
+            if self.pid is None:
+                continue
+            cpu = self.cpu()
+            if cpu >= self.kill_at:
                 self.fired = True
                 self.kill_at = float("inf")
                 _kill_group(self.pid)
+            elif cpu >= self.interrupt_at:
+                self.interrupted = True
+                self.interrupt_at = float("inf")
+                try:
+                    os.kill(self.pid, signal.SIGINT)
+                except (ProcessLookupError, PermissionError):
+                    pass
 
 
 def _exercise_results(
@@ -368,6 +402,8 @@ def _exercise_results(
         payload = graded.get(name)
         if isinstance(payload, str):  # why the grader could not check it
             results.append(ExerciseResult.failed(name, payload))
+        elif isinstance(payload, dict) and payload.get("stopped"):  # its check was running when it stopped
+            results.append(ExerciseResult.stopped_in_check(name, str(payload.get("message", ""))))
         elif payload is None and stopped and cells:
             results.append(ExerciseResult.not_reached(name, f"not reached: {stopped}"))
         elif not payload or not payload.get("defined"):
@@ -391,7 +427,8 @@ def _exercise_results(
         elif payload.get("not_graded"):
             results.append(ExerciseResult.not_graded(name, str(payload.get("message", ""))))
         elif payload.get("passed"):
-            results.append(ExerciseResult.success(name, str(payload.get("message", "passed"))))
+            upstream = str(payload.get("upstream") or "")
+            results.append(ExerciseResult.success(name, str(payload.get("message", "passed")), upstream))
         else:
             results.append(ExerciseResult.failed(name, str(payload.get("message", "failed"))))
     return tuple(results)
@@ -418,11 +455,22 @@ def run_notebook(learner: Learner, submission: Submission, limits: Limits) -> No
         work = Path(temporary, "grading", "submission")
         _copy_folder(learner, submission, work)
         status, problem, errors, graded, cpu = _execute(stem, notebook, work, limits)
+    if limits.keep and status != "grader_error":
+        _keep(notebook, Path(limits.keep) / learner.name / f"{stem}.ipynb")
     if status == "grader_error":
         exercises = _zeros(stem, f"not graded: {problem}")
     else:
         exercises = _exercise_results(stem, notebook, errors, graded, problem if status != "graded" else "")
     return NotebookResult(stem, status, problem, exercises, time.perf_counter() - start, cpu)
+
+
+def _keep(notebook: nbformat.NotebookNode, path: Path) -> None:
+    """Write the executed notebook to `path` for the instructor; a failure to write costs no grade."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        nbformat.write(notebook, path)
+    except (OSError, ValueError):
+        pass
 
 
 def _execute(
@@ -497,8 +545,14 @@ class _Run:
         """CPU seconds the kernel spent in cells (0 where /proc cannot tell)."""
         return round(self.cpu["learner"] + self.cpu["grader"], 2) if self.clock.proc else 0.0
 
-    def _execute(self, cell: nbformat.NotebookNode, index: int, kind: str, where: str) -> None:
-        """Run one cell within its kind's budgets; a timeout or a dead kernel stops the notebook."""
+    def _execute(
+        self, cell: nbformat.NotebookNode, index: int, kind: str, where: str, bounded: bool = False
+    ) -> None:
+        """Run one cell within its kind's budgets; a timeout or a dead kernel stops the notebook.
+
+        A `bounded` cell (the learner's own check cell) is interrupted after one check's CPU time
+        (`Limits.check_cpu`): its result never counts, and the notebook goes on.
+        """
         limits = self.limits
         what = "the notebook" if kind == "learner" else "the grader's checks"
         at = f", in {where}" if kind == "learner" else ""
@@ -509,6 +563,8 @@ class _Run:
         cpu_before, wall_before = self.clock.cpu(), time.monotonic()
         self.client.timeout = max(1, int(wall_left + 0.999))
         self.clock.arm(cpu_before + cpu_left)
+        if bounded and limits.check_cpu:
+            self.clock.interrupt(cpu_before + limits.check_cpu)
         try:
             self.client.execute_cell(cell, index)
         except CellTimeoutError:
@@ -536,7 +592,8 @@ class _Run:
 
     def learner_cell(self, cell: nbformat.NotebookNode, index: int) -> None:
         where = _describe_cell(index, self.notebook)
-        self._execute(cell, index, "learner", where)
+        check_cell = bool(_CHECK_CELL.match(cell.source))
+        self._execute(cell, index, "learner", where, bounded=check_cell)
         error = _error(cell)
         if error:
             self.errors[index] = error
@@ -572,7 +629,8 @@ class _Run:
         nonce = secrets.token_hex(16)
         same = {n: p["id"] for n in names if isinstance(p := self.graded.get(n), dict) and "id" in p}
         source = self._setup_source(nonce) if self.ready is None else ""
-        source += f"_attn_grader.grade_exercises({names!r}, globals(), {nonce!r}, {same!r})\n"
+        cpu = self.limits.check_cpu
+        source += f"_attn_grader.grade_exercises({names!r}, globals(), {nonce!r}, {same!r}, {cpu!r})\n"
         cell = nbformat.v4.new_code_cell(source)
         index = len(self.notebook.cells)
         self.notebook.cells.append(cell)  # nbclient stores each executed cell back into the notebook
@@ -582,7 +640,8 @@ class _Run:
             self._collect(cell, names, nonce, fill=False)
             running = next((n for n in names if n not in self.graded), None)
             if running is not None:
-                self.graded[running] = f"{stop.problem} (while the grader's check called your `{running}`)"
+                why = f"{stop.problem} (while the grader's check called your `{running}`)"
+                self.graded[running] = {"exercise": running, "stopped": True, "message": why}
             raise
         self._collect(cell, names, nonce)
 

@@ -273,6 +273,8 @@ def results_json(learner: LearnerResult, seconds: float = 0.0) -> dict:
     for number, notebook in enumerate(learner.notebooks, start=1):
         for part, exercise in enumerate(notebook.exercises, start=1):
             state = "passed" if exercise.passed else "not passed"
+            if exercise.upstream:
+                state = f"right; failed through your `{exercise.upstream}`"
             tests.append({
                 "name": f"{notebook.stem}: {exercise.exercise}",
                 "number": f"{number}.{part}",

@@ -21,6 +21,7 @@ import importlib
 import io
 import json
 import os
+import signal
 import sys
 import sysconfig
 import threading
@@ -158,12 +159,17 @@ def _restore_random_state(saved: dict[str, Any]) -> None:
 
 
 def grade_exercises(
-    names: list[str], namespace: dict[str, Any], nonce: str, same: dict[str, int] | None = None
+    names: list[str],
+    namespace: dict[str, Any],
+    nonce: str,
+    same: dict[str, int] | None = None,
+    cpu_limit: float = 0.0,
 ) -> None:
     """Grade each exercise of `names` from `namespace` (after `setup`), emitting with `nonce`.
 
     `same` maps exercises already graded to the id of the object graded: one still bound to that
-    object is not checked again (emitted as `same`).
+    object is not checked again (emitted as `same`). Each check may spend `cpu_limit` seconds of
+    CPU time (0: no limit of its own).
     """
     _state["nonce"] = nonce
     problems = list(_state.get("problems", []))
@@ -177,7 +183,7 @@ def grade_exercises(
             emit({"exercise": name, "same": True})
         else:
             with _graders_world():
-                grade_exercise(name, namespace)
+                grade_exercise(name, namespace, cpu_limit)
 
 
 def _code_keys(obj: Any) -> set[tuple[str, int, str]]:
@@ -279,17 +285,74 @@ class _ReferenceWatch:
             self.entered = other
 
 
-def _run_check(check: Any, candidate: Any, watch: _ReferenceWatch) -> tuple[bool, str]:
+class CheckTimeLimit(BaseException):
+    """Raised inside the learner's code when one check has used its CPU time (`_cpu_limit`).
+
+    A BaseException, so that neither the checks' nor the learner's `except Exception` swallows it.
+    """
+
+
+@contextlib.contextmanager
+def _cpu_limit(seconds: float) -> Any:
+    """Raise CheckTimeLimit once this process has spent `seconds` more CPU time (0: no limit).
+
+    An interval timer of the process's CPU time (ITIMER_PROF, all threads) whose signal handler
+    raises in the main thread at the next bytecode: a Python loop that never ends stops there, and
+    the exercises after it are still graded. Code that stays inside one long C call is stopped by
+    the notebook's own CPU limit instead.
+    """
+    usable = (
+        seconds > 0 and hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+    )
+    if not usable:
+        yield
+        return
+    armed = [True]
+
+    def stop(signum: int, frame: Any) -> None:
+        if armed[0]:
+            armed[0] = False
+            raise CheckTimeLimit()
+
+    previous = signal.signal(signal.SIGPROF, stop)
+    signal.setitimer(signal.ITIMER_PROF, seconds)
+    try:
+        yield
+    finally:
+        armed[0] = False
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        signal.signal(signal.SIGPROF, previous)
+
+
+def _run_check(
+    check: Any, candidate: Any, watch: _ReferenceWatch, cpu_limit: float = 0.0
+) -> tuple[bool, str, str]:
+    """(passed, message, upstream): `upstream` names the earlier exercise whose learner version alone
+    made the check fail (the check's `CheckFailed.upstream`), "" otherwise."""
     checks = _state["checks"]
+    upstream = ""
     output = io.StringIO()
     threading.setprofile(watch)
     sys.setprofile(watch)
     try:
-        with contextlib.redirect_stdout(output):
+        with contextlib.redirect_stdout(output), _cpu_limit(cpu_limit):
             check(candidate)
         passed, message = True, ""
+    except CheckTimeLimit:
+        passed, message = (
+            False,
+            (
+                f"the grader's check of `{watch.name}` stopped your code after {cpu_limit:g} s of CPU "
+                "time: it did not finish (a loop that never ends, or far more work than the exercise "
+                "needs). The exercises after it were still graded."
+            ),
+        )
     except checks.CheckFailed as failure:
         passed, message = False, str(failure)
+        upstream = getattr(failure, "upstream", "")
+        order = _state["order"]
+        earlier = order[: order.index(watch.name)] if watch.name in order else []
+        upstream = upstream if isinstance(upstream, str) and upstream in earlier else ""
     except checks.CheckerError:  # the checker's own fault: not graded, never the learner's zero
         raise
     except BaseException as error:  # the learner's code may raise anything, SystemExit included
@@ -300,11 +363,12 @@ def _run_check(check: Any, candidate: Any, watch: _ReferenceWatch) -> tuple[bool
     if passed:
         detail = _state["harness"].pass_detail(output.getvalue(), watch.name)
         message = detail or "all cases agree with the reference"
-    return passed, message
+    return passed, message, upstream
 
 
-def grade_exercise(name: str, namespace: dict[str, Any]) -> None:
-    """Grade the learner's `name` from `namespace` with the fresh check_NAME; emit the result."""
+def grade_exercise(name: str, namespace: dict[str, Any], cpu_limit: float = 0.0) -> None:
+    """Grade the learner's `name` from `namespace` with the fresh check_NAME, within `cpu_limit`
+    seconds of CPU time (0: none of its own); emit the result."""
     if name not in namespace:
         emit({"exercise": name, "defined": False, "passed": False, "message": ""})
         return
@@ -318,10 +382,12 @@ def grade_exercise(name: str, namespace: dict[str, Any]) -> None:
     check = getattr(_state["checks"], f"check_{name}")
     watch = _ReferenceWatch(name, _run_check.__code__)
     try:
-        passed, message = _run_check(check, candidate, watch)
+        passed, message, upstream = _run_check(check, candidate, watch, cpu_limit)
     except _state["checks"].CheckerError as error:
         emit({**graded, "passed": False, "not_graded": True, "message": str(error)})
         return
     if watch.entered:
-        passed, message = False, _reference_message(name, watch.entered, "calls")
-    emit({**graded, "passed": passed, "message": message[:3000]})
+        passed, message, upstream = False, _reference_message(name, watch.entered, "calls"), ""
+    # One mistake, one point: an exercise that passes with the course's version of the earlier
+    # exercise it calls is right; it keeps its points and the check's message says which one failed.
+    emit({**graded, "passed": passed or bool(upstream), "upstream": upstream, "message": message[:3000]})

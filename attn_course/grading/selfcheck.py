@@ -72,7 +72,7 @@ def report_text(paths: list[Path], results: tuple[NotebookResult, ...]) -> str:
     for path, result in zip(paths, results, strict=True):
         scored = sum(e.points for e in result.exercises)
         lines.append(f"{path}: {scored} / {notebook_points(result.stem)} point(s)")
-        stopped = result.status in STOPPED and result.reached
+        stopped = result.status in STOPPED and (result.reached or any(e.stopped for e in result.exercises))
         if result.problem:
             lines.append(
                 f"  stopped ({result.status_text}): {result.problem}"
@@ -80,8 +80,14 @@ def report_text(paths: list[Path], results: tuple[NotebookResult, ...]) -> str:
                 else f"  not graded: {result.problem}"
             )
         for exercise in result.exercises:
-            if exercise.passed:
+            if exercise.upstream:
+                message = exercise.message.strip().replace("\n", "\n     ")
+                through = f"right; failed through your `{exercise.upstream}`"
+                lines.append(f"  {exercise.exercise}: {through}: {message}")
+            elif exercise.passed:
                 lines.append(f"  {exercise.exercise}: passed")
+            elif exercise.stopped:
+                lines.append(f"  {exercise.exercise}: STOPPED WHILE CHECKED: {exercise.message.strip()}")
             elif not exercise.reached:
                 lines.append(f"  {exercise.exercise}: NOT REACHED (the notebook stopped before its check)")
             else:
