@@ -1,12 +1,19 @@
-"""`attn_course/checks/_contracts.py`: contracts as data and the cases generated from them (issue 44)."""
+"""`attn_course/checks/_contracts.py`: contracts as data, the cases generated from them, and each
+declared contract held against its exercise's text (issue 44)."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
 
+from attn_course import reference
+from attn_course.checks import flash as flash_checks
+from attn_course.checks import triton as triton_checks
+from attn_course.checks import triton_backward, triton_flash
 from attn_course.checks._contracts import (
     VIEW_KINDS,
     Arg,
@@ -72,3 +79,51 @@ def test_read_as_is_what_a_kernel_reads_with_other_strides():
 def test_a_case_describes_its_dtype_and_view():
     case = Case((("T", 3),), torch.float16, ("k", "expanded"))
     assert case.describe() == "T=3, float16 inputs, k an expanded view"
+
+
+CONTRACTS = {
+    "triton_add": triton_checks.ADD_CONTRACT,
+    "triton_scores": triton_flash.SCORES_CONTRACT,
+    "triton_flash_attention": triton_flash.CONTRACT,
+    "triton_flash_attention_backward": triton_backward.CONTRACT,
+    "flash_attention": flash_checks.ATTENTION_CONTRACT,
+}
+
+# What each contract demands beyond the shapes, and the words of the exercise's text that state it.
+STATED = {
+    "triton_add": ["make them contiguous first"],
+    "triton_scores": ["The check passes views", "power of two, at least 16"],
+    "triton_flash_attention": ["pads the head dim to `BLOCK_D`", "a row that saw no key"],
+    "triton_flash_attention_backward": [
+        "allocates `dq`, `dk`, `dv` like q, k, v",
+        "makes float32 and contiguous",
+        "BLOCK_D = max(16, next_power_of_2(d))",
+        "strided inputs",
+    ],
+    "flash_attention": [],
+}
+
+
+def _exercise_text(name: str) -> str:
+    """The Markdown of the solution notebook cells before the exercise's code cell, from its heading."""
+    notebook = next(stem for stem, names in reference.EXERCISES.items() if name in names)
+    cells = json.loads(Path(f"solutions/{notebook}.ipynb").read_text())["cells"]
+    text = ""
+    for cell in cells:
+        source = "".join(cell["source"])
+        if cell["cell_type"] == "markdown":
+            text = source if "### Exercise" in source else text + "\n" + source
+        elif f"def {name}(" in source:
+            return " ".join(text.split())
+    raise AssertionError(f"no cell defines {name}")
+
+
+@pytest.mark.parametrize("name", CONTRACTS)
+def test_each_contract_is_its_exercises_and_its_text_states_its_demands(name):
+    contract = CONTRACTS[name]
+    assert contract.exercise == name
+    signature = getattr(reference, name).__code__.co_varnames
+    assert [arg.name for arg in contract.args] == list(signature[: len(contract.args)])
+    text = _exercise_text(name)
+    for phrase in STATED[name]:
+        assert " ".join(phrase.split()) in text, f"the text of {name} does not say {phrase!r}"
