@@ -748,7 +748,8 @@ CONTRACT_REJECTED = {
     "keys read with the queries' row stride": (
         [("k_ptrs = K + b * skb + h * skh + cols[:, None] * skn",
           "k_ptrs = K + b * skb + h * skh + cols[:, None] * sqm")],
-        "Only one input is a view here, `q` passed as a transposed view",
+        "is right when every input is contiguous (the cases before passed) but wrong with `k` passed as a "
+        "transposed view",
     ),
 }  # fmt: skip
 
