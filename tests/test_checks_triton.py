@@ -708,7 +708,7 @@ TRITON_HOLD_OUT = {
     ),
     "flash: no final division": (
         check_triton_flash_attention, FLASH, "triton_flash_attention",
-        [("    out = acc / l[:, None]\n", "    out = acc\n")],
+        [("    out = acc / l_safe[:, None]\n", "    out = acc\n")],
         "never divides by the running sum", True,
     ),
     "flash: query offsets without the block size": (
@@ -727,4 +727,57 @@ TRITON_HOLD_OUT = {
 @pytest.mark.parametrize("name", TRITON_HOLD_OUT)
 def test_triton_hold_out_kernels_are_rejected_with_their_message(name, folder, capsys):
     check, template, function, pairs, phrase, _ = TRITON_HOLD_OUT[name]
+    assert_rejected(check, variant(template, folder, function, *pairs), phrase, capsys)
+
+
+# ---------------------------------------------------------------------------------------------
+# The cases generated from triton_flash_attention's contract (checks/_contracts.py, issue 44): each
+# changes one size or makes one input alone a view, and catches what the hand-picked cases let through.
+
+CONTRACT_REJECTED = {
+    "no guard for rows that see no key (T_q > T_k, causal)": (
+        [("    l_safe = tl.where(l == 0.0, 1.0, l)  # a row that saw no key: output 0\n"
+          "    out = acc / l_safe[:, None]\n", "    out = acc / l[:, None]\n")],
+        "gives NaN in the first 32 query rows, which see no key",
+    ),
+    "values read with the keys' strides": (
+        [("v_ptrs = V + b * svb + h * svh + cols[:, None] * svn",
+          "v_ptrs = V + b * skb + h * skh + cols[:, None] * skn")],
+        "reads `v` with `k`'s strides: with `k` passed as a transposed view",
+    ),
+    "keys read with the queries' row stride": (
+        [("k_ptrs = K + b * skb + h * skh + cols[:, None] * skn",
+          "k_ptrs = K + b * skb + h * skh + cols[:, None] * sqm")],
+        "is right when every input is contiguous (the cases before passed) but wrong with `k` passed as a "
+        "transposed view",
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", CONTRACT_REJECTED)
+def test_contract_cases_name_what_the_hand_picked_cases_let_through(name, folder, capsys):
+    pairs, phrase = CONTRACT_REJECTED[name]
+    assert_rejected(
+        check_triton_flash_attention, variant(FLASH, folder, "triton_flash_attention", *pairs), phrase, capsys
+    )
+
+
+CONTRACT_REJECTED_OTHERS = {
+    "add: a copy only where the last stride is not 1": (
+        check_triton_add, ADD, "triton_add",
+        [("    x, y = x.contiguous(), y.contiguous()\n",
+          "    x, y = (t if t.stride(-1) == 1 else t.contiguous() for t in (x, y))\n")],
+        "adds x in memory order as if it were contiguous: with `x` passed as a slice of a longer tensor",
+    ),
+    "scores: keys stepped by the queries' row stride": (
+        check_triton_scores, SCORES, "triton_scores",
+        [("offs_n[:, None] * skn", "offs_n[:, None] * sqm")],
+        "Only one input is a view here, `q` passed as a transposed view",
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", CONTRACT_REJECTED_OTHERS)
+def test_contract_cases_of_add_and_scores(name, folder, capsys):
+    check, template, function, pairs, phrase = CONTRACT_REJECTED_OTHERS[name]
     assert_rejected(check, variant(template, folder, function, *pairs), phrase, capsys)

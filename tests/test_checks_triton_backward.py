@@ -134,7 +134,7 @@ ATOMIC_DQ = [
      "        dk += tl.dot(ds_t.to(q.dtype), q)\n"
      "        dq_ptrs = dq_ptr + b * stride_dqb + h * stride_dqh + rows[:, None] * stride_dqm\n"
      "        dq_ptrs += offs_d[None, :]\n"
-     "        tl.atomic_add(dq_ptrs, tl.dot(tl.trans(ds_t), k) * sm_scale, mask=q_mask)\n"),
+     "        tl.atomic_add(dq_ptrs, tl.dot(tl.trans(ds_t).to(k.dtype), k) * sm_scale, mask=q_mask)\n"),
     ("    dq = torch.empty(q.shape, device=q.device, dtype=q.dtype)\n",
      "    dq = torch.zeros(q.shape, device=q.device, dtype=torch.float32)\n"),
     ("dk, dv, *strides, dk.stride(0), dk.stride(1), dk.stride(2),",
@@ -330,3 +330,41 @@ def test_the_wrapper_check_points_at_the_wrapper_once_the_kernels_passed(name, f
         assert_rejected(check_triton_flash_attention_backward, wrapper, phrase, capsys)
     finally:
         forget_passes()
+
+
+# ---------------------------------------------------------------------------------------------
+# The cases generated from the wrapper's contract (checks/_contracts.py, issue 44): a head dim that is
+# not a power of two, float16 inputs, and each of q, k, v, out, lse, grad_out alone a view.
+
+CONTRACT_REJECTED = {
+    "strides of q passed for k and v": (
+        [("k.stride(0), k.stride(1), k.stride(2),\n               v.stride(0), v.stride(1), v.stride(2)",
+          "q.stride(0), q.stride(1), q.stride(2),\n               q.stride(0), q.stride(1), q.stride(2)")],
+        "reads `k` and `v` with `q`'s strides: with `q` passed as a transposed view",
+    ),
+    "dq allocated in float32": (
+        [("dq = torch.empty(q.shape, device=q.device, dtype=q.dtype)",
+          "dq = torch.empty(q.shape, device=q.device, dtype=torch.float32)")],
+        "returned dq as torch.float32 on cpu; the inputs are torch.float16",
+    ),
+    "the lse passed on as it comes": (
+        [("lse = lse.float().contiguous()", "lse = lse.float()")],
+        "wrong with `lse` passed as a slice of a longer tensor along T_q",
+    ),
+    "the padded width passed as the head dim": (
+        [("HEAD_DIM=d,", "HEAD_DIM=max(16, triton.next_power_of_2(d)),")],
+        "The head dim here is d = 24, not a power of two: pass HEAD_DIM = d (24)",
+    ),
+    "the head dim not padded": (
+        [("BLOCK_D=max(16, triton.next_power_of_2(d))", "BLOCK_D=d")],
+        "The head dim here is d = 24, not a power of two",
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", CONTRACT_REJECTED)
+def test_contract_cases_name_what_the_hand_picked_cases_let_through(name, folder, capsys):
+    pairs, phrase = CONTRACT_REJECTED[name]
+    assert_rejected(
+        check_triton_flash_attention_backward, variant(TRITON_BACKWARD, folder, NAME, *pairs), phrase, capsys
+    )

@@ -121,7 +121,8 @@ def attention_kernel(
         v = tl.load(v_ptrs, mask=cols[:, None] < T_k, other=0.0)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
         m = m_new
-    out = acc / l[:, None]
+    l_safe = tl.where(l == 0.0, 1.0, l)  # a row that saw no key: output 0
+    out = acc / l_safe[:, None]
     o_ptrs = O + b * sob + h * soh + offs_m[:, None] * som + offs_d[None, :]
     tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=offs_m[:, None] < T_q)
     lse = m + tl.log(l)

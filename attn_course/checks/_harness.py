@@ -8,12 +8,9 @@ Everything that goes wrong becomes a `CheckFailed` with a message in the learner
 from __future__ import annotations
 
 import ast
-import contextlib
-import contextvars
 import functools
 import importlib.util
 import inspect
-import io
 import itertools
 import linecache
 import math
@@ -30,7 +27,6 @@ from typing import Any
 
 import torch
 
-from attn_course.checks import _mutants
 from attn_course.checks._calls import misplaced_arguments
 from attn_course.checks._mutants import (
     call_arguments,
@@ -40,7 +36,7 @@ from attn_course.checks._mutants import (
     note_call,
     reference_shapes,
 )
-from attn_course.checks._repairs import begin_check, name_by_repair, unquoted
+from attn_course.checks._repairs import begin_check, name_by_repair, quiet_run, unquoted
 from attn_course.checks._shapes import explain_shape
 from attn_course.checks._upstream import blamed_exercise, learner_upstream, upstream_message
 from attn_course.progress import record_failure, record_pass
@@ -205,36 +201,12 @@ def check(body: Callable[[Callable[..., Any]], str]) -> Callable[[Any], None]:
     return run_check
 
 
-def _quiet_run(body: Callable[[Any], str], candidate: Any) -> tuple[str | None, Exception | None]:
-    """(pass detail, None) or (None, what the check raised): one run without the naming layers, printing
-    nothing, seeded as a check is, in a context of its own."""
-
-    def run() -> tuple[str | None, Exception | None]:
-        _mutants._QUIET.set(True)
-        forget_calls()
-        begin_check(body, candidate)
-        try:
-            with (
-                torch.random.fork_rng(devices=[]),
-                warnings.catch_warnings(),
-                contextlib.redirect_stdout(io.StringIO()),
-                contextlib.redirect_stderr(io.StringIO()),
-            ):
-                warnings.simplefilter("ignore")
-                torch.manual_seed(0)
-                return body(candidate), None
-        except Exception as raised:  # noqa: BLE001 - the caller decides what a failure means
-            return None, raised
-
-    return contextvars.copy_context().run(run)
-
-
 def _run_upstream_aware(
     name: str, body: Callable[[Any], str], candidate: Any, upstream: list[tuple[dict[str, Any], str]]
 ) -> tuple[str | None, CheckFailed | None]:
     """(pass detail, None) where the learner's code passes; (None, the failure that blames an earlier
     exercise) where it passes only with the course's version of that exercise; else (None, None)."""
-    detail, raised = _quiet_run(body, candidate)
+    detail, raised = quiet_run(body, candidate)
     if raised is None:
         return detail, None
     if isinstance(raised, CheckerError) or (
@@ -242,12 +214,12 @@ def _run_upstream_aware(
         and not is_learners(_unwrap_interpreter_error(raised), body.__code__)
     ):
         return None, None  # the checker's own fault: the full run below reports it
-    blamed = blamed_exercise(upstream, lambda: _quiet_run(body, candidate)[1] is None)
+    blamed = blamed_exercise(upstream, lambda: quiet_run(body, candidate)[1] is None)
     if blamed is None:
         return None, None
     own_check = getattr(CHECKS.get(blamed), "__wrapped__", None)
     learners = next(namespace[used] for namespace, used in upstream if used == blamed)
-    blamed_passes = own_check is not None and _quiet_run(own_check, learners)[1] is None
+    blamed_passes = own_check is not None and quiet_run(own_check, learners)[1] is None
     return None, CheckFailed(upstream_message(name, blamed, blamed_passes), upstream=blamed)
 
 

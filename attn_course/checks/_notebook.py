@@ -63,7 +63,7 @@ def _show_check_failure(
         if message is None:  # any other NameError: IPython's usual traceback
             shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
         else:
-            shell._showtraceback(etype, value, [f"{RED}NameError{RESET}: {readable(message)}"])
+            shell._showtraceback(etype, value, [f"{RED}NameError{RESET}: {message}"])  # laid out by hand
         return
     if isinstance(value, CheckerError):
         text = readable(f"CheckerError (not your mistake): {value}")

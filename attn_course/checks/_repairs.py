@@ -217,11 +217,14 @@ def _returns(runner: Callable[..., Any] | None) -> bool:
     return _mutants._call(runner, args, kwargs)[1] is None
 
 
-def _passes(body: Callable[[Any], str], candidate: Any) -> bool:
-    """Whether the check's body accepts `candidate`: quietly, seeded as the check is, in its own context."""
+def quiet_run(body: Callable[[Any], str], candidate: Any) -> tuple[str | None, Exception | None]:
+    """(pass detail, None) or (None, what the check raised): one run of a check's body without the naming
+    layers, printing nothing, seeded as a check is, in a context of its own."""
 
-    def run() -> bool:
+    def run() -> tuple[str | None, Exception | None]:
         _mutants._QUIET.set(True)
+        _mutants.forget_calls()
+        begin_check(body, candidate)
         try:
             with (
                 torch.random.fork_rng(devices=[]),
@@ -231,9 +234,13 @@ def _passes(body: Callable[[Any], str], candidate: Any) -> bool:
             ):
                 warnings.simplefilter("ignore")
                 torch.manual_seed(0)
-                body(candidate)
-        except Exception:  # noqa: BLE001 - a repair that fails the check in any way is no repair
-            return False
-        return True
+                return body(candidate), None
+        except Exception as raised:  # noqa: BLE001 - the caller decides what a failure means
+            return None, raised
 
     return contextvars.copy_context().run(run)
+
+
+def _passes(body: Callable[[Any], str], candidate: Any) -> bool:
+    """Whether the check's body accepts `candidate` (a repair that fails it in any way is no repair)."""
+    return quiet_run(body, candidate)[1] is None

@@ -19,6 +19,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from attn_course import reference
+from attn_course.checks._contracts import Arg, Axis, Contract, Returns, size_cases
 from attn_course.checks._harness import (
     CheckFailed,
     Mistake,
@@ -424,6 +425,28 @@ a diagonal that falls inside blocks, a causal offset T_k - T_q that is not a mul
 size (26 = 3·8 + 2) before one that is (24: there a top-left mask in the diagonal tiles looks like a
 loop that stops a block early, so the ragged offset must come first to name it), block_size 1 and
 longer than the sequence, and no batch axis."""
+
+
+ATTENTION_CONTRACT = Contract(
+    "flash_attention",
+    args=(Arg("q", ("B", "T_q", "d")), Arg("k", ("B", "T_k", "d")), Arg("v", ("B", "T_k", "d_v"))),
+    axes=(
+        Axis("B", (2,)),
+        Axis("T_q", (9, 18), "block_size + 1 (8 + 1); 18 > T_k = 17: a row that sees no key"),
+        Axis("T_k", (17, 9), "2·block_size + 1; 9 = T_q"),
+        Axis("d", (6,), "a head dim that is not a power of two"),
+        Axis("d_v", (5,)),
+    ),
+    returns=(Returns("out", ("B", "T_q", "d_v")), Returns("lse", ("B", "T_q"))),
+    notes=("causal, bottom-right aligned; a row that sees no key gets output 0 and lse -inf",),
+)
+"""The shapes `flash_attention` must accept; its generated cases (causal, block_size 8) follow the
+hand-picked ones: T_q < T_k, T_q > T_k and T_q = T_k at sizes just above one and two blocks."""
+
+_ATTENTION_CASES += [
+    ((c.size["B"], c.size["T_q"], c.size["d"]), c.size["T_k"], c.size["d_v"], True, 8)
+    for c in size_cases(ATTENTION_CONTRACT)
+]
 
 
 @check

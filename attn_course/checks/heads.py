@@ -46,7 +46,7 @@ def _split_mistakes() -> list[Mistake]:
         Mistake(
             "groups the features as (d h): head i gets every h-th feature, i, i + h, i + 2h, …. Head i "
             "must be the contiguous block x[..., i·d:(i+1)·d], which is the grouping (h d): "
-            'rearrange(x, "b t (h d) -> b h t d", h=n_heads), or x.view(b, t, h, d).',
+            'rearrange(x, "b t (h d) -> b h t d", h=n_heads), or x.view(b, t, h, d).transpose(1, 2).',
             lambda x, n_heads: rearrange(x, "b t (d h) -> b h t d", h=n_heads),
         ),
         Mistake(

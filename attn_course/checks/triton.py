@@ -14,6 +14,18 @@ from typing import Any
 
 import torch
 
+from attn_course.checks._contracts import (
+    VIEW_KINDS,
+    Arg,
+    Axis,
+    Contract,
+    Returns,
+    contiguous_strides,
+    make_arg,
+    read_as,
+    view_cases,
+    view_words,
+)
 from attn_course.checks._harness import CheckFailed, Mistake, check, describe_args, diagnose_softmax
 from attn_course.checks._simulate import STREAMING_SOFTMAX_MISTAKES
 from attn_course.checks._triton_harness import (
@@ -81,12 +93,63 @@ def check_triton_add(candidate: Callable[..., Any]) -> str:
         shown = describe_args((x, y), {}) + (f", {transposed} a transposed view" if transposed else "")
         compare("`triton_add`", out, x + y, mode, mistakes, shown)
     blocks = _block_shapes(trace)
+    generated = _expect_add_contract_cases(candidate, mode, dtype)
     detail = f" (blocks of {blocks[0][0]})" if blocks else ""
     sizes = ", ".join(map(str, lengths))
     return (
-        f"x + y for lengths {sizes}, a 7×33 matrix, x or y a transposed view{detail}, every element written, "
-        "no access out of bounds."
+        f"x + y for lengths {sizes}, a 7×33 matrix, x or y a transposed view{detail}, then {generated} "
+        "more from the exercise's contract (x or y alone a slice or an expanded view), every element "
+        "written, no access out of bounds."
     )
+
+
+ADD_CONTRACT = Contract(
+    "triton_add",
+    args=(
+        Arg("x", ("R", "N"), views=VIEW_KINDS, swap=(0, 1), slice_axis=-1),
+        Arg("y", ("R", "N"), views=VIEW_KINDS, swap=(0, 1), slice_axis=-1),
+    ),
+    axes=(Axis("R", (7,)), Axis("N", (33,))),
+    returns=(Returns("out", ("R", "N")),),
+    notes=("inputs of any shape and layout: the kernel sees their numel() elements in memory order",),
+)
+"""What `triton_add` must accept; the hand-picked cases try the transposed views, the generated ones the
+others (a slice keeps stride(-1) == 1, so a wrapper that copies only when stride(-1) != 1 shows)."""
+
+
+def _expect_add_contract_cases(candidate: Callable[..., Any], mode: Mode, dtype: torch.dtype) -> int:
+    """x or y alone a slice of a wider tensor or an expanded row; return how many cases ran."""
+    alloc = functools.partial(guarded, device=mode.device, dtype=dtype)
+    cases = [case for case in view_cases(ADD_CONTRACT) if case.view and case.view[1] != "transposed"]
+    for case in cases:
+        assert case.view is not None
+        x, y = (make_arg(arg, case, alloc) for arg in ADD_CONTRACT.args)
+        index = 0 if case.view[0] == "x" else 1
+        viewed = view_words((x, y)[index], ADD_CONTRACT.args[index], case.view[1])
+        hint = (
+            f"Here {viewed}: the kernel sees x.numel() elements in memory order, so make both inputs "
+            "contiguous first, x, y = x.contiguous(), y.contiguous() (a slice or an expanded view is not "
+            "contiguous although its last stride is 1)."
+        )
+        result, trace = traced_call("triton_add", candidate, mode, x, y)
+        expect_in_bounds("triton_add", trace, hint)
+        out = expect_result("triton_add", result, x, "triton_add(x, y)")
+
+        def in_memory_order(x: torch.Tensor = x, y: torch.Tensor = y, index: int = index) -> torch.Tensor:
+            read = [x, y]
+            read[index] = read_as(read[index], contiguous_strides(tuple(read[index].shape)))
+            return read[0] + read[1]
+
+        mistakes = [
+            Mistake(
+                f"adds {case.view[0]} in memory order as if it were contiguous: with {viewed} the sum is "
+                "wrong. Make both inputs contiguous first, x, y = x.contiguous(), y.contiguous(): a slice "
+                "or an expanded view has stride(-1) == 1 and is still not contiguous.",
+                in_memory_order,
+            )
+        ]
+        compare("`triton_add`", out, x + y, mode, mistakes, f"triton_add(x, y) with {case.describe()}")
+    return len(cases)
 
 
 def _in_memory_order(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

@@ -22,6 +22,21 @@ from typing import Any
 import torch
 
 from attn_course import flash
+from attn_course.checks._contracts import (
+    VIEW_KINDS,
+    Arg,
+    Axis,
+    Case,
+    Contract,
+    Returns,
+    contiguous_strides,
+    dtype_cases,
+    make_arg,
+    read_as,
+    size_cases,
+    view_cases,
+    view_words,
+)
 from attn_course.checks._harness import CheckFailed, check
 from attn_course.checks._triton_harness import (
     Mode,
@@ -267,9 +282,189 @@ def check_triton_flash_attention_backward(candidate: Callable[..., Any]) -> str:
         what = "`triton_flash_attention_backward`"
         hint = f"\n{WRAPPER_HINT}" if kernels_passed else ""
         _name_mistake(grads, expected, (q, k, v, grad_out), case, mode, what, called, hint=hint)
+    generated = _expect_contract_cases(candidate, mode, kernels_passed)
     where = "interpreted on the CPU, every load traced" if mode.traced else mode.gpu_where
     return (
-        f"dq, dk and dv match autograd on {len(_CASES)} shapes (ragged, causal, T_q ≠ T_k, strided); {where}."
+        f"dq, dk and dv match autograd on {len(_CASES)} shapes (ragged, causal, T_q ≠ T_k, strided), then on "
+        f"{generated} more from the exercise's contract (d = 24 padded to 32, float16 inputs, each input "
+        f"alone a view: q, k, v, lse, grad_out); {where}."
+    )
+
+
+_QKV_AXES = ("B", "H", "T_q", "d")
+CONTRACT = Contract(
+    "triton_flash_attention_backward",
+    args=(
+        Arg("q", _QKV_AXES, views=VIEW_KINDS, expand_axis=1),
+        Arg("k", ("B", "H", "T_k", "d"), views=VIEW_KINDS, expand_axis=1),
+        Arg("v", ("B", "H", "T_k", "d"), views=VIEW_KINDS, expand_axis=1),
+        Arg("out", _QKV_AXES),
+        Arg("lse", ("B", "H", "T_q"), views=("sliced", "transposed"), slice_axis=-1),
+        Arg("grad_out", _QKV_AXES, views=VIEW_KINDS, expand_axis=1),
+    ),
+    axes=(
+        Axis("B", (1,)),
+        Axis("H", (2,)),
+        Axis("T_q", (20,), "one block: the hand-picked cases try the ragged and multi-block sizes"),
+        Axis("T_k", (20,)),
+        Axis("d", (16, 24), "a head dim that is not a power of two: padded to BLOCK_D = 32"),
+    ),
+    returns=(
+        Returns("dq", _QKV_AXES),
+        Returns("dk", ("B", "H", "T_k", "d")),
+        Returns("dv", ("B", "H", "T_k", "d")),
+    ),
+    dtypes=(torch.float32, torch.float16),
+    notes=("D and the lse, float32 and contiguous, as the kernels index them: pid_bh * T_q + row",),
+)
+"""What Exercise 5c's wrapper must accept and return: its generated cases (causal) each change one thing,
+the head dim, the dtype, or one input alone a view (one kind each, the interpreter being slow). `out`
+reaches the kernels only through D, which the wrapper computes with torch: no view of it is tried."""
+
+
+def _contract_inputs(case: Case, mode: Mode) -> tuple[torch.Tensor, ...]:
+    """(q, k, v, out, lse, grad_out) of a generated case; out and lse from the forward, laid out as asked."""
+    dtype = torch.float16 if mode.gpu else case.dtype
+
+    def alloc(*shape: int) -> torch.Tensor:
+        return guarded(*shape, device=mode.device, dtype=dtype)
+
+    q_arg, k_arg, v_arg, out_arg, lse_arg, grad_out_arg = CONTRACT.args
+    q, k, v, grad_out = (make_arg(arg, case, alloc) for arg in (q_arg, k_arg, v_arg, grad_out_arg))
+    out, lse = flash.flash_attention_forward(q.float(), k.float(), v.float(), is_causal=True)
+
+    def laid_out(arg: Arg, value: torch.Tensor) -> torch.Tensor:
+        tensor = make_arg(arg, case, lambda *shape: torch.empty(shape, device=mode.device, dtype=value.dtype))
+        return tensor.copy_(value)
+
+    return q, k, v, laid_out(out_arg, out.to(dtype)), laid_out(lse_arg, lse), grad_out
+
+
+def _expect_contract_cases(candidate: Callable[..., Any], mode: Mode, kernels_passed: bool) -> int:
+    """Run the contract's generated cases once the hand-picked ones passed; return how many."""
+    name = "triton_flash_attention_backward"
+    cases = [
+        *list(size_cases(CONTRACT))[1:],
+        *([] if mode.gpu else dtype_cases(CONTRACT)),
+        *view_cases(CONTRACT, one_kind_each=True),
+    ]
+    for case in cases:
+        inputs = _contract_inputs(case, mode)
+        q, k, v, out, lse, grad_out = inputs
+        d = case.size["d"]
+        viewed = ""
+        if case.view is not None:
+            index = [arg.name for arg in CONTRACT.args].index(case.view[0])
+            viewed = view_words(inputs[index], CONTRACT.args[index], case.view[1])
+        padding = (
+            f"The head dim here is d = {d}, not a power of two: pass HEAD_DIM = d ({d}) and "
+            f"BLOCK_D = max(16, triton.next_power_of_2(d)) ({max(16, 1 << (d - 1).bit_length())}); the "
+            "kernels load and store only offs_d < HEAD_DIM of the BLOCK_D lanes."
+            if d & (d - 1)
+            else ""
+        )
+        result, trace = traced_call(name, candidate, mode, *inputs, is_causal=True, hint=padding)
+        expect_in_bounds(
+            name,
+            trace,
+            padding
+            or (
+                f"Only one input is a view here, {viewed}; the others are contiguous. Pass each tensor's own "
+                "strides (make the head dim contiguous where it is not), and make the lse contiguous, as the "
+                "kernels index it at pid_bh * T_q + row."
+            ),
+        )
+        grads = _expect_grads(result, (q, k, v))
+        expected = _autograd_grads(q, k, v, grad_out, True)
+        gpu = mode.gpu or case.dtype == torch.float16  # float16's tolerance
+        if all(close(g, e, gpu) for g, e in zip(grads, expected, strict=True)):
+            continue
+        called = f"{name}(q, k, v, out, lse, grad_out, is_causal=True) with {case.describe()}"
+        if case.view is not None:
+            raise CheckFailed(
+                _view_message(case, inputs, grads, expected, viewed, gpu) + f"\n(Called as {called}.)"
+            )
+        hint = f"\nThe cases before, with d = 16 and 32, passed: {padding}" if padding else ""
+        if kernels_passed:
+            hint += f"\n{WRAPPER_HINT}"
+        legacy = (case.size["B"], case.size["H"], case.size["T_q"], case.size["T_k"], d, True, False)
+        used: Inputs = (q, k, v, grad_out)
+        _name_mistake(grads, expected, used, legacy, mode, f"`{name}`", called, hint=hint)
+    return len(cases)
+
+
+def _misread_grads(inputs: list[torch.Tensor]) -> Grads:
+    """What the kernels give from these (misread) inputs with the forward's own out and lse: the course's
+    tiled backward in float64, which recomputes P = exp(S - lse) as the kernels do (autograd through the
+    misread inputs would renormalise P)."""
+    q, k, v, out, lse, grad_out = (x.detach().to("cpu", torch.float64) for x in inputs)
+    return flash.flash_attention_backward(q, k, v, out, lse, grad_out, is_causal=True)
+
+
+def _read_with_the_views_strides(
+    index: int, inputs: tuple[torch.Tensor, ...], grads: Grads, expected: Grads, gpu: bool
+) -> tuple[str, ...]:
+    """Which other inputs (q, k, v, grad_out) a wrapper reads with the one view's strides, if that matches."""
+    names = ("q", "k", "v", "out", "lse", "grad_out")
+    view = inputs[index]
+    shaped = [i for i in (0, 1, 2, 5) if i != index and inputs[i].shape == view.shape]
+    subsets = [list(c) for n in range(len(shaped), 0, -1) for c in itertools.combinations(shaped, n)]
+    for subset in subsets:
+        misread = list(inputs)
+        try:
+            for i in subset:
+                misread[i] = read_as(inputs[i], tuple(view.stride()))
+            wrong = _misread_grads(misread)
+        except RuntimeError:
+            continue
+        if not all(close(w, e, gpu) for w, e in zip(wrong, expected, strict=True)) and all(
+            close(g, w, gpu) for g, w in zip(grads, wrong, strict=True)
+        ):
+            return tuple(names[i] for i in subset)
+    return ()
+
+
+def _view_message(
+    case: Case, inputs: tuple[torch.Tensor, ...], grads: Grads, expected: Grads, viewed: str, gpu: bool
+) -> str:
+    """Why the gradients are wrong with one input a view: read as if contiguous where that is what matches."""
+    assert case.view is not None
+    name = case.view[0]
+    index = [arg.name for arg in CONTRACT.args].index(name)
+    what = "`triton_flash_attention_backward`"
+    if name in ("out", "lse"):
+        return (
+            f"{what} is right when every input is contiguous but wrong with {viewed}: the kernels read "
+            f"{'D, computed from out,' if name == 'out' else 'the lse'} at pid_bh * T_q + row. Compute D = "
+            "(grad_out.float() * out.float()).sum(-1) and pass lse.float().contiguous(), both contiguous "
+            "float32 (B, H, T_q), whatever layout out and lse come in."
+        )
+    misread = list(inputs)
+    try:
+        misread[index] = read_as(inputs[index], contiguous_strides(tuple(inputs[index].shape)))
+        wrong = _misread_grads(misread)
+        reads_contiguous = all(close(g, w, gpu) for g, w in zip(grads, wrong, strict=True))
+    except RuntimeError:
+        reads_contiguous = False
+    strides = f"{name}.stride(0), {name}.stride(1), {name}.stride(2)"
+    others = _read_with_the_views_strides(index, inputs, grads, expected, gpu)
+    if others:
+        listed = " and ".join(f"`{other}`" for other in others)
+        own = ", ".join(f"{o}.stride(0), {o}.stride(1), {o}.stride(2)" for o in others)
+        return (
+            f"{what} reads {listed} with `{name}`'s strides: with {viewed} and the other inputs contiguous, "
+            "the gradients are wrong (the cases where every input had the same layout passed). Pass each "
+            f"tensor's own strides: {own}."
+        )
+    if reads_contiguous:
+        return (
+            f"{what} reads `{name}` as if it were contiguous: with {viewed} the gradients are wrong (the "
+            f"cases before, every input contiguous or all of q, k, v and grad_out views alike, passed). Pass "
+            f"`{name}`'s own strides, {strides}, to the kernels, not another input's; or make it contiguous."
+        )
+    return (
+        f"{what} is right when every input is contiguous but wrong with {viewed}: pass the kernels "
+        f"`{name}`'s own strides, {strides}, whatever the other inputs' layout (or make it contiguous)."
     )
 
 

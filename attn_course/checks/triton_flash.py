@@ -24,6 +24,20 @@ from typing import Any
 import numpy as np
 import torch
 
+from attn_course.checks._contracts import (
+    VIEW_KINDS,
+    Arg,
+    Axis,
+    Case,
+    Contract,
+    Returns,
+    contiguous_strides,
+    make_arg,
+    read_as,
+    size_cases,
+    view_cases,
+    view_words,
+)
 from attn_course.checks._harness import CheckFailed, Mistake, check, expect_close, expect_tensor
 from attn_course.checks._simulate import (
     tiled_attention,
@@ -334,6 +348,7 @@ def check_triton_scores(candidate: Callable[..., Any]) -> str:
             "`triton_scores`", out, _scores_of(q, k), mode, mistakes, case.describe(),
             diagnose=functools.partial(_diagnose_scores, gpu=mode.gpu),
         )  # fmt: skip
+    generated = _expect_scores_contract_cases(name, candidate, mode)
     detail = f" in tiles of {' and '.join(f'{m}×{n}' for m, n in sorted(blocks_seen))}" if blocks_seen else ""
     where = (
         "every score written, no access out of bounds; interpreted on the CPU, every load traced"
@@ -342,8 +357,58 @@ def check_triton_scores(candidate: Callable[..., Any]) -> str:
     )
     return (
         f"q·kᵀ/√d on {len(_SCORES_CASES)} shapes (ragged on both axes, several batch·heads, T_q ≠ T_k, "
-        f"views){detail}; {where}."
+        f"views){detail}, then on {generated} more from the exercise's contract (3 heads, q or k alone a "
+        f"view); {where}."
     )
+
+
+SCORES_CONTRACT = Contract(
+    "triton_scores",
+    args=(
+        Arg("q", ("B", "H", "T_q", "d"), views=VIEW_KINDS, expand_axis=1),
+        Arg("k", ("B", "H", "T_k", "d"), views=VIEW_KINDS, expand_axis=1),
+    ),
+    axes=(
+        Axis("B", (1,)),
+        Axis("H", (2, 3), "a head count that is not a power of two"),
+        Axis("T_q", (33,), "one block and one for blocks of 16 or 32"),
+        Axis("T_k", (33,)),
+        Axis("d", (16,), "a power of two, at least 16, as the exercise says"),
+    ),
+    returns=(Returns("scores", ("B", "H", "T_q", "T_k"), dtype="float32"),),
+    notes=("any strides with the head dim contiguous, for q and k independently",),
+)
+"""What `triton_scores` must accept: its generated cases each add a head or make q or k alone a view."""
+
+
+def _expect_scores_contract_cases(name: str, candidate: Callable[..., Any], mode: Mode) -> int:
+    """Run the scores contract's generated cases (once the hand-picked ones passed); return how many."""
+    dtype = torch.float16 if mode.gpu else torch.float32
+    alloc = functools.partial(guarded, device=mode.device, dtype=dtype)
+    cases = [*list(size_cases(SCORES_CONTRACT))[1:], *view_cases(SCORES_CONTRACT, _ONE_BLOCK)]
+    for case in cases:
+        q, k = (make_arg(arg, case, alloc) for arg in SCORES_CONTRACT.args)
+        viewed = _viewed(case, (q, k), SCORES_CONTRACT)
+        result, trace = traced_call(name, candidate, mode, q, k)
+        expect_in_bounds(
+            name,
+            trace,
+            f"Only one input is a view here, {viewed}; the other is contiguous. Step each input's pointers "
+            "by that input's own strides (a key at k_ptr + j * stride_kn, not at q's row stride)."
+            if viewed
+            else _scores_bounds_hint(trace),
+        )
+        size = case.size
+        shape = (size["B"], size["H"], size["T_q"], size["T_k"])
+        out = expect_tensor(result, shape, "the scores", device=q.device, finite=False)
+        mistakes = (
+            _view_mistakes(SCORES_CONTRACT, case, (q, k), viewed, _scores_of, "the scores") if viewed else []
+        )
+        compare(
+            f"`{name}`", out, _scores_of(q, k), mode, mistakes, f"{name}(q, k) with {case.describe()}",
+            diagnose=functools.partial(_diagnose_contract_case, case=case, viewed=viewed),
+        )  # fmt: skip
+    return len(cases)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -460,6 +525,185 @@ def _flash_inputs(case: _FlashCase, mode: Mode) -> tuple[torch.Tensor, torch.Ten
     return make(case.t_q), make(case.t_k), make(case.t_k)
 
 
+CONTRACT = Contract(
+    "triton_flash_attention",
+    args=(
+        # each may be any view; the generated cases try one kind each (taken in turn: q expanded, k
+        # transposed, v sliced), as the interpreter is slow
+        Arg("q", ("B", "H", "T_q", "d"), views=("expanded", "transposed", "sliced"), expand_axis=1),
+        Arg("k", ("B", "H", "T_k", "d"), views=("sliced", "transposed", "expanded"), expand_axis=1),
+        Arg("v", ("B", "H", "T_k", "d"), views=("transposed", "expanded", "sliced"), expand_axis=1),
+    ),
+    axes=(
+        Axis("B", (1,)),
+        Axis("H", (2, 3), "a head count that is not a power of two"),
+        Axis("T_q", (33, 65), "one block and one (blocks of 32 on the CPU); 65 > T_k: rows that see no key"),
+        Axis("T_k", (33, 65), "one block and one, two blocks and one"),
+        Axis("d", (16,)),
+    ),
+    returns=(
+        Returns("out", ("B", "H", "T_q", "d")),
+        Returns("lse", ("B", "H", "T_q"), dtype="float32", contiguous=True),
+    ),
+    dtypes=(torch.float32,),
+    notes=(
+        "the causal mask is bottom-right aligned",
+        "a query row that sees no key (causal, T_q > T_k) gets output 0 and lse -inf",
+        "any strides with the head dim contiguous, for each of q, k and v independently",
+    ),
+)
+"""What `triton_flash_attention` (and `fast_flash_attention`) must accept: the cases after the hand-picked
+ones are generated from it, causal, each changing one size or making one input alone a view."""
+
+_ONE_BLOCK = {"B": 1, "H": 2, "T_q": 20, "T_k": 20, "d": 16}
+"""The sizes of the view cases: one block per program, as the interpreter is slow (layouts, not sizes)."""
+
+
+def _expect_contract_cases(
+    name: str, candidate: Callable[..., Any], mode: Mode, blocks_seen: set[tuple[int, int]]
+) -> int:
+    """Run the contract's generated cases (once the hand-picked ones passed); return how many."""
+    dtype = torch.float16 if mode.gpu else torch.float32
+    alloc = functools.partial(guarded, device=mode.device, dtype=dtype)
+    cases = [*list(size_cases(CONTRACT))[1:], *view_cases(CONTRACT, _ONE_BLOCK, one_kind_each=True)]
+    for case in cases:
+        q, k, v = (make_arg(arg, case, alloc) for arg in CONTRACT.args)
+        called_as = f"{name}(q, k, v, is_causal=True) with {case.describe()}"
+        viewed = _viewed(case, (q, k, v))
+        result, trace = traced_call(name, candidate, mode, q, k, v, is_causal=True)
+        expect_in_bounds(
+            name,
+            trace,
+            f"Only one input is a view here, {viewed}; the others are contiguous. Step each input's "
+            "pointers by that input's own strides (a key at k_ptr + j * stride_kn, not at q's row "
+            "stride), and never assume an input is contiguous."
+            if viewed
+            else "When T is not a multiple of the block size the last query or key block runs past the "
+            "end: load with mask=offs[:, None] < T (other=0.0) and store with the query mask.",
+        )
+        out = expect_result(name, result, q, "the attention output")
+        expected = _sdpa_reference(q, k, v, True).nan_to_num(nan=0.0)  # a row that sees no key: 0
+        _expect_no_key_rows_zero(name, out, expected, mode, case, called_as)
+        if case.view is not None:
+            mistakes = _view_mistakes(CONTRACT, case, (q, k, v), viewed, _causal_reference)
+        else:
+            mistakes = _flash_mistakes(q, k, v, True, sorted(blocks_seen) or [(32, 32)])
+        compare(
+            f"`{name}`", out, expected, mode, mistakes, called_as,
+            diagnose=functools.partial(_diagnose_contract_case, case=case, viewed=viewed),
+        )  # fmt: skip
+    return len(cases)
+
+
+def _expect_no_key_rows_zero(
+    name: str, out: torch.Tensor, expected: torch.Tensor, mode: Mode, case: Case, called_as: str
+) -> None:
+    """Name NaN (or anything but 0) in exactly the rows that see no key, the rest right."""
+    no_key = case.size["T_q"] - case.size["T_k"]
+    if (
+        no_key <= 0
+        or close(out, expected, mode.gpu)
+        or not close(out[..., no_key:, :], expected[..., no_key:, :], mode.gpu)
+    ):
+        return
+    got = "NaN" if torch.isnan(out[..., :no_key, :]).any() else "values other than 0"
+    raise CheckFailed(
+        f"`{name}` is right in every row that sees a key but gives {got} in the first {no_key} query rows, "
+        f"which see no key (causal with T_q = {case.size['T_q']} > T_k = {case.size['T_k']}, bottom-right "
+        "aligned): their running sum stays 0. Divide by 1 in its place, total_safe = tl.where(total == 0.0, "
+        "1.0, total), out = acc / total_safe[:, None], so that they get 0, as SDPA and the course's "
+        f"attention give them (and lse = m + tl.log(total_safe) is -inf).\n(Called as {called_as}.)"
+    )
+
+
+def _causal_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Causal attention in float64, 0 in the rows that see no key."""
+    return _sdpa_reference(q, k, v, True).nan_to_num(nan=0.0)
+
+
+def _viewed(case: Case, tensors: Sequence[torch.Tensor], contract: Contract | None = None) -> str:
+    """The view of `case` in words with its strides, or "" when every input is contiguous."""
+    contract = contract or CONTRACT
+    if case.view is None:
+        return ""
+    names = [arg.name for arg in contract.args]
+    index = names.index(case.view[0])
+    return view_words(tensors[index], contract.args[index], case.view[1])
+
+
+def _view_mistakes(
+    contract: Contract,
+    case: Case,
+    tensors: Sequence[torch.Tensor],
+    viewed: str,
+    reference: Callable[..., torch.Tensor],
+    what: str = "the output",
+) -> list[Mistake]:
+    """A kernel that reads the one view as if contiguous, or reads other inputs with the view's strides.
+
+    `reference(*tensors)` is the right result (float64), here computed from what such a kernel reads.
+    """
+    assert case.view is not None
+    name = case.view[0]
+    names = [arg.name for arg in contract.args]
+    index = names.index(name)
+    alike = f"{', '.join(names[:-1])} and {names[-1]}"
+
+    def misread(which: Sequence[int], strides: tuple[int, ...] | None) -> torch.Tensor:
+        read = [*tensors]
+        for i in which:
+            read[i] = read_as(tensors[i], strides or contiguous_strides(tuple(tensors[i].shape)))
+        return reference(*read)
+
+    found = [
+        Mistake(
+            f"reads `{name}` as if it were contiguous: with {viewed} {what} is wrong (the cases "
+            f"before, with {alike} contiguous, passed). Step `{name}`'s pointers by its own strides, "
+            f"{name}.stride(0), {name}.stride(1), {name}.stride(2), not by another input's or by "
+            "the sizes.",
+            functools.partial(misread, [index], None),
+        )
+    ]
+    shaped = [i for i, x in enumerate(tensors) if i != index and x.shape == tensors[index].shape]
+    for n in range(len(shaped), 0, -1):
+        for which in itertools.combinations(shaped, n):
+            listed = " and ".join(f"`{names[i]}`" for i in which)
+            own = "; ".join(
+                f"{names[i]}.stride(0), {names[i]}.stride(1), {names[i]}.stride(2)" for i in which
+            )
+            found.append(
+                Mistake(
+                    f"reads {listed} with `{name}`'s strides: with {viewed} and the other inputs contiguous, "
+                    f"{what} is wrong (the cases where {alike} had one layout passed). Step each input's "
+                    f"pointers by its own strides: {own}.",
+                    functools.partial(misread, which, tuple(tensors[index].stride())),
+                )
+            )
+    return found
+
+
+def _diagnose_contract_case(
+    actual: torch.Tensor, expected: torch.Tensor, case: Case, viewed: str
+) -> str | None:
+    """What a generated case shows: which input's layout or which size it fails on."""
+    size = case.size
+    if viewed:
+        name = case.view[0] if case.view else ""
+        return (
+            f"is right when every input is contiguous (the cases before passed) but wrong with {viewed}: "
+            "each input's pointers must step by that input's own strides (q's by q.stride(0), q.stride(1), "
+            f"q.stride(2), k's by k's), whatever the layout of the others; here `{name}`'s differ from the "
+            "others'."
+        )
+    if case.changed == "H":
+        return (
+            f"is right for 2 heads but wrong for H = {size['H']}: the batch·head program id is "
+            "pid_bh = b·H + h, so b = pid_bh // H and h = pid_bh % H, with H the number of heads the "
+            "wrapper passes."
+        )
+    return None
+
+
 @check
 def check_triton_flash_attention(candidate: Callable[..., Any]) -> str:
     """The learner's FlashAttention kernel against SDPA: ragged, causal, T_q ≠ T_k and strided inputs.
@@ -516,13 +760,16 @@ def expect_flash_attention(candidate: Callable[..., Any], name: str) -> str:
         )  # fmt: skip
         _expect_no_blocks_above_diagonal(trace, q, k, case)
         _compare_lse(name, candidate, mode, case, q, k, v, out, blocks)
+    generated = _expect_contract_cases(name, candidate, mode, blocks_seen)
     detail = (
         f" in blocks of {' and '.join(f'{m}×{n}' for m, n in sorted(blocks_seen))}" if blocks_seen else ""
     )
     where = "interpreted on the CPU, every load traced" if mode.traced else mode.gpu_where
     return (
         f"matches attention on {len(_FLASH_CASES)} shapes (ragged, causal, T_q < T_k, strided){detail}, "
-        f"and with return_lse=True the log-sum-exp of every row; {where}."
+        f"and with return_lse=True the log-sum-exp of every row; then on {generated} more from the "
+        "exercise's contract (one block and one, T_q > T_k with rows that see no key, 3 heads, each of "
+        f"q, k and v alone a view: q expanded, k transposed, v sliced); {where}."
     )
 
 

@@ -45,7 +45,7 @@ PAPERWORK = (
 
 
 def mistake(message: str) -> str:
-    """A failure message named whole: every line of it, its whitespace made single spaces.
+    r"""A failure message named whole: every line of it, its whitespace made single spaces.
 
     >>> mistake("Your attention_backward forgets the 1/√d scale in dK:\n  dK = dSᵀ Q / √d.")
     'Your attention_backward forgets the 1/√d scale in dK: dK = dSᵀ Q / √d.'

@@ -1,0 +1,129 @@
+"""`attn_course/checks/_contracts.py`: contracts as data, the cases generated from them, and each
+declared contract held against its exercise's text (issue 44)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from attn_course import reference
+from attn_course.checks import flash as flash_checks
+from attn_course.checks import triton as triton_checks
+from attn_course.checks import triton_backward, triton_flash
+from attn_course.checks._contracts import (
+    VIEW_KINDS,
+    Arg,
+    Axis,
+    Case,
+    Contract,
+    Returns,
+    contiguous_strides,
+    make_arg,
+    read_as,
+    size_cases,
+    view_cases,
+    view_words,
+)
+
+TOY = Contract(
+    "toy",
+    args=(
+        Arg("q", ("B", "H", "T", "d"), views=VIEW_KINDS),
+        Arg("k", ("B", "H", "T", "d"), views=("sliced",)),
+    ),
+    axes=(Axis("B", (2,)), Axis("H", (2, 3)), Axis("T", (9, 17)), Axis("d", (4, 6))),
+    returns=(Returns("out", ("B", "H", "T", "d")),),
+)
+
+
+def test_size_cases_change_one_axis_at_a_time():
+    cases = list(size_cases(TOY))
+    assert [case.describe() for case in cases] == [
+        "B=2, H=2, T=9, d=4",
+        "B=2, H=3, T=9, d=4",
+        "B=2, H=2, T=17, d=4",
+        "B=2, H=2, T=9, d=6",
+    ]
+    assert [case.changed for case in cases] == ["", "H", "T", "d"]
+
+
+def test_view_cases_make_one_argument_a_view_each():
+    views = [case.view for case in view_cases(TOY)]
+    assert views == [("q", "transposed"), ("q", "sliced"), ("q", "expanded"), ("k", "sliced")]
+    one_each = [case.view for case in view_cases(TOY, one_kind_each=True)]
+    assert one_each == [("q", "transposed"), ("k", "sliced")]
+
+
+@pytest.mark.parametrize("kind", VIEW_KINDS)
+def test_make_arg_gives_the_shape_and_values_in_another_layout(kind):
+    case = replace(next(view_cases(TOY)), view=("q", kind))
+    q = make_arg(TOY.args[0], case, torch.randn)
+    k = make_arg(TOY.args[1], case, torch.randn)
+    assert tuple(q.shape) == tuple(k.shape) == (2, 2, 9, 4)
+    assert k.is_contiguous() and not q.is_contiguous()
+    assert q.stride(-1) == 1  # the head dim stays contiguous: what every kernel of the course assumes
+    assert "`q` passed as" in view_words(q, TOY.args[0], kind)
+
+
+def test_read_as_is_what_a_kernel_reads_with_other_strides():
+    x = torch.arange(24.0).reshape(4, 6)[:, :3]  # (4, 3), rows 6 apart
+    assert read_as(x, contiguous_strides((4, 3))).flatten().tolist() == list(range(12))
+    with pytest.raises(RuntimeError):
+        read_as(x, (100, 1))  # past the storage: the kernel's trace names that instead
+
+
+def test_a_case_describes_its_dtype_and_view():
+    case = Case((("T", 3),), torch.float16, ("k", "expanded"))
+    assert case.describe() == "T=3, float16 inputs, k an expanded view"
+
+
+CONTRACTS = {
+    "triton_add": triton_checks.ADD_CONTRACT,
+    "triton_scores": triton_flash.SCORES_CONTRACT,
+    "triton_flash_attention": triton_flash.CONTRACT,
+    "triton_flash_attention_backward": triton_backward.CONTRACT,
+    "flash_attention": flash_checks.ATTENTION_CONTRACT,
+}
+
+# What each contract demands beyond the shapes, and the words of the exercise's text that state it.
+STATED = {
+    "triton_add": ["make them contiguous first"],
+    "triton_scores": ["The check passes views", "power of two, at least 16"],
+    "triton_flash_attention": ["pads the head dim to `BLOCK_D`", "a row that saw no key"],
+    "triton_flash_attention_backward": [
+        "allocates `dq`, `dk`, `dv` like q, k, v",
+        "makes float32 and contiguous",
+        "BLOCK_D = max(16, next_power_of_2(d))",
+        "strided inputs",
+    ],
+    "flash_attention": [],
+}
+
+
+def _exercise_text(name: str) -> str:
+    """The Markdown of the solution notebook cells before the exercise's code cell, from its heading."""
+    notebook = next(stem for stem, names in reference.EXERCISES.items() if name in names)
+    cells = json.loads(Path(f"solutions/{notebook}.ipynb").read_text())["cells"]
+    text = ""
+    for cell in cells:
+        source = "".join(cell["source"])
+        if cell["cell_type"] == "markdown":
+            text = source if "### Exercise" in source else text + "\n" + source
+        elif f"def {name}(" in source:
+            return " ".join(text.split())
+    raise AssertionError(f"no cell defines {name}")
+
+
+@pytest.mark.parametrize("name", CONTRACTS)
+def test_each_contract_is_its_exercises_and_its_text_states_its_demands(name):
+    contract = CONTRACTS[name]
+    assert contract.exercise == name
+    signature = getattr(reference, name).__code__.co_varnames
+    assert [arg.name for arg in contract.args] == list(signature[: len(contract.args)])
+    text = _exercise_text(name)
+    for phrase in STATED[name]:
+        assert " ".join(phrase.split()) in text, f"the text of {name} does not say {phrase!r}"
