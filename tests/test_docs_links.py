@@ -69,6 +69,14 @@ def test_every_relative_link_and_anchor_resolves(page):
     assert not broken, f"{page.relative_to(ROOT)} has broken links:\n" + "\n".join(broken)
 
 
+def test_the_guides_and_the_measurements_exist_and_the_readme_links_each():
+    readme = set(relative_links(ROOT / "README.md"))
+    for guide in ("learners", "instructors", "contributors", "measurements", "gpu-support"):
+        assert (ROOT / "docs" / f"{guide}.md").is_file(), guide
+        linked = any(t.partition("#")[0] == f"docs/{guide}.md" for t in readme)
+        assert linked, f"README links no docs/{guide}.md"
+
+
 def test_a_broken_link_and_a_broken_anchor_are_found(tmp_path):
     (tmp_path / "there.md").write_text("# A title\n\n## What `x` means\n", encoding="utf-8")
     page = tmp_path / "page.md"
