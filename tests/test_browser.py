@@ -29,7 +29,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from attn_course.tooling.release import clean, student_version
+from attn_course.tooling.release import RUN_ON_TAG, clean, student_version
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = Path(os.environ.get("ATTN_COURSE_CHROMIUM", "/usr/bin/chromium"))
@@ -61,6 +61,8 @@ ALL_PROMPTS_NUMBERED = """() => {
     .map(p => p.textContent.trim()).filter(text => text !== '');
   return prompts.length > 0 && prompts.every(text => /^\\[\\d+\\]:$/.test(text));
 }"""
+SOME_PROMPT_NUMBERED = """() => [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')]
+  .some(p => /^\\[\\d+\\]:$/.test(p.textContent.trim()))"""
 IDLE = ".jp-Notebook-ExecutionIndicator[data-status='idle']"
 STUB = 'raise NotImplementedError("Exercise: replace this line with your code.")'
 LEARNER_SOFTMAX = "return x.exp() / x.exp().sum(dim=dim, keepdim=True)  # my own softmax"
@@ -279,7 +281,7 @@ def test_make_lab_opens_the_working_copy_and_keeps_the_learners_work(lab, page):
     listing.get_by_text("08_triton_flash_attention.ipynb").wait_for(timeout=30_000)
     page.goto(lab.page_url("01_dot_product_attention.ipynb"))
     page.get_by_text("# my own softmax").first.wait_for(timeout=30_000)
-    page.locator(".jp-RenderedMarkdown").get_by_text("Run All stops at the first check").wait_for()
+    page.locator(".jp-RenderedMarkdown").get_by_text("Run All goes on past an exercise").wait_for()
     OUTPUT.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=OUTPUT / "working_copy.png")
 
@@ -469,6 +471,83 @@ def test_an_untouched_working_copy_opens_and_closes_unmodified(lab, page, copy):
         page.get_by_role("dialog").get_by_role("button", name="Discard").click()  # "Save your work"
     tab.wait_for(state="detached", timeout=10_000)
     assert page.get_by_role("dialog").count() == 0
+
+
+def wait_until_quiet(lab: Lab, path: str, seconds: float = 3.0, timeout: float = 240) -> None:
+    """Wait until the notebook's kernel has been idle for `seconds` on end (the server's view)."""
+    deadline, idle_since = time.monotonic() + timeout, None
+    while True:
+        sessions = _get(f"{lab.url}/api/sessions?token={TOKEN}")
+        states = [s["kernel"]["execution_state"] for s in sessions if s.get("path") == path]
+        now = time.monotonic()
+        idle_since = (idle_since or now) if states == ["idle"] else None
+        if idle_since is not None and now - idle_since >= seconds:
+            return
+        assert now < deadline, f"the kernel of {path} did not settle: {states}"
+        time.sleep(0.25)
+
+
+@pytest.mark.parametrize("tagged", [True, False], ids=["as-released", "without-the-tag"])
+def test_run_all_goes_on_past_an_unfinished_exercise(lab, page, tagged):
+    """Issue 46: a learner who had done a later exercise pressed Run All and lost every output below
+    the first unfinished one. Notebook 01 with only Exercise 2 (softmax) done: as released, Run All
+    shows Exercise 1's CheckFailed in red and runs every cell below it, the learner's softmax
+    included; without the release's `raises-exception` tags, JupyterLab stops at that check and the
+    cells below stay empty (what the learner saw)."""
+    notebook = nbformat.read(ROOT / "notebooks" / "01_dot_product_attention.ipynb", as_version=4)
+    cells = {cell.get("id"): cell for cell in notebook.cells}
+    done = "e = (x - x.max(dim=dim, keepdim=True).values).exp()\n    return e / e.sum(dim=dim, keepdim=True)"
+    cells["ex2-solution"].source = cells["ex2-solution"].source.replace(STUB, done)
+    for cell in notebook.cells if not tagged else []:
+        cell.metadata["tags"] = [tag for tag in cell.metadata.get("tags", []) if tag != RUN_ON_TAG]
+    path = f"run_all_{'tagged' if tagged else 'untagged'}.ipynb"
+    nbformat.write(notebook, lab.root / path)
+
+    page.goto(lab.page_url(path))
+    wait_for_kernel(lab, path)
+    page.get_by_text("Python 3 (ipykernel) | Idle").wait_for(timeout=30_000)  # the page is connected
+    page.get_by_role("menuitem", name="Run", exact=True).click()
+    page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
+    page.wait_for_function(SOME_PROMPT_NUMBERED, timeout=120_000)  # it has started; then it goes quiet
+    wait_until_quiet(lab, path)
+    if tagged:
+        page.wait_for_function(ALL_PROMPTS_NUMBERED, timeout=30_000)
+    saved = save_and_read(page, lab, path)
+
+    index = {cell.get("id"): i for i, cell in enumerate(saved.cells)}
+    code = [i for i, cell in enumerate(saved.cells) if cell.cell_type == "code"]
+    below = [i for i in code if i > index["ex1-check"]]
+    ran = [i for i in below if saved.cells[i].execution_count is not None]
+    errors = {
+        i: output
+        for i, cell in enumerate(saved.cells)
+        if cell.cell_type == "code"
+        for output in cell.outputs
+        if output.output_type == "error"
+    }
+    assert list(errors)[:1] == [index["ex1-check"]] and errors[index["ex1-check"]].ename == "CheckFailed"
+    failed = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
+    if not tagged:  # what the learner saw: nothing below the first failed check ran
+        assert ran == [] and all(saved.cells[i].outputs == [] for i in below), ran
+        assert failed.count() == 1
+        return
+    assert ran == below, f"cells below the failed check that did not run: {sorted(set(below) - set(ran))}"
+    shown = {i: error.evalue[:80] for i, error in errors.items()}
+    assert sorted(errors) == [index["ex1-check"], index["ex3-check"]], shown  # the two unfinished ones
+    assert all(error.ename == "CheckFailed" for error in errors.values())
+    printed = {i: "".join(o.get("text", "") for o in saved.cells[i].outputs) for i in code}
+    assert "check_softmax passed" in printed[index["ex2-check"]]  # the learner's own, below
+    assert "Using your `softmax`" in "".join(printed.values())
+    assert "Using the course's `dot_product_scores`" in printed[index["ex1-look"]]
+    pngs = [i for i in below if any("image/png" in o.get("data", {}) for o in saved.cells[i].outputs)]
+    assert index["ex2-look"] in pngs and index["ex3-look"] in pngs  # the plots below were drawn
+    assert failed.count() == 2  # the two unfinished checks, in red, each with its message
+    first = failed.first
+    first.scroll_into_view_if_needed()
+    assert first.is_visible() and first.inner_text().startswith("CheckFailed:")
+    assert "not implemented yet" in first.inner_text()
+    OUTPUT.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=OUTPUT / "run_all_past_an_unfinished_exercise.png")
 
 
 def test_the_class_report_opens_in_the_browser_self_contained(page, tmp_path):

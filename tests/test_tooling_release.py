@@ -19,6 +19,7 @@ from attn_course.tooling.release import (
     BEGIN,
     END,
     HOW_TO_ID,
+    RUN_ON_TAG,
     SETUP_ID,
     MarkerError,
     clean,
@@ -27,6 +28,7 @@ from attn_course.tooling.release import (
     language_info,
     release,
     strip_solutions,
+    student_version,
 )
 from attn_course.tooling.repository import INSTALL_SPEC_VARIABLE, REVISION, colab_url, install_requirement
 
@@ -391,3 +393,51 @@ def test_a_written_answer_is_work_and_the_answer_cells_are_released_as_they_stan
     assert main(_release_args(tmp_path)) == 2
     assert "a written answer to question 01.1" in capsys.readouterr().err
     assert student.read_bytes() == learner_work
+
+
+def test_run_all_goes_on_past_every_exercise_and_check_cell_of_a_student_notebook():
+    """Issue 46: Run All stopped at the first unfinished check and left every cell below it without
+    its output. The release tags each exercise cell and each check cell `raises-exception` (and no
+    other cell); a tag the cell already had is kept."""
+    cells = [
+        nbformat.v4.new_markdown_cell("# Demo", id="title"),
+        nbformat.v4.new_code_cell("import torch", id="setup"),
+        nbformat.v4.new_code_cell(f"def f(x):\n    {BEGIN}\n    return x\n    {END}", id="ex"),
+        nbformat.v4.new_code_cell("check_f(f)", id="check", metadata={"tags": ["mine"]}),
+        nbformat.v4.new_code_cell('print(yours_if_passed("f")(1))', id="look"),
+        nbformat.v4.new_markdown_cell(f"Why?\n\n{BEGIN}\nBecause.\n{END}", id="answer"),
+    ]
+    student, _ = student_version(nbformat.v4.new_notebook(cells=cells), "01_demo.ipynb")
+    tags = {cell.id: cell.metadata.get("tags", []) for cell in student.cells}
+    assert {name: found for name, found in tags.items() if found} == {
+        "ex": [RUN_ON_TAG],
+        "check": ["mine", RUN_ON_TAG],
+    }
+
+
+def test_a_solution_cell_tagged_raises_exception_is_refused_by_name(tmp_path, capsys):
+    """nbval lets a `raises-exception` cell fail: in a solution notebook it would hide a check that
+    no longer passes."""
+    solutions = tmp_path / "solutions"
+    solutions.mkdir()
+    check = nbformat.v4.new_code_cell("check_f(f)", metadata={"tags": [RUN_ON_TAG]})
+    _write(solutions / "02_tagged.ipynb", [nbformat.v4.new_markdown_cell("# T"), check])
+    assert main(["release", "--solutions", str(solutions), "--notebooks", str(tmp_path / "nb")]) == 2
+    err = capsys.readouterr().err
+    assert "02_tagged.ipynb, cell 1 (code)" in err and RUN_ON_TAG in err
+    assert not (tmp_path / "nb").exists()
+
+
+@pytest.mark.parametrize("path", SOLUTIONS, ids=lambda p: p.name)
+def test_the_shipped_notebooks_tag_exactly_the_exercise_and_check_cells(path):
+    solution = nbformat.read(path, as_version=4)
+    student = nbformat.read(ROOT / "notebooks" / path.name, as_version=4)
+    assert not [cell.id for cell in solution.cells if RUN_ON_TAG in cell.metadata.get("tags", [])]
+    check_call = re.compile(r"^check_\w+\(\w+\)\s*$", re.M)
+    expected = [
+        cell.id
+        for cell in solution.cells
+        if cell.cell_type == "code" and (BEGIN in cell.source or check_call.search(cell.source))
+    ]
+    tagged = [cell.id for cell in student.cells if RUN_ON_TAG in cell.metadata.get("tags", [])]
+    assert tagged == expected and len(expected) >= 4

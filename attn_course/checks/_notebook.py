@@ -85,8 +85,9 @@ def show_failures_without_traceback() -> None:
     """Inside IPython, show a CheckFailed or a CheckerError as its message only, and a NameError of an
     exercise as what to run first; elsewhere do nothing.
 
-    The cell still ends in an error (the kernel reports CheckFailed), so "run all" stops there
-    and graders and nbval see the failure.
+    The cell still ends in an error (the kernel reports CheckFailed), so graders and nbval see the
+    failure. Run All goes on past it in a student notebook, whose check cells the release tags
+    `raises-exception` (`attn_course.tooling.release.RUN_ON_TAG`).
     """
     try:
         from IPython import get_ipython

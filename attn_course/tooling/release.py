@@ -19,6 +19,13 @@ solution is left alone (removed only when forced, and only if a release wrote it
 Question and answer cells (`attn_course.questions`) hold no solution markers and are released as
 they stand; a learner's text in an answer cell is someone's work like any other, named as the
 written answer to its question.
+
+Run All goes on past an unfinished exercise. Every exercise cell and every check cell of a student
+notebook gets the `raises-exception` cell tag (`RUN_ON_TAG`): JupyterLab, Jupyter Notebook and VS
+Code then send it with `stop_on_error` off, so a failed check shows its red CheckFailed and the
+cells below still run (on the course's version of that exercise) instead of being left without
+their outputs. A solution notebook carries no such tag: nbval lets a tagged cell fail, and every
+check of a solution must pass.
 """
 
 from __future__ import annotations
@@ -60,6 +67,11 @@ LANGUAGE_INFO: dict[str, Any] = {
 }
 """The language_info the python3 kernel (ipykernel) reports, less its Python's version."""
 _MARKER = re.compile(r"^(?P<indent>\s*)(?P<marker>### (BEGIN|END) SOLUTION)\s*$")
+RUN_ON_TAG = "raises-exception"
+"""The cell tag that lets Run All go on past an error in the cell (JupyterLab, Jupyter Notebook, VS
+Code, nbclient); nbval lets such a cell fail."""
+_CHECK_CALL = re.compile(r"^check_\w+\(\w+\)\s*$", re.M)
+"""A check cell's call, `check_NAME(NAME)`, alone on its line."""
 
 
 class ReleaseError(ValueError):
@@ -143,10 +155,12 @@ HOW_TO_SOURCE = """\
 check cell after it (`check_NAME(NAME)`). A right answer prints one line that ends in *passed*; a
 wrong one stops with a red **CheckFailed** that says what is wrong and how to fix it.
 
-**Run All stops at the first check that has not passed yet.** If the notebook seems to stop early,
-scroll up to the red *CheckFailed*: that is the exercise to do next. The cells after an exercise use
-your function once its check has passed, and the course's own version until then; each says which
-in one line.
+**Run All goes on past an exercise that is not done yet.** Its check shows a red *CheckFailed*
+that says why, and the cells after it still run: they use your function once its check has passed,
+and the course's own version until then, each saying which in one line. After a Run All, scroll up
+to the first red *CheckFailed*: that is the exercise to do next. (Colab does not know the cell tag
+that does this: there Run All may stop at the first *CheckFailed*; click the cell after it and use
+*Runtime → Run after*.)
 
 Work in your own copy: `make lab` opens `my-work/`, which nothing the course runs overwrites
 (`attn-course workspace --fresh NN` gives you a fresh copy of notebook NN and keeps yours beside it);
@@ -278,8 +292,15 @@ def student_version(
     regions = 0
     for index, cell in enumerate(student.cells):  # numbered as in the solution notebook
         where = f"{name}, cell {index} ({cell.cell_type})"
+        if RUN_ON_TAG in cell.metadata.get("tags", []):
+            raise ReleaseError(
+                f"{where}: a solution cell must not carry the {RUN_ON_TAG!r} tag (nbval would let it "
+                "fail); the release gives it to the student notebook's exercise and check cells"
+            )
         cell.source, found = strip_solutions(cell.source, cell.cell_type, where)
         regions += found
+        if cell.cell_type == "code" and (found or _CHECK_CALL.search(cell.source)):
+            cell.metadata["tags"] = [*cell.metadata.get("tags", []), RUN_ON_TAG]
     with_header(student, folder, name, student=True)
     student.metadata["attn_course"] = {
         "generated_from": f"solutions/{name}",
