@@ -430,14 +430,16 @@ def test_a_solution_cell_tagged_raises_exception_is_refused_by_name(tmp_path, ca
 
 @pytest.mark.parametrize("path", SOLUTIONS, ids=lambda p: p.name)
 def test_the_shipped_notebooks_tag_exactly_the_exercise_and_check_cells(path):
+    """One tagged check cell per exercise of the notebook, each exercise cell tagged, nothing else;
+    no solution cell tagged."""
+    from attn_course.reference import EXERCISES
+
     solution = nbformat.read(path, as_version=4)
     student = nbformat.read(ROOT / "notebooks" / path.name, as_version=4)
     assert not [cell.id for cell in solution.cells if RUN_ON_TAG in cell.metadata.get("tags", [])]
-    check_call = re.compile(r"^check_\w+\(\w+\)\s*$", re.M)
-    expected = [
-        cell.id
-        for cell in solution.cells
-        if cell.cell_type == "code" and (BEGIN in cell.source or check_call.search(cell.source))
-    ]
+    code = [cell for cell in solution.cells if cell.cell_type == "code"]
+    exercises = [cell.id for cell in code if BEGIN in cell.source]
+    checks = [cell.id for cell in code if re.search(r"^check_\w+\(", cell.source, re.M)]
+    assert len(checks) == len(EXERCISES[path.stem]) and len(exercises) >= len(checks)
     tagged = [cell.id for cell in student.cells if RUN_ON_TAG in cell.metadata.get("tags", [])]
-    assert tagged == expected and len(expected) >= 4
+    assert tagged == [cell.id for cell in code if cell.id in {*exercises, *checks}]

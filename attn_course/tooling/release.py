@@ -70,8 +70,8 @@ _MARKER = re.compile(r"^(?P<indent>\s*)(?P<marker>### (BEGIN|END) SOLUTION)\s*$"
 RUN_ON_TAG = "raises-exception"
 """The cell tag that lets Run All go on past an error in the cell (JupyterLab, Jupyter Notebook, VS
 Code, nbclient); nbval lets such a cell fail."""
-_CHECK_CALL = re.compile(r"^check_\w+\(\w+\)\s*$", re.M)
-"""A check cell's call, `check_NAME(NAME)`, alone on its line."""
+_CHECK_CALL = re.compile(r"^check_\w+\(", re.M)
+"""A check cell's call, `check_NAME(NAME)`, at the start of a line (more arguments allowed)."""
 
 
 class ReleaseError(ValueError):
