@@ -17,11 +17,13 @@ from typing import Any
 import torch
 
 from attn_course.checks._harness import Mistake
+from attn_course.checks._memo import remembered
 
 # ---------------------------------------------------------------------------------------------
 # streaming softmax
 
 
+@remembered
 def streaming_softmax(
     x: torch.Tensor,
     block_size: int,
@@ -171,6 +173,7 @@ STREAMING_SOFTMAX_MISTAKES = [
 # tiled attention
 
 
+@remembered
 def tiled_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -449,6 +452,7 @@ def _causal_table(bound: str) -> list[tuple[dict[str, Any], str]]:
 # the log-sum-exp of tiled attention
 
 
+@remembered
 def tiled_lse(
     q: torch.Tensor,
     k: torch.Tensor,

@@ -33,6 +33,7 @@ from attn_course.checks._harness import (
     learner_raised,
     randn,
 )
+from attn_course.checks._memo import remembered
 from attn_course.checks._mutants import last_candidate, name_by_mutation
 from attn_course.checks._repairs import foreign_step, name_by_repair, unquoted
 from attn_course.checks.flash import _FUSED, _OpRecorder
@@ -46,6 +47,7 @@ NAMES = ("dq", "dk", "dv")
 # What a backward with one mistake computes
 
 
+@remembered
 def _tiled_backward(
     q: torch.Tensor,
     k: torch.Tensor,
