@@ -115,6 +115,14 @@ def slot_is_position(layer, x, buffer, position):  # notebook 07's habit: positi
     return _finish(layer, q, buffer.keys[:, :, : position + 1], buffer.values[:, :, : position + 1])
 
 
+def slot_from_the_wrong_axis(layer, x, buffer, position):  # shape[1] is the key/value heads, not W
+    q, k, v = _qkv(layer, x, position)
+    slot = position % buffer.keys.shape[1]
+    buffer.keys[:, :, slot], buffer.values[:, :, slot] = k[:, :, 0], v[:, :, 0]
+    n = min(position + 1, buffer.keys.shape[1])
+    return _finish(layer, q, buffer.keys[:, :, :n], buffer.values[:, :, :n])
+
+
 def query_rotated_by_slot(layer, x, buffer, position):
     slot = position % buffer.window
     q = apply_rope(split_heads(layer.q(x), layer.n_heads), torch.tensor([slot]))
@@ -247,6 +255,7 @@ def scores_not_scaled(layer, x, buffer, position):  # nobody listed this one
 WRONG = [
     pytest.param(not_implemented, "not implemented yet", id="stub"),
     pytest.param(slot_is_position, "first with no slot of its own", id="slot-p"),
+    pytest.param(slot_from_the_wrong_axis, "wrote the value of position 2 to slot 0", id="slot-wrong-axis"),
     pytest.param(query_rotated_by_slot, "rotates the query by its slot", id="query-at-slot"),
     pytest.param(rope_default_positions, "rotates the new token at position 0", id="rope-at-zero"),
     pytest.param(forgot_rope, "has no rotary positions", id="no-rope"),
