@@ -397,3 +397,25 @@ def learner(source: str, name: str, *edits: tuple[str, str]) -> Any:
     linecache.cache[filename] = (len(text), None, text.splitlines(keepends=True), filename)  # as IPython does
     exec(compile(text, filename, "exec"), scope)
     return scope[name]
+
+
+ROLLING = """
+from attn_course.heads import merge_heads, split_heads
+from attn_course.rope import apply_rope
+
+
+def rolling_window_step(layer, x, buffer, position):
+    window = buffer.window
+    q = apply_rope(split_heads(layer.q(x), layer.n_heads), torch.tensor([position]))
+    k, v = split_heads(layer.k(x), layer.n_kv_heads), split_heads(layer.v(x), layer.n_kv_heads)
+    buffer.keys[:, :, position % window] = k[:, :, 0]  # stored as projected: rotated when read
+    buffer.values[:, :, position % window] = v[:, :, 0]
+    n = min(position + 1, window)
+    slots = torch.arange(n)
+    keys = apply_rope(buffer.keys[:, :, :n], position - (position - slots) % window)  # each slot's position
+    n_rep = layer.n_heads // layer.n_kv_heads
+    keys = keys.repeat_interleave(n_rep, dim=1)
+    values = buffer.values[:, :, :n].repeat_interleave(n_rep, dim=1)
+    weights = torch.softmax(q @ keys.transpose(-1, -2) / q.shape[-1] ** 0.5, dim=-1)
+    return layer.out(merge_heads(weights @ values))
+"""

@@ -36,6 +36,7 @@ from learner_code import (
     ONLINE_SOFTMAX,
     PRELUDE,
     PROBS,
+    ROLLING,
     ROTARY,
     SAMPLE_ONLY,
     SCALED,
@@ -91,6 +92,7 @@ SWAPS = [
     ("08_triton_flash_attention", "triton_softmax", triton_variants.SOFTMAX),
     ("08_triton_flash_attention", "triton_scores", triton_variants.SCORES),
     ("08_triton_flash_attention", "triton_flash_attention", TRITON_FLASH_ANY_D),
+    ("10_modern_attention", "rolling_window_step", ROLLING),
 ]
 """(notebook, exercise, a right learner solution that is not the course's reference)."""
 

@@ -158,12 +158,13 @@ WRONG = [
                  "keeps the 6 largest logits (6 tokens per row where top_k=3 keeps 3), too many", id="probs-2k-th-largest"),
     pytest.param("next_token_probs", PROBS, [(KTH, "torch.topk(logits, top_k, dim=-1).values[:, 1:2]")],
                  "keeps k - 1 tokens, not k", id="probs-second-largest"),
+    # exactly k through topk's indices: right without ties, but ties at the k-th logit are kept (the contract)
+    pytest.param("next_token_probs", PROBS, list(SCATTER), "(ties kept)", id="probs-scatter-exactly-k"),
 ]  # fmt: skip
 """(exercise, learner source, text edits, the phrase the check's message must contain)."""
 
 RIGHT = [
     pytest.param("next_token_probs", PROBS, [], id="probs-learner"),
-    pytest.param("next_token_probs", PROBS, list(SCATTER), id="probs-scatter-exactly-k"),
     pytest.param("next_token_probs", PROBS, [('logits.masked_fill(logits < threshold, float("-inf"))',
                                               "torch.where(logits >= threshold, logits, -torch.inf)")],
                  id="probs-where"),

@@ -294,7 +294,7 @@ def check_next_token_probs(candidate: Callable[..., Any]) -> str:
 
 
 def _expect_ties_handled(candidate: Callable[..., Any]) -> None:
-    """With ties at the k-th largest logit, keep all of them or any k: both are right."""
+    """With ties at the k-th largest logit, every tied token is kept (the contract: ties kept)."""
     logits = torch.tensor(
         [[3.0, 1.0, 1.0, 1.0, 0.0, -1.0], [2.0, 2.0, 2.0, 0.0, 0.5, 1.0]], dtype=torch.float64
     )
@@ -308,11 +308,20 @@ def _expect_ties_handled(candidate: Callable[..., Any]) -> None:
         support = kept[row]
         must = logits[row] > kth[row]
         may = logits[row] >= kth[row]
+        if support[must].all() and not support[~may].any() and not support[may].all():
+            tied = int((logits[row] == kth[row]).sum())
+            kept_tied = int((support & (logits[row] == kth[row])).sum())
+            raise CheckFailed(
+                f"The result of {what} keeps {kept_tied} of the {tied} tokens of row {row} tied at the "
+                f"k-th largest logit (logits {logits[row].tolist()}): keep every token whose logit equals "
+                "the k-th largest (ties kept), so that which tokens survive does not depend on where they "
+                "stand in the vocabulary, as top-k's indices (k of them, ties broken by position) do."
+            )
         if not (support[must].all() and not support[~may].any() and int(support.sum()) >= top_k):
             raise CheckFailed(
                 f"The result of {what} keeps tokens {support.nonzero().flatten().tolist()} of row {row} "
                 f"(logits {logits[row].tolist()}): keep every logit larger than the k-th largest, and "
-                "those equal to it (all of them, or enough to make k)."
+                "all those equal to it."
             )
         expected = torch.softmax(logits[row][support] / temperature, dim=-1)  # (kept,)
         if not torch.allclose(probs[row][support], expected, atol=1e-5):

@@ -62,3 +62,33 @@ def chunk_differences(
             found.append(float((got - whole[:, start : start + t_new]).abs().max()))
             start += t_new
     return found
+
+
+def show_chunk_differences(
+    attend: Callable[..., torch.Tensor],
+    attn: RotaryMultiHeadAttention,
+    x: torch.Tensor,
+    chunks: Sequence[int],
+) -> list[float] | None:
+    """Print `chunk_differences` of `attend` in one line; or what stops it from running (a stub, an error).
+
+    Notebook 07's own test of the learner's cached step, before its check: it runs the learner's
+    function as it is now, so that each fix shows what it changed.
+
+    >>> from attn_course.kv_cache import cached_attention
+    >>> attn, x = RotaryMultiHeadAttention(8, 2), torch.randn(1, 4, 8)
+    >>> found = show_chunk_differences(cached_attention, attn, x, [3, 1])  # doctest: +ELLIPSIS
+    chunks [3, 1]: largest difference per chunk ...
+
+    Introduced in 07_kv_cache.
+    """
+    try:
+        found = chunk_differences(attend, attn, x, chunks)
+    except NotImplementedError:
+        print("Your cached_attention is not written yet: copy the colleague's function into its cell.")
+        return None
+    except Exception as error:  # noqa: BLE001 - the learner's code, mid-fix: its check says where
+        print(f"Your cached_attention raised {type(error).__name__}: {error} (its check says where).")
+        return None
+    print(f"chunks {list(chunks)}: largest difference per chunk", ", ".join(f"{d:.1e}" for d in found))
+    return found
