@@ -106,7 +106,9 @@ def plot_causal_tiles(t_q: int, t_k: int, block_size: int) -> Axes:
     ax.imshow(states.numpy(), cmap="Greens", vmin=-0.5, vmax=2)
     for r in range(n_q):
         for c in range(n_k):
-            ax.text(c, r, ("skip", "mask", "full")[int(states[r, c])], ha="center", va="center")
+            state = int(states[r, c])
+            colour = "white" if state == FULL else "black"  # readable on the darkest green
+            ax.text(c, r, ("skip", "mask", "full")[state], ha="center", va="center", color=colour)
     ax.set_xticks(range(n_k), [_span("keys", c, block_size, t_k) for c in range(n_k)], fontsize=7)
     ax.set_yticks(range(n_q), [_span("queries", r, block_size, t_q) for r in range(n_q)], fontsize=7)
     ax.set_title(f"causal tiles, T_q={t_q}, T_k={t_k}, block {block_size}", fontsize=9)
