@@ -287,8 +287,8 @@ def einsum_preallocated(q, k, v, is_causal=False, block_size=64, return_lse=Fals
     return (out, lse) if return_lse else out
 
 
-def exp2_every_block_masked(q, k, v, is_causal=False, block_size=64, return_lse=False):
-    # base-2 exponentials with log2(e) folded into the scale; every block visited, masked or not
+def exp2_every_block_masked(q, k, v, is_causal=False, block_size=64, return_lse=False, skip=True):
+    # base-2 exponentials with log2(e) folded into the scale; every block masked (skip: past the last key, stop)
     t_q, t_k = q.shape[-2], k.shape[-2]
     outs, lses = [], []
     for qs in range(0, t_q, block_size):
@@ -297,6 +297,8 @@ def exp2_every_block_masked(q, k, v, is_causal=False, block_size=64, return_lse=
         denom = torch.zeros_like(m)
         acc = torch.zeros((*qb.shape[:-1], v.shape[-1]), dtype=q.dtype)
         for ks in range(0, t_k, block_size):
+            if skip and is_causal and ks > qs + qb.shape[-2] - 1 + t_k - t_q:
+                break
             s = qb @ k[..., ks : ks + block_size, :].transpose(-1, -2)
             if is_causal:
                 rows = torch.arange(qs, qs + qb.shape[-2])[:, None] + t_k - t_q
@@ -633,3 +635,198 @@ SKELETON_MISTAKES = [
 @pytest.mark.parametrize(("edits", "phrase"), SKELETON_MISTAKES)
 def test_flash_attention_names_mistakes_in_the_skeleton(edits, phrase, capsys):
     assert_rejected(check_flash_attention, learner(FLASH_SKELETON, "flash_attention", *edits), phrase, capsys)
+
+
+# ---------------------------------------------------------------------------------------------
+# flash_attention written from its contract alone (notebook 06 gives no skeleton since issue 46)
+
+
+def contract_cat_and_break(q, k, v, is_causal=False, block_size=64, return_lse=False):
+    # a list of the blocks' outputs, the key loop left with break, lse -inf where total is 0
+    t_q, t_k, d = q.shape[-2], k.shape[-2], q.shape[-1]
+    outs, lses = [], []
+    for qs in range(0, t_q, block_size):
+        qb = q[..., qs : qs + block_size, :]
+        last_pos = qs + qb.shape[-2] - 1 + t_k - t_q  # where the block's last query sits
+        m = torch.full(qb.shape[:-1] + (1,), float("-inf"), dtype=q.dtype, device=q.device)
+        total = torch.zeros_like(m)
+        acc = torch.zeros(qb.shape[:-1] + (v.shape[-1],), dtype=q.dtype, device=q.device)
+        for ks in range(0, t_k, block_size):
+            if is_causal and ks > last_pos:
+                break
+            kb, vb = k[..., ks : ks + block_size, :], v[..., ks : ks + block_size, :]
+            s = qb @ kb.transpose(-2, -1) / math.sqrt(d)
+            if is_causal:
+                i = torch.arange(qs, qs + qb.shape[-2], device=q.device).unsqueeze(1) + t_k - t_q
+                j = torch.arange(ks, ks + kb.shape[-2], device=q.device).unsqueeze(0)
+                s = s.masked_fill(j > i, float("-inf"))
+            m_new = torch.max(m, s.max(dim=-1, keepdim=True).values)
+            shift = torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)
+            p = torch.exp(s - shift)
+            scale = torch.exp(m - shift)
+            total = total * scale + p.sum(-1, keepdim=True)
+            acc = acc * scale + p @ vb
+            m = m_new
+        seen = total > 0
+        outs.append(
+            torch.where(seen, acc / torch.where(seen, total, torch.ones_like(total)), torch.zeros_like(acc))
+        )
+        lses.append(
+            torch.where(seen, m + torch.log(total), torch.full_like(total, float("-inf"))).squeeze(-1)
+        )
+    out = torch.cat(outs, dim=-2)
+    return (out, torch.cat(lses, dim=-1)) if return_lse else out
+
+
+def contract_tril_mask(q, k, v, is_causal=False, block_size=64, return_lse=False):
+    # the tile's mask from tril with the diagonal shifted by the tile's corner; k_end from the last row
+    t_q, t_k = q.shape[-2], k.shape[-2]
+    out = torch.zeros(*q.shape[:-1], v.shape[-1], dtype=q.dtype)
+    lse = torch.full(q.shape[:-1], -math.inf, dtype=q.dtype)
+    for qs in range(0, t_q, block_size):
+        qe = min(qs + block_size, t_q)
+        k_end = min(t_k, qe + t_k - t_q) if is_causal else t_k
+        qb = q[..., qs:qe, :] / q.shape[-1] ** 0.5
+        m = torch.full((*qb.shape[:-1], 1), -math.inf, dtype=q.dtype)
+        total = torch.zeros_like(m)
+        acc = torch.zeros(*qb.shape[:-1], v.shape[-1], dtype=q.dtype)
+        for ks in range(0, k_end, block_size):
+            ke = min(ks + block_size, t_k)
+            s = qb @ k[..., ks:ke, :].mT
+            if is_causal:
+                keep = torch.ones(qe - qs, ke - ks, dtype=torch.bool).tril(diagonal=qs + t_k - t_q - ks)
+                s = s.masked_fill(~keep, -math.inf)
+            m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+            m_safe = m_new.masked_fill(m_new == -math.inf, 0)
+            p = (s - m_safe).exp()
+            alpha = (m - m_safe).exp()
+            total = alpha * total + p.sum(-1, keepdim=True)
+            acc = alpha * acc + p @ v[..., ks:ke, :]
+            m = m_new
+        has_key = (total > 0).squeeze(-1)
+        out[..., qs:qe, :] = acc / total.clamp_min(1e-30)
+        lse[..., qs:qe] = torch.where(has_key, (m + total.log()).squeeze(-1), -math.inf)
+    return (out, lse) if return_lse else out
+
+
+@pytest.mark.parametrize("candidate", [contract_cat_and_break, contract_tril_mask])
+def test_flash_attention_accepts_a_contract_written_otherwise(candidate, capsys):
+    assert_accepted(check_flash_attention, candidate, capsys)
+
+
+def test_the_pass_line_says_whether_the_causal_tiles_above_the_diagonal_are_skipped(capsys):
+    check_flash_attention(contract_cat_and_break)
+    assert (
+        "is_causal=True does 58% of the matmul work of is_causal=False (tiles skipped)"
+        in capsys.readouterr().out
+    )
+    for computes_them_all in (
+        contract_masks_every_tile,
+        keys_outer_all_queries,
+        functools.partial(exp2_every_block_masked, skip=False),
+    ):
+        check_flash_attention(computes_them_all)
+        out = capsys.readouterr().out
+        assert "check_flash_attention passed" in out
+        assert "is_causal=True does 100% of the matmul work of is_causal=False: the tiles above the" in out
+        assert "(21 of 36 tiles needed, question 06.4)" in out
+
+
+def contract_masks_every_tile(q, k, v, is_causal=False, block_size=64, return_lse=False):
+    # a right loop that never skips: every key block is visited and masked, above the diagonal too
+    return contract_tril_no_skip(q, k, v, is_causal, block_size, return_lse)
+
+
+def contract_tril_no_skip(q, k, v, is_causal=False, block_size=64, return_lse=False):
+    t_q, t_k = q.shape[-2], k.shape[-2]
+    out = torch.zeros(*q.shape[:-1], v.shape[-1], dtype=q.dtype)
+    lse = torch.full(q.shape[:-1], -math.inf, dtype=q.dtype)
+    for qs in range(0, t_q, block_size):
+        qe = min(qs + block_size, t_q)
+        qb = q[..., qs:qe, :] / q.shape[-1] ** 0.5
+        m = torch.full((*qb.shape[:-1], 1), -math.inf, dtype=q.dtype)
+        total = torch.zeros_like(m)
+        acc = torch.zeros(*qb.shape[:-1], v.shape[-1], dtype=q.dtype)
+        for ks in range(0, t_k, block_size):
+            ke = min(ks + block_size, t_k)
+            s = qb @ k[..., ks:ke, :].mT
+            if is_causal:
+                rows = torch.arange(qs, qe)[:, None] + t_k - t_q
+                s = s.masked_fill(torch.arange(ks, ke)[None, :] > rows, -math.inf)
+            m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+            m_safe = m_new.masked_fill(m_new == -math.inf, 0)
+            p = (s - m_safe).exp()
+            alpha = (m - m_safe).exp()
+            total = alpha * total + p.sum(-1, keepdim=True)
+            acc = alpha * acc + p @ v[..., ks:ke, :]
+            m = m_new
+        l_safe = torch.where(total == 0, 1.0, total)
+        out[..., qs:qe, :] = acc / l_safe
+        lse[..., qs:qe] = (m + total.log()).squeeze(-1)
+    return (out, lse) if return_lse else out
+
+
+def contract_no_denominator_guard(q, k, v, is_causal=False, block_size=64, return_lse=False):
+    # skips and subtracts a safe maximum, but divides by total where a row has seen no key at all
+    t_q, t_k = q.shape[-2], k.shape[-2]
+    outs, lses = [], []
+    for qs in range(0, t_q, block_size):
+        qe = min(qs + block_size, t_q)
+        qb = q[..., qs:qe, :] / math.sqrt(q.shape[-1])
+        m = torch.full((*qb.shape[:-1], 1), -math.inf, dtype=q.dtype)
+        total = torch.zeros_like(m)
+        acc = torch.zeros(*qb.shape[:-1], v.shape[-1], dtype=q.dtype)
+        for ks in range(0, min(t_k, qe + t_k - t_q) if is_causal else t_k, block_size):
+            ke = min(ks + block_size, t_k)
+            s = qb @ k[..., ks:ke, :].mT
+            if is_causal:
+                rows = torch.arange(qs, qe)[:, None] + t_k - t_q
+                s = s.masked_fill(torch.arange(ks, ke)[None, :] > rows, -math.inf)
+            m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+            m_safe = torch.where(m_new == -math.inf, 0.0, m_new)
+            p = torch.exp(s - m_safe)
+            alpha = torch.exp(m - m_safe)
+            total = alpha * total + p.sum(-1, keepdim=True)
+            acc = alpha * acc + p @ v[..., ks:ke, :]
+            m = m_new
+        outs.append(acc / total)
+        lses.append((m + torch.log(total)).squeeze(-1))
+    out = torch.cat(outs, dim=-2)
+    return (out, torch.cat(lses, dim=-1)) if return_lse else out
+
+
+def contract_no_safe_maximum(q, k, v, is_causal=False, block_size=64, return_lse=False):
+    # skips, guards total, but subtracts the running maximum itself, -inf in a row that has seen no key
+    t_q, t_k = q.shape[-2], k.shape[-2]
+    outs = []
+    for qs in range(0, t_q, block_size):
+        qe = min(qs + block_size, t_q)
+        qb = q[..., qs:qe, :] / math.sqrt(q.shape[-1])
+        m = torch.full((*qb.shape[:-1], 1), -math.inf, dtype=q.dtype)
+        total = torch.zeros_like(m)
+        acc = torch.zeros(*qb.shape[:-1], v.shape[-1], dtype=q.dtype)
+        for ks in range(0, min(t_k, qe + t_k - t_q) if is_causal else t_k, block_size):
+            ke = min(ks + block_size, t_k)
+            s = qb @ k[..., ks:ke, :].mT
+            if is_causal:
+                rows = torch.arange(qs, qe)[:, None] + t_k - t_q
+                s = s.masked_fill(torch.arange(ks, ke)[None, :] > rows, -math.inf)
+            m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+            p = torch.exp(s - m_new)
+            alpha = torch.exp(m - m_new)
+            total = alpha * total + p.sum(-1, keepdim=True)
+            acc = alpha * acc + p @ v[..., ks:ke, :]
+            m = m_new
+        outs.append(acc / torch.where(total == 0, 1.0, total))
+    return torch.cat(outs, dim=-2)
+
+
+@pytest.mark.parametrize(
+    ("candidate", "phrase"),
+    [
+        (contract_no_denominator_guard, "Divide by 1 where l is 0"),
+        (contract_no_safe_maximum, "subtract a safe 0 where the running maximum is still -inf"),
+    ],
+)
+def test_flash_attention_names_mistakes_of_a_contract_written_from_scratch(candidate, phrase, capsys):
+    assert_rejected(check_flash_attention, candidate, phrase, capsys)

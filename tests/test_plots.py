@@ -142,3 +142,41 @@ def test_token_bars_in_shared_rows_name_the_keys_once() -> None:
     for ax in axes:
         token_bars(torch.tensor([0.1, 0.6, 0.0, 0.3]), TOKENS, ax=ax)
     assert [ax.get_xlabel() for ax in axes] == ["", "key (token)"]
+
+
+def test_causal_tiles_skip_above_the_diagonal_and_mask_across_it() -> None:
+    from attn_course.plots.flash import FULL, MASKED, SKIPPED, causal_tiles
+
+    # T_q = 10, T_k = 16, blocks of 4: query block 0 sits at positions 6-9 (bottom-right aligned)
+    assert causal_tiles(10, 16, 4).tolist() == [
+        [FULL, MASKED, MASKED, SKIPPED],
+        [FULL, FULL, MASKED, MASKED],
+        [FULL, FULL, FULL, MASKED],
+    ]
+    square = causal_tiles(4096, 4096, 256)  # (16, 16): r + 1 tiles in query block r, the last masked
+    assert int((square > SKIPPED).sum()) == 16 * 17 // 2
+    assert int((square == MASKED).sum()) == 16
+    assert (causal_tiles(8, 2, 4)[0] == SKIPPED).all()  # T_q > T_k: the first block sees no key
+
+
+def test_plot_causal_tiles_labels_every_tile_and_block() -> None:
+    from attn_course.plots.flash import plot_causal_tiles
+
+    ax = plot_causal_tiles(10, 16, 4)
+    assert [t.get_text() for t in ax.texts] == ["full", "mask", "mask", "skip"] + ["full"] * 2 + [
+        "mask"
+    ] * 2 + ["full"] * 3 + ["mask"]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["keys 0-3", "keys 4-7", "keys 8-11", "keys 12-15"]
+    assert [t.get_text() for t in ax.get_yticklabels()][-1] == "queries 8-9"
+
+
+def test_label_log_axis_labels_a_line_within_one_decade() -> None:
+    from attn_course.plots.flash import label_log_axis
+
+    _, ax = plt.subplots()
+    ax.plot([256, 2048], [0.16, 68.0])
+    ax.set_yscale("log")
+    label_log_axis(ax)
+    ax.figure.canvas.draw()
+    labels = [t.get_text() for t in ax.get_yticklabels() if 0.16 <= t.get_position()[1] <= 0.6]
+    assert labels == ["0.2", "0.5"]

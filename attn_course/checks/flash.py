@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
+from torch.utils.flop_counter import FlopCounterMode
 
 from attn_course import reference
 from attn_course.checks._contracts import Arg, Axis, Contract, Returns, size_cases
@@ -478,8 +479,7 @@ def check_flash_attention(candidate: Callable[..., Any]) -> str:
         _compare_lse(candidate, *case)
     return (
         "8 shapes (ragged, T_q != T_k, block_size 1 and > T, rows with no key), causal, float32, never "
-        "T_q×T_k; "
-        "with return_lse=True the log-sum-exp of every row"
+        "T_q×T_k; with return_lse=True the log-sum-exp of every row" + _causal_work(candidate)
     )
 
 
@@ -566,8 +566,9 @@ def _mistakes(
 
 _NO_KEY_HINT = (
     "With is_causal and T_q > T_k the first T_q − T_k query rows may attend no key: attention (and "
-    "torch's SDPA) gives 0 there, so such a row ends with l = 0 and acc = 0; keep the given line "
-    "denom = torch.where(denom == 0, 1.0, denom) before acc / denom (and subtract m_safe, not -inf)."
+    "torch's SDPA) gives 0 there, so such a row ends with l = 0 and acc = 0, and acc / l is 0 / 0. "
+    "Divide by 1 where l is 0 (torch.where(denom == 0, 1.0, denom)), and subtract a safe 0 where "
+    "the running maximum is still -inf, never -inf itself."
 )
 
 
@@ -628,7 +629,7 @@ def _compare_lse(
 def _top_left_in_diagonal_tiles(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int
 ) -> Mistake:
-    """The skeleton's loop and tile test with rows = torch.arange(qs, qe) inside: the offset forgotten."""
+    """A right loop bound and tile test with rows = torch.arange(qs, qe) inside: the offset forgotten."""
     t_q, t_k = q.shape[-2], k.shape[-2]
     offset = t_k - t_q
     rows = torch.arange(t_q)[:, None]  # (T_q, 1)
@@ -643,7 +644,7 @@ def _top_left_in_diagonal_tiles(
         "aligns the causal mask top-left inside the tiles that cross the diagonal: rows = "
         "torch.arange(qs, qe) are the queries' indices, but query i sits at key position i + T_k - T_q "
         "(bottom-right alignment, as in attention and causal_mask), so compare the keys with "
-        "torch.arange(qs, qe) + (T_k - T_q), as the loop bound does."
+        "torch.arange(qs, qe) + (T_k - T_q), as the key loop's bound must."
     )
     return Mistake(message, lambda: reference.attention(q, k, v, mask=visible)[0])
 
@@ -768,6 +769,33 @@ def _expect_tiled(candidate: Callable[..., Any]) -> None:
                         f"whole {t_q}×{t_k} score matrix or more ({name}): the point of tiling is never to "
                         f"hold all the scores of a head at once. {fix}"
                     )
+
+
+def _causal_work(candidate: Callable[..., Any]) -> str:
+    """How much of the causal pass's matmul work the candidate skips: the pass line's last words.
+
+    A right answer is never refused for computing the tiles above the diagonal (only to mask them),
+    but the pass line says so, with the share of the work it could skip (question 06.4). The FLOPs
+    are counted by torch's FlopCounterMode (matmuls only); without matmuls nothing is said.
+    """
+    t, block_size = 192, 32
+    n = t // block_size
+    q, k, v = (randn(1, 2, t, 8) for _ in range(3))  # each (1, 2, 192, 8)
+    flops = {}
+    for is_causal in (False, True):
+        with FlopCounterMode(display=False) as counter:
+            call("flash_attention", candidate, q, k, v, is_causal=is_causal, block_size=block_size)
+        flops[is_causal] = counter.get_total_flops()
+    if not flops[False]:
+        return ""
+    share = flops[True] / flops[False]
+    if share > 0.8:
+        needed = n * (n + 1) // 2  # query block r visits key blocks 0 … r
+        return (
+            f"; but is_causal=True does {share:.0%} of the matmul work of is_causal=False: the tiles "
+            f"above the diagonal are computed, then masked ({needed} of {n * n} tiles needed, question 06.4)"
+        )
+    return f"; is_causal=True does {share:.0%} of the matmul work of is_causal=False (tiles skipped)"
 
 
 def _expect_runs_on_cuda(candidate: Callable[..., Any]) -> None:
