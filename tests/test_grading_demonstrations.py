@@ -5,7 +5,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from attn_course.grading.demonstrations import TAG, skippable
+from attn_course.grading.demonstrations import DEMONSTRATIONS, TAG, skippable
 from attn_course.reference import EXERCISES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -112,3 +112,20 @@ def test_every_tagged_cell_of_the_course_is_skippable(stem: str) -> None:
         solution.cells[i].id for i in _tagged(solution)
     }
     assert skippable(student, EXERCISES[stem]) <= _tagged(student)
+
+
+@pytest.mark.parametrize("stem", sorted(EXERCISES))
+def test_the_registry_of_demonstrations_is_the_tags_of_the_solutions(stem: str) -> None:
+    """`DEMONSTRATIONS` names the tagged cells by id, so that a notebook saved without its tags is
+    graded as fast: it must follow the tags (copy the ids from solutions/ when they change)."""
+    solution = nbformat.read(ROOT / "solutions" / f"{stem}.ipynb", as_version=4)
+    assert DEMONSTRATIONS[stem] == {solution.cells[i].id for i in _tagged(solution)}
+
+
+def test_a_notebook_saved_without_its_tags_is_known_by_its_cell_ids() -> None:
+    solution = nbformat.read(ROOT / "solutions" / "07_kv_cache.ipynb", as_version=4)
+    expected = skippable(solution, EXERCISES["07_kv_cache"])
+    for cell in solution.cells:
+        cell.metadata.pop("tags", None)
+    assert skippable(solution, EXERCISES["07_kv_cache"]) == set()
+    assert skippable(solution, EXERCISES["07_kv_cache"], "07_kv_cache") == expected

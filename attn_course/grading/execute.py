@@ -500,7 +500,7 @@ def _execute(
                 cells = defining_cells(notebook, name)
                 if cells:
                     last.setdefault(cells[-1], []).append(name)
-            skip = skippable(notebook, EXERCISES[stem])  # demonstrations nothing graded needs
+            skip = skippable(notebook, EXERCISES[stem], stem)  # demonstrations nothing graded needs
             for index, cell in list(enumerate(notebook.cells))[:learner_cells]:
                 if index in skip:
                     cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=SKIPPED)]
