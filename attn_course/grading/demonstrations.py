@@ -5,8 +5,9 @@ metadata; `DEMONSTRATIONS` names them by cell id too, for notebooks saved withou
 show the learner what their code does, and no grade depends on what they print. A learner's
 notebook runs them as any other cell; the grader skips a tagged cell unless something it does run
 may need it. It runs every cell that defines an exercise, every untagged cell (but the learner's
-own check cells: see `execute`), and every tagged cell that binds a name one of those later cells reads (in the
-learner's source as handed in, function bodies and default values included), and so on backwards:
+own check cells: see `execute`), and every tagged cell that binds a name one of those later cells
+reads (in the learner's source as handed in, function bodies and default values included), and so
+on backwards:
 a learner who used a demonstration's variable in their own code is graded as their notebook runs.
 A cell it cannot read (not Python, a star import) is run, and so is every tagged cell above a
 cell that reads names it cannot see (`globals()`, `eval`, `exec`).

@@ -424,7 +424,10 @@ def _exercise_results(
             upstream = str(payload.get("upstream") or "")
             results.append(ExerciseResult.success(name, str(payload.get("message", "passed")), upstream))
         else:
-            results.append(ExerciseResult.failed(name, str(payload.get("message", "failed"))))
+            message, finding = str(payload.get("message", "failed")), payload.get("finding")
+            slips = payload.get("slips") if isinstance(payload.get("slips"), list) else []
+            idea = (finding if isinstance(finding, str) else "", tuple(str(s) for s in slips))
+            results.append(ExerciseResult.failed(name, message, *idea))
     return tuple(results)
 
 
