@@ -1,7 +1,7 @@
 """`attn-course grade` on a class of submissions made from solutions/ and notebooks/ (notebook 02).
 
 The class is graded once per module (and a second time through the CLI, to compare the bytes),
-so the whole file costs about thirty notebook runs (frank's and leo's each spend the 15 s CPU limit).
+so the whole file costs about thirty notebook runs (frank's and leo's each spend the 6 s CPU limit).
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from attn_course.grading.sandbox import landlock_abi
 
 ROOT = Path(__file__).resolve().parents[1]
 STEM = "02_scaling"
-TIMEOUT = 15.0
+TIMEOUT = 6.0
+"""CPU seconds per notebook: a correct 02 needs under 1 (demonstrations and check cells left out)."""
 MEMORY_GIB = 2.0
 ZOE = "Zoë Ångström"
 SDPA = "scaled_dot_product_attention"
