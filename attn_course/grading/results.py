@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from attn_course.grading.points import POINTS
 from attn_course.grading.roster import Roster
@@ -46,6 +47,11 @@ class ExerciseResult:
     ) -> ExerciseResult:
         """A zero for `exercise`, with the reason (and the check's finding and slips, where it gave them)."""
         return cls(exercise, False, 0, message, finding=finding, slips=slips)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ExerciseResult:
+        """The result `dataclasses.asdict` gave, back from JSON (whose lists stand for tuples)."""
+        return cls(**{**data, "slips": tuple(data.get("slips", ()))})
 
     @classmethod
     def not_graded(cls, exercise: str, message: str) -> ExerciseResult:
