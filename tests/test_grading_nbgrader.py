@@ -298,3 +298,18 @@ def test_an_nbgrader_command_that_fails_fails_the_workflow_step_and_the_next_one
         _nbgrader(course, "autograde", "no_such_assignment")
     _nbgrader(course, "generate_assignment", STEM)
     assert (course / "release" / STEM / f"{STEM}.ipynb").is_file()
+
+
+def test_autograde_leaves_the_demonstrations_unrun_as_attn_course_grade_does(autograded):
+    """The demonstrations nothing graded needs are skipped and say so; the tags the grader added to
+    skip them are gone, and the scores are still `attn-course grade`'s (the test above)."""
+    from attn_course.grading.execute import SKIPPED
+
+    course = autograded[0]
+    done = nbformat.read(course / "autograded" / "full" / STEM / f"{STEM}.ipynb", as_version=4)
+    skipped = [
+        c for c in done.cells if c.cell_type == "code" and c.outputs and c.outputs[0].get("text") == SKIPPED
+    ]
+    assert len(skipped) >= 10
+    assert not any("skip-execution" in c.metadata.get("tags", []) for c in done.cells)
+    assert not any("skipped" in c.metadata.get("attn_course", {}) for c in done.cells)
