@@ -85,7 +85,7 @@ bench: setup
 	$(BIN)/python -m tools.timing solutions
 
 bench-grade: setup
-	$(BIN)/python -m tools.grading_bench --learners 30 --jobs 2
+	$(BIN)/python -m tools.grading_bench --learners 30 --each 4 --jobs 2
 
 bench-grade-dask: setup
 	$(BIN)/python -m tools.grading_bench_dask --learners 60 --jobs 2 --workers 1 2 4

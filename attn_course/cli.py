@@ -139,10 +139,19 @@ def _check(args: argparse.Namespace) -> int:
 
 def _export_nbgrader(args: argparse.Namespace) -> int:
     from attn_course.grading.discover import SubmissionsError
-    from attn_course.grading.nbgrader_export import ANSWER_POINTS, export_nbgrader
+    from attn_course.grading.nbgrader_export import export_nbgrader
 
+    if args.answer_points < 0:
+        print("attn-course export nbgrader: --answer-points must be 0 or more", file=sys.stderr)
+        return 2
     try:
-        done = export_nbgrader(args.solutions, args.course, args.notebooks, timeout=args.timeout)
+        done = export_nbgrader(
+            args.solutions,
+            args.course,
+            args.notebooks,
+            timeout=args.timeout,
+            answer_points=args.answer_points,
+        )
     except SubmissionsError as error:
         print(f"attn-course export nbgrader: {error}", file=sys.stderr)
         return 2
@@ -151,7 +160,8 @@ def _export_nbgrader(args: argparse.Namespace) -> int:
     )
     if done.answers:
         print(
-            f"and {done.answers} written answer(s), graded by hand in formgrader ({ANSWER_POINTS} point each)"
+            f"and {done.answers} written answer(s), read and graded by hand in formgrader "
+            f"({args.answer_points:g} point(s) each)"
         )
     names = ", ".join(done.assignments)
     print(f"Next: cd {done.course} && nbgrader generate_assignment ASSIGNMENT (one of: {names})")
@@ -293,6 +303,9 @@ def build_parser() -> argparse.ArgumentParser:
     nbg.add_argument("--notebooks", nargs="+", metavar="NAME", help="e.g. 02_scaling (default: all)")
     nbg.add_argument("--timeout", type=_positive(float), default=180.0, metavar="SECONDS",
                      help="nbgrader's time limit for each cell (default 180)")  # fmt: skip
+    nbg.add_argument("--answer-points", type=float, default=0.0, metavar="POINTS",
+                     help="points of each written answer in formgrader (default 0: nbgrader's total is "
+                          "`grade`'s; 1 gives them what `grade --hand-points` gives)")  # fmt: skip
     nbg.set_defaults(run=_export_nbgrader)
     gsc = platforms.add_parser("gradescope", help="write a Gradescope autograder zip")
     gsc.add_argument("zip", type=Path, metavar="OUT.zip", help="the autograder zip to write")

@@ -566,17 +566,33 @@ def test_the_class_report_opens_in_the_browser_self_contained(page, tmp_path):
         exercises = (ExerciseResult.success("softmax_backward", "ok"), second)
         return LearnerResult(name, (NotebookResult("09_backward", "graded", "", exercises),))
 
+    idea = "does not subtract the row's dot product of dO and O"  # one known mistake, two wordings
+
+    def known(name: str, exercise: str) -> LearnerResult:
+        said = f"Your {exercise}(shape of {name}) {idea}."
+        wrong = ExerciseResult.failed(exercise, said, "known-mistake", (idea,))
+        other = "attention_backward" if exercise == "softmax_backward" else "softmax_backward"
+        results = sorted((wrong, ExerciseResult.success(other, "ok")), key=lambda e: e.exercise, reverse=True)
+        return LearnerResult(name, (NotebookResult("09_backward", "graded", "", tuple(results)),))
+
     learners = tuple(
         learner(name, i % 3 == 0) for i, name in enumerate(["ann", "bob", "Zoë Ångström", "dee"])
-    )
+    ) + (known("eve", "softmax_backward"), known("fay", "attention_backward"))
     write_class_report(GradeReport(learners, ("softmax_backward", "attention_backward"), 2), tmp_path)
     fetched: list[str] = []
     page.on("request", lambda request: fetched.append(request.url))
     page.goto((tmp_path / "report.html").as_uri())
     assert page.title() == "Class report"
-    assert page.locator("text=2 of 4 who handed it in").count() == 1  # attention_backward: ann and dee
+    assert page.locator("text=3 of 6 who handed it in").count() == 1  # attention_backward: ann, dee, eve
     assert page.locator("td", has_text=slip).count() == 1  # the mistake named whole, once, by whom
     assert page.locator("tr", has_text=slip).locator("a").count() == 2  # bob, Zoë
+    grouped = page.locator("tr", has_text=idea)  # one row for the idea, met in both exercises
+    assert grouped.count() == 1 and grouped.locator("a").count() == 2  # eve, fay
+    assert "known-mistake" in grouped.inner_text()
+    wordings = grouped.locator("details li")
+    assert not wordings.first.is_visible()  # the checks' own words, one click away
+    grouped.locator("summary").click()
+    assert wordings.count() == 2 and wordings.first.is_visible()
     width = page.eval_on_selector("img", "img => img.complete ? img.naturalWidth : 0")
     assert width > 300  # the histogram, decoded from the page itself
     link = page.locator("a", has_text="Zoë Ångström").first

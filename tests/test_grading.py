@@ -1,7 +1,7 @@
 """`attn-course grade` on a class of submissions made from solutions/ and notebooks/ (notebook 02).
 
 The class is graded once per module (and a second time through the CLI, to compare the bytes),
-so the whole file costs about thirty notebook runs (frank's and leo's each spend the 15 s CPU limit).
+so the whole file costs about thirty notebook runs (frank's and leo's each spend the 6 s CPU limit).
 """
 
 from __future__ import annotations
@@ -25,9 +25,11 @@ from attn_course.grading.sandbox import landlock_abi
 
 ROOT = Path(__file__).resolve().parents[1]
 STEM = "02_scaling"
-TIMEOUT = 15.0
+TIMEOUT = 6.0
+"""CPU seconds per notebook: a correct 02 needs under 1 (demonstrations and check cells left out)."""
 MEMORY_GIB = 2.0
 ZOE = "Zoë Ångström"
+SDPA = "scaled_dot_product_attention"
 COLUMNS = ["score_variance", "scaled_dot_product_attention", "causal_mask", "padding_mask", "attention"]
 SANDBOXED = landlock_abi() > 0
 """Whether kernels run in the file-system sandbox here; kim_absolute is only in the class where they do."""
@@ -418,6 +420,14 @@ def test_the_class_report_counts_the_class_and_names_its_mistakes(graded):
     assert paperwork == (2, 1, 2)  # nina, otto; heidi; frank, and leo after his checks
     made = {(m["mistake"], made["learner"]) for m in data["mistakes"] for made in m["made_by"]}
     assert any("are divided by d_k instead of √d_k" in text and who == "carol_wrong" for text, who in made)
+    # the check's finding goes from the kernel to results.json, and the report groups by its idea
+    kept = json.loads((root / "out" / "results.json").read_text(encoding="utf-8"))
+    carol = next(r for r in kept["learners"] if r["learner"] == "carol_wrong")
+    (wrong,) = [e for n in carol["notebooks"] for e in n["exercises"] if e["exercise"] == SDPA]
+    assert wrong["finding"] == "known-mistake" and wrong["slips"][0].startswith("are divided by d_k")
+    group = next(m for m in data["mistakes"] if any(x["learner"] == "carol_wrong" for x in m["made_by"]))
+    assert group["finding"] == "known-mistake" and group["mistake"] == wrong["slips"][0]
+    assert group["made_by"][0]["message"].startswith("Your weights are divided by d_k")
     assert data["nobody_passed"] == []  # 03_causal_masking: handed in by nobody, so nobody failed it
     alice = next(c for c in data["class"] if c["learner"] == "alice_full")["notebooks"][0]
     assert alice["seconds"] > 0 and alice["cpu"] > 0  # each notebook's wall and CPU time

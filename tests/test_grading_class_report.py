@@ -7,7 +7,7 @@ import base64
 import json
 import re
 
-from attn_course.grading.class_report import mistake, report_data, write_class_report
+from attn_course.grading.class_report import mistake, report_data, report_html, write_class_report
 from attn_course.grading.results import ExerciseResult, GradeReport, LearnerResult, NotebookResult
 
 DK = (
@@ -85,7 +85,9 @@ def test_each_mistake_is_grouped_by_its_whole_message_across_exercises_with_who_
         "learner": "hal",
         "exercise": "softmax_backward",
         "feedback": "feedback/hal.html",
+        "message": ROWS,
     }
+    assert rows["finding"] == "" and rows["messages"] == [ROWS]
     everything = " ".join(texts)
     for paperwork in ("not implemented yet", "not reached", "not handed in", "right with the course"):
         assert paperwork not in everything
@@ -107,6 +109,49 @@ def test_each_mistake_is_grouped_by_its_whole_message_across_exercises_with_who_
     ]
 
 
+TOP_LEFT = "is aligned top-left: query i sits at position i + (t_k - t_q)."
+
+
+def test_a_known_mistake_is_one_idea_across_exercises_whatever_the_call():
+    """The check's finding and slips group what the messages word differently: the same slip met in
+    two exercises on two calls is one mistake; a finding that is not a known mistake keeps its message."""
+
+    def learner(name: str, *results: ExerciseResult) -> LearnerResult:
+        return LearnerResult(name, (NotebookResult("03_causal_masking", "graded", "", results),))
+
+    def top_left(exercise: str, call: str) -> ExerciseResult:
+        message = f"Your {exercise}({call}) {TOP_LEFT}\n(Called as {call}.)"
+        return ExerciseResult.failed(exercise, message, "known-mistake", (TOP_LEFT,))
+
+    property_message = "Your attention(...) rows sum to 0.5, not 1."
+    report = GradeReport(
+        learners=(
+            learner("ann", top_left("causal_mask", "3, 5"), ExerciseResult.success("attention", "ok")),
+            learner("bob", ExerciseResult.success("causal_mask", "ok"), top_left("attention", "q (2, 7)")),
+            learner(
+                "cy",
+                ExerciseResult.success("causal_mask", "ok"),
+                ExerciseResult.failed("attention", property_message, "property"),
+            ),
+            learner(
+                "dee", ExerciseResult.success("causal_mask", "ok"), ExerciseResult.failed("attention", "Odd.")
+            ),
+        ),
+        exercises=("causal_mask", "attention"),
+        maximum=2,
+    )
+    data = report_data(report)
+    first, *others = data["mistakes"]
+    assert (first["mistake"], first["finding"], first["count"]) == (TOP_LEFT, "known-mistake", 2)
+    assert first["exercises"] == ["causal_mask", "attention"] and first["learners"] == ["ann", "bob"]
+    assert len(first["messages"]) == 2 and all(TOP_LEFT in m for m in first["messages"])
+    assert [(m["mistake"], m["finding"]) for m in others] == [("Odd.", ""), (property_message, "property")]
+    page = report_html(data)
+    assert f'<td>2</td><td>{TOP_LEFT} <span class="muted">(known-mistake)</span>' in page
+    assert "<summary>as the checks said it (2)</summary>" in page
+    assert '<a href="feedback/bob.html">bob</a> <span class="muted">(attention)</span>' in page
+
+
 def test_the_html_page_is_self_contained_escaped_and_links_each_learners_feedback(tmp_path):
     as_json, as_html = write_class_report(_class(), tmp_path)
     assert json.loads(as_json.read_text(encoding="utf-8")) == report_data(_class())
@@ -118,7 +163,10 @@ def test_the_html_page_is_self_contained_escaped_and_links_each_learners_feedbac
     assert "09_backward: 12.3 s, 9.9 s CPU" in page
     assert '<a href="feedback/%3Ccy%20%26%20dee%3E.html">&lt;cy &amp; dee&gt;</a>' in page
     assert '<a href="feedback/zo%C3%AB.html">zoë</a>' in page
-    assert '<a href="feedback/hal.html">hal</a>, <a href="feedback/hal.html">hal</a>' in page
+    assert (
+        '<a href="feedback/hal.html">hal</a> <span class="muted">(softmax_backward)</span>, '
+        '<a href="feedback/hal.html">hal</a> <span class="muted">(attention_backward)</span>'
+    ) in page
     assert "<cy" not in page  # every learner-given text is escaped
     (png,) = re.findall(r'src="data:image/png;base64,([^"]+)"', page)
     assert base64.b64decode(png).startswith(b"\x89PNG")

@@ -25,6 +25,7 @@ import nbformat
 import pytest
 
 from attn_course.cli import main
+from attn_course.grading.answers import written_answers
 from attn_course.grading.grader import grade
 from attn_course.grading.nbgrader_export import ANSWER_POINTS, export_nbgrader
 from attn_course.grading.points import POINTS, notebook_points
@@ -168,8 +169,11 @@ def autograded(tmp_path_factory):
 def test_exported_grades_and_feedback_say_what_attn_course_grade_says(autograded):
     course, _, _, _, report = autograded
     with (course / "grades.csv").open(encoding="utf-8") as file:
-        exported = {row["student_id"]: float(row["raw_score"]) for row in csv.DictReader(file)}
+        rows = list(csv.DictReader(file))
+    exported = {row["student_id"]: float(row["raw_score"]) for row in rows}
     assert exported == {learner.learner: float(learner.total) for learner in report.learners}
+    # the same total out of the same maximum: the written answers add nothing until graded by hand
+    assert {float(row["max_score"]) for row in rows} == {float(report.maximum)} == {notebook_points(STEM)}
     feedback = html.unescape((course / "feedback" / "reference" / STEM / f"{STEM}.html").read_text("utf-8"))
     assert "the course's reference implementation (attn_course.reference.rope_frequencies)" in feedback
 
@@ -250,7 +254,8 @@ def test_export_refuses_unknown_notebooks_and_missing_solutions(tmp_path, capsys
 
 def test_written_answers_are_manual_cells_that_keep_their_prompt(tmp_path):
     """Notebook 02's questions: read-only question cells, manually graded answer cells worth
-    ANSWER_POINTS each, and nbgrader's student version of them is the course's own."""
+    ANSWER_POINTS (0) each, so that nbgrader's total is `attn-course grade`'s; the answers are the
+    ones `attn-course grade` collects, and nbgrader's student version of them is the course's own."""
     stem, course = "02_scaling", tmp_path / "course"
     done = export_nbgrader(ROOT / "solutions", course, [stem])
     _nbgrader(course, "generate_assignment", stem)
@@ -270,7 +275,16 @@ def test_written_answers_are_manual_cells_that_keep_their_prompt(tmp_path):
     shipped = nbformat.read(ROOT / "notebooks" / f"{stem}.ipynb", as_version=4)
     assert [c.source for c in released.cells] == [c.source for c in shipped.cells]
     points = [c.metadata["nbgrader"].get("points", 0) for c in released.cells if "nbgrader" in c.metadata]
-    assert sum(points) == notebook_points(stem) + ANSWER_POINTS * len(labels)
+    assert ANSWER_POINTS == 0 and sum(points) == notebook_points(stem)
+    collected = written_answers(nbformat.writes(released).encode("utf-8"))  # as `attn-course grade` does
+    assert sorted(collected) == labels
+    ids = [c.metadata.get("nbgrader", {}).get("grade_id", "") for c in released.cells]
+    graded_by_hand = [grade_id for grade_id in ids if grade_id.startswith("answer-")]
+    assert graded_by_hand == [f"answer-{label.replace('.', '-')}" for label in labels]
+    export_nbgrader(ROOT / "solutions", tmp_path / "one", [stem], answer_points=1)
+    source = nbformat.read(tmp_path / "one" / "source" / stem / f"{stem}.ipynb", as_version=4)
+    points = [c.metadata["nbgrader"].get("points", 0) for c in source.cells if "nbgrader" in c.metadata]
+    assert sum(points) == notebook_points(stem) + len(labels)  # as `grade --hand-points` counts them
 
 
 def test_an_nbgrader_command_that_fails_fails_the_workflow_step_and_the_next_one_runs(tmp_path):
@@ -284,3 +298,18 @@ def test_an_nbgrader_command_that_fails_fails_the_workflow_step_and_the_next_one
         _nbgrader(course, "autograde", "no_such_assignment")
     _nbgrader(course, "generate_assignment", STEM)
     assert (course / "release" / STEM / f"{STEM}.ipynb").is_file()
+
+
+def test_autograde_leaves_the_demonstrations_unrun_as_attn_course_grade_does(autograded):
+    """The demonstrations nothing graded needs are skipped and say so; the tags the grader added to
+    skip them are gone, and the scores are still `attn-course grade`'s (the test above)."""
+    from attn_course.grading.execute import SKIPPED
+
+    course = autograded[0]
+    done = nbformat.read(course / "autograded" / "full" / STEM / f"{STEM}.ipynb", as_version=4)
+    skipped = [
+        c for c in done.cells if c.cell_type == "code" and c.outputs and c.outputs[0].get("text") == SKIPPED
+    ]
+    assert len(skipped) >= 10
+    assert not any("skip-execution" in c.metadata.get("tags", []) for c in done.cells)
+    assert not any("skipped" in c.metadata.get("attn_course", {}) for c in done.cells)

@@ -39,3 +39,18 @@ def test_a_notebook_stopped_in_its_first_check_timed_out():
         ExerciseResult.not_reached("sample_next", "x"),
     )
     assert first.reached == 0 and first.status_text == "timed out"
+
+
+def test_a_findings_idea_survives_results_json_and_a_dask_worker(tmp_path):
+    """The check's finding and slips go into results.json (for --only) and over Dask as they were."""
+    from attn_course.grading.dask_runner import result_from_bytes, result_to_bytes
+    from attn_course.grading.store import read_results, write_results
+
+    wrong = ExerciseResult.failed(
+        "sample_next", "Your sample_next(...) ignores top_k.", "known-mistake", ("a", "b")
+    )
+    notebook = _notebook("graded", ExerciseResult.success("KVCache", "ok"), wrong)
+    assert result_from_bytes(result_to_bytes(notebook)) == notebook
+    write_results((LearnerResult("ann", (notebook,)),), tmp_path / "results.json")
+    ((kept,),) = [learner.notebooks for learner in read_results(tmp_path / "results.json")]
+    assert kept == notebook and kept.exercises[1].slips == ("a", "b")

@@ -7,9 +7,11 @@
   subfolder, not a notebook, timed out, out of memory or crashed, the grader's own failure;
 - per exercise, the share of those who handed its notebook in that passed it, and how many left it
   unattempted ("not implemented yet") or were right but failed through an earlier exercise;
-- each mistake named whole, as the check wrote it (numbers kept), grouped by identical message
-  across exercises, with its count, the exercises it was met in, and the learners who made it,
-  each linked to their feedback;
+- each mistake grouped by its idea across exercises (`idea`): a known mistake the check named (the
+  finding "known-mistake", by the words of the course's list of mistakes, which read the same in
+  every exercise), else by its finding and its message named whole (numbers kept), else by the
+  message alone; with its count, the exercises it was met in, every wording the checks gave it, and
+  the learners who made it, each linked to their feedback;
 - the exercises nobody passed, a histogram of the scores, each learner linked to their feedback,
   with the wall and CPU time each of their notebooks took (so report.json and report.html differ
   from run to run; the gradebook and the feedback do not).
@@ -51,6 +53,26 @@ def mistake(message: str) -> str:
     'Your attention_backward forgets the 1/√d scale in dK: dK = dSᵀ Q / √d.'
     """
     return " ".join(message.split()) or "no message"
+
+
+def idea(exercise: ExerciseResult) -> tuple[str, str]:
+    """(key, words) of a mistake's idea: the report groups mistakes by key and names a group by words.
+
+    A known mistake (the check's finding "known-mistake") is its slips, the course's own words for
+    it, whatever the exercise and the call it was met on; any other finding ("property", "mutant",
+    ... name kinds of evidence, not ideas) keeps its whole message, as does a failure with no finding.
+
+    >>> idea(ExerciseResult.failed("attention", "Your attention(3, 5) is aligned top-left. (Called as ...)",
+    ...      "known-mistake", ("is aligned top-left",)))
+    ('known-mistake: is aligned top-left', 'is aligned top-left')
+    >>> idea(ExerciseResult.failed("attention", "Rows do not sum to 1.", "property"))
+    ('property: Rows do not sum to 1.', 'Rows do not sum to 1.')
+    """
+    if exercise.finding == "known-mistake" and exercise.slips:
+        words = " Or: ".join(mistake(slip) for slip in exercise.slips)
+        return f"{exercise.finding}: {words}", words
+    words = mistake(exercise.message)
+    return (f"{exercise.finding}: {words}" if exercise.finding else words), words
 
 
 def not_attempted(exercise: ExerciseResult) -> bool:
@@ -110,17 +132,26 @@ def report_data(report: GradeReport) -> dict[str, Any]:
         )
         for learner, notebook, exercise in handed_in:
             if is_mistake(notebook, exercise):
-                text = mistake(exercise.message)
-                group = groups.setdefault(text, {"mistake": text, "exercises": [], "made_by": []})
+                key, words = idea(exercise)
+                group = groups.setdefault(
+                    key,
+                    {"mistake": words, "finding": exercise.finding, "exercises": [], "made_by": []},
+                )
                 if name not in group["exercises"]:
                     group["exercises"].append(name)
                 group["made_by"].append(
-                    {"learner": learner, "exercise": name, "feedback": _feedback(learner)}
+                    {
+                        "learner": learner,
+                        "exercise": name,
+                        "feedback": _feedback(learner),
+                        "message": mistake(exercise.message),
+                    }
                 )
     mistakes = sorted(groups.values(), key=lambda g: (-len(g["made_by"]), g["mistake"]))
     for group in mistakes:
         group["count"] = len(group["made_by"])
         group["learners"] = sorted({m["learner"] for m in group["made_by"]})
+        group["messages"] = sorted({m["message"] for m in group["made_by"]})
     totals = [r.total for r in learners]
     handed = [r.total for r in learners if r.handed_in]
     return {
@@ -221,10 +252,24 @@ def report_html(data: dict[str, Any]) -> str:
             f"{ex['passed']} of {ex['handed_in']} who handed it in</td>"
             f'<td class="muted">{e("; ".join(notes))}</td></tr>'
         )
+
+    def wordings(group: dict[str, Any]) -> str:
+        if group["messages"] == [group["mistake"]]:
+            return ""
+        items = "".join(f"<li>{e(message)}</li>" for message in group["messages"])
+        summary = f"<summary>as the checks said it ({len(group['messages'])})</summary>"
+        return f"<details>{summary}<ul>{items}</ul></details>"
+
     mistakes = "".join(
-        f"<tr><td>{m['count']}</td><td>{e(m['mistake'])}</td>"
-        f"<td>{', '.join(f'<code>{e(x)}</code>' for x in m['exercises'])}</td><td>"
-        + ", ".join(link(made["learner"], made["feedback"]) for made in m["made_by"])
+        f"<tr><td>{m['count']}</td><td>{e(m['mistake'])}"
+        + (f' <span class="muted">({e(m["finding"])})</span>' if m["finding"] else "")
+        + wordings(m)
+        + f"</td><td>{', '.join(f'<code>{e(x)}</code>' for x in m['exercises'])}</td><td>"
+        + ", ".join(
+            link(made["learner"], made["feedback"])
+            + (f' <span class="muted">({e(made["exercise"])})</span>' if len(m["exercises"]) > 1 else "")
+            for made in m["made_by"]
+        )
         + "</td></tr>"
         for m in data["mistakes"]
     )
@@ -261,9 +306,8 @@ def report_html(data: dict[str, Any]) -> str:
         + "".join(rows)
         + "</table>\n<h2>Mistakes</h2>"
         + (
-            "<table><tr><th>count</th><th>mistake, as the check named it</th><th>in</th><th>made by</th></tr>"
-            + mistakes
-            + "</table>"
+            "<table><tr><th>count</th><th>mistake, by its idea (the check's finding)</th><th>in</th>"
+            "<th>made by</th></tr>" + mistakes + "</table>"
             if mistakes
             else "<p>No mistakes among the work handed in.</p>"
         )

@@ -101,7 +101,7 @@ def result_to_bytes(result: NotebookResult) -> bytes:
 def result_from_bytes(data: bytes) -> NotebookResult:
     """The notebook result sent by `result_to_bytes`."""
     raw = json.loads(data.decode("utf-8"))
-    exercises = tuple(ExerciseResult(**e) for e in raw.pop("exercises"))
+    exercises = tuple(ExerciseResult.from_dict(e) for e in raw.pop("exercises"))
     return NotebookResult(**raw, exercises=exercises)
 
 

@@ -4,7 +4,9 @@ The notebook runs in a temporary copy of its learner's folder (in its own tempor
 away from SUBMISSIONS and the output folder), in a kernel of this Python environment started
 under a memory limit. Each exercise is checked as soon as the last cell that defines it has run,
 and its result is kept at once: a later timeout, crash or memory kill marks only the exercises
-not yet reached. Time is counted in the kernel's CPU time (its processes', read from /proc), one
+not yet reached. The learner's own check cells (`check_NAME(NAME)`, whose result never
+counts) and cells tagged `demonstration` that nothing graded needs are not run (`demonstrations`).
+Time is counted in the kernel's CPU time (its processes', read from /proc), one
 budget for the learner's cells and another for the checks, so that a busy machine costs no
 points; a generous wall-clock backstop stops a kernel that waits or starves, and says so.
 The kernel and every process it started are killed at the end and the copy is deleted.
@@ -33,8 +35,10 @@ from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
 import attn_course
 from attn_course.grading import sandbox
+from attn_course.grading.demonstrations import skippable
 from attn_course.grading.discover import Learner, Submission
 from attn_course.grading.kernel_checks import MARKER
+from attn_course.grading.kernel_factory import STASH
 from attn_course.grading.results import ExerciseResult, NotebookResult
 from attn_course.quick_run import QUICK_VARIABLE
 from attn_course.reference import EXERCISES
@@ -43,6 +47,10 @@ PACKAGE_PARENT = str(Path(attn_course.__file__).resolve().parents[1])
 LAUNCHER = str(Path(__file__).with_name("_launch.py"))
 MAX_OUTPUT_BYTES = 1_000_000
 """Output kept from a notebook's cells; the rest is dropped (outputs are never graded)."""
+SKIPPED = "[not run by the grader: a demonstration that nothing graded needs]\n"
+"""The output of a skipped demonstration cell in the instructor's executed copy (`--keep-executed`)."""
+CHECKED = "[not run by the grader, which checks each exercise itself after the cell that defines it]\n"
+"""The output of a learner's own check cell (`check_NAME(NAME)` alone) in the executed copy."""
 
 
 @dataclass(frozen=True)
@@ -334,8 +342,6 @@ class _Clock:
         self.last = 0.0
         self.kill_at = float("inf")
         self.fired = False
-        self.interrupt_at = float("inf")
-        self.interrupted = False
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True)
         self._thread.start()
@@ -358,11 +364,6 @@ class _Clock:
 
     def disarm(self) -> None:
         self.kill_at = float("inf")
-        self.interrupt_at = float("inf")
-
-    def interrupt(self, at: float) -> None:
-        """Interrupt the running cell (SIGINT: KeyboardInterrupt in the kernel) once CPU time reaches `at`."""
-        self.interrupt_at, self.interrupted = at, False
 
     def close(self) -> None:
         self._done.set()
@@ -377,13 +378,6 @@ class _Clock:
                 self.fired = True
                 self.kill_at = float("inf")
                 _kill_group(self.pid)
-            elif cpu >= self.interrupt_at:
-                self.interrupted = True
-                self.interrupt_at = float("inf")
-                try:
-                    os.kill(self.pid, signal.SIGINT)
-                except (ProcessLookupError, PermissionError):
-                    pass
 
 
 def _exercise_results(
@@ -430,7 +424,10 @@ def _exercise_results(
             upstream = str(payload.get("upstream") or "")
             results.append(ExerciseResult.success(name, str(payload.get("message", "passed")), upstream))
         else:
-            results.append(ExerciseResult.failed(name, str(payload.get("message", "failed"))))
+            message, finding = str(payload.get("message", "failed")), payload.get("finding")
+            slips = payload.get("slips") if isinstance(payload.get("slips"), list) else []
+            idea = (finding if isinstance(finding, str) else "", tuple(str(s) for s in slips))
+            results.append(ExerciseResult.failed(name, message, *idea))
     return tuple(results)
 
 
@@ -506,8 +503,13 @@ def _execute(
                 cells = defining_cells(notebook, name)
                 if cells:
                     last.setdefault(cells[-1], []).append(name)
+            skip = skippable(notebook, EXERCISES[stem], stem)  # demonstrations nothing graded needs
             for index, cell in list(enumerate(notebook.cells))[:learner_cells]:
-                if cell.cell_type == "code" and cell.source.strip():
+                if index in skip:
+                    cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=SKIPPED)]
+                elif cell.cell_type == "code" and _CHECK_CELL.match(cell.source):
+                    cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=CHECKED)]
+                elif cell.cell_type == "code" and cell.source.strip():
                     run.learner_cell(cell, index)
                 if index in last:
                     run.check(last[index])
@@ -545,14 +547,8 @@ class _Run:
         """CPU seconds the kernel spent in cells (0 where /proc cannot tell)."""
         return round(self.cpu["learner"] + self.cpu["grader"], 2) if self.clock.proc else 0.0
 
-    def _execute(
-        self, cell: nbformat.NotebookNode, index: int, kind: str, where: str, bounded: bool = False
-    ) -> None:
-        """Run one cell within its kind's budgets; a timeout or a dead kernel stops the notebook.
-
-        A `bounded` cell (the learner's own check cell) is interrupted after one check's CPU time
-        (`Limits.check_cpu`): its result never counts, and the notebook goes on.
-        """
+    def _execute(self, cell: nbformat.NotebookNode, index: int, kind: str, where: str) -> None:
+        """Run one cell within its kind's budgets; a timeout or a dead kernel stops the notebook."""
         limits = self.limits
         what = "the notebook" if kind == "learner" else "the grader's checks"
         at = f", in {where}" if kind == "learner" else ""
@@ -563,8 +559,6 @@ class _Run:
         cpu_before, wall_before = self.clock.cpu(), time.monotonic()
         self.client.timeout = max(1, int(wall_left + 0.999))
         self.clock.arm(cpu_before + cpu_left)
-        if bounded and limits.check_cpu:
-            self.clock.interrupt(cpu_before + limits.check_cpu)
         try:
             self.client.execute_cell(cell, index)
         except CellTimeoutError:
@@ -592,8 +586,7 @@ class _Run:
 
     def learner_cell(self, cell: nbformat.NotebookNode, index: int) -> None:
         where = _describe_cell(index, self.notebook)
-        check_cell = bool(_CHECK_CELL.match(cell.source))
-        self._execute(cell, index, "learner", where, bounded=check_cell)
+        self._execute(cell, index, "learner", where)
         error = _error(cell)
         if error:
             self.errors[index] = error
@@ -602,7 +595,8 @@ class _Run:
                 raise _Stop("out_of_memory", f"the notebook ran out of memory (limit {limit}) in {where}")
 
     def _setup_source(self, nonce: str) -> str:
-        """Take the learner's `attn_course` modules out, import the grader's afresh, put theirs back."""
+        """Take the learner's `attn_course` modules out, import the grader's afresh (or take those a
+        kernel factory imported before any learner code ran), put theirs back."""
         work = str(self.work)
         return (
             "import sys as _attn_sys, importlib as _attn_importlib\n"
@@ -613,10 +607,13 @@ class _Run:
             "                 if n.split('.')[0] == 'attn_course'}\n"
             "for _attn_name in _attn_learner:\n"
             "    del _attn_sys.modules[_attn_name]\n"
+            f"_attn_warm = _attn_sys.modules.pop({STASH!r}, None)  # imported by a kernel factory\n"
+            "if _attn_warm is not None:\n"
+            "    _attn_sys.modules.update(_attn_warm.modules)\n"
             "_attn_importlib.invalidate_caches()\n"
             "from attn_course.grading import kernel_checks as _attn_grader\n"
             f"_attn_grader.setup({PACKAGE_PARENT!r}, {nonce!r}, _attn_learner, _attn_path)\n"
-            "del _attn_learner, _attn_path\n"
+            "del _attn_learner, _attn_path, _attn_warm\n"
         )
 
     def check(self, names: list[str]) -> None:

@@ -47,20 +47,34 @@ def _trusted_prefixes(package_dir: Path) -> tuple[str, ...]:
     return tuple(sorted(found))
 
 
+_seen: dict[tuple[str, str, tuple[str, ...]], bool] = {}
+"""(module name, its file, the trusted folders) -> whether it shadows an installed module: each
+module is looked up once per kernel, not at every check (about 0.07 s for torch's 1,600 modules)."""
+
+
 def _shadowed_modules(trusted: tuple[str, ...]) -> list[str]:
     """Modules loaded from outside the trusted folders whose names an installed package owns."""
     from importlib.machinery import PathFinder
 
-    installed = [p for p in sys.path if p and os.path.realpath(p).startswith(trusted)]
+    installed: list[str] | None = None
     shadowed = []
     for name, module in list(sys.modules.items()):
         file = getattr(module, "__file__", None)
-        if not file or os.path.realpath(file).startswith(trusted) or "." in name:
+        if not file or "." in name or not isinstance(file, str):
             continue
-        spec = PathFinder.find_spec(name, installed)
-        # the installed module itself, reached through a link out of its folder (Debian and Ubuntu's
-        # sitecustomize, /usr/lib/python3.X -> /etc/python3.X), replaces nothing
-        if spec is not None and os.path.realpath(spec.origin or "") != os.path.realpath(file):
+        key = (name, file, trusted)
+        if key not in _seen:
+            if os.path.realpath(file).startswith(trusted):
+                _seen[key] = False
+            else:
+                if installed is None:
+                    installed = [p for p in sys.path if p and os.path.realpath(p).startswith(trusted)]
+                spec = PathFinder.find_spec(name, installed)
+                # the installed module itself, reached through a link out of its folder (Debian and
+                # Ubuntu's sitecustomize, /usr/lib/python3.X -> /etc/python3.X), replaces nothing
+                origin = os.path.realpath(spec.origin or "") if spec is not None else None
+                _seen[key] = origin is not None and origin != os.path.realpath(file)
+        if _seen[key]:
             shadowed.append(name)
     return sorted(shadowed)
 
@@ -324,13 +338,29 @@ def _cpu_limit(seconds: float) -> Any:
         signal.signal(signal.SIGPROF, previous)
 
 
+def _idea(failure: BaseException) -> dict[str, Any]:
+    """The mistake's idea as the check found it: `finding`, the id of the diagnosis finding its message
+    is about (`CheckFailed.finding`: "known-mistake", "property", ...), and `slips`, the known
+    mistakes it named (`CheckFailed.slips`, each in the words of the course's list of mistakes)."""
+    finding = getattr(failure, "finding", "")
+    slips = getattr(failure, "slips", ())
+    return {
+        "finding": finding[:100] if isinstance(finding, str) else "",
+        "slips": [s[:1000] for s in slips if isinstance(s, str)][:5]
+        if isinstance(slips, (tuple, list))
+        else [],
+    }
+
+
 def _run_check(
     check: Any, candidate: Any, watch: _ReferenceWatch, cpu_limit: float = 0.0
-) -> tuple[bool, str, str]:
-    """(passed, message, upstream): `upstream` names the earlier exercise whose learner version alone
-    made the check fail (the check's `CheckFailed.upstream`), "" otherwise."""
+) -> tuple[bool, str, str, dict[str, Any]]:
+    """(passed, message, upstream, idea): `upstream` names the earlier exercise whose learner version
+    alone made the check fail (the check's `CheckFailed.upstream`), "" otherwise; `idea` the failure's
+    finding and slips (`_idea`), empty unless the check failed on this exercise's own mistake."""
     checks = _state["checks"]
     upstream = ""
+    idea: dict[str, Any] = {}
     output = io.StringIO()
     threading.setprofile(watch)
     sys.setprofile(watch)
@@ -353,6 +383,7 @@ def _run_check(
         order = _state["order"]
         earlier = order[: order.index(watch.name)] if watch.name in order else []
         upstream = upstream if isinstance(upstream, str) and upstream in earlier else ""
+        idea = {} if upstream else _idea(failure)
     except checks.CheckerError:  # the checker's own fault: not graded, never the learner's zero
         raise
     except BaseException as error:  # the learner's code may raise anything, SystemExit included
@@ -363,7 +394,7 @@ def _run_check(
     if passed:
         detail = _state["harness"].pass_detail(output.getvalue(), watch.name)
         message = detail or "all cases agree with the reference"
-    return passed, message, upstream
+    return passed, message, upstream, idea
 
 
 def grade_exercise(name: str, namespace: dict[str, Any], cpu_limit: float = 0.0) -> None:
@@ -382,12 +413,13 @@ def grade_exercise(name: str, namespace: dict[str, Any], cpu_limit: float = 0.0)
     check = getattr(_state["checks"], f"check_{name}")
     watch = _ReferenceWatch(name, _run_check.__code__)
     try:
-        passed, message, upstream = _run_check(check, candidate, watch, cpu_limit)
+        passed, message, upstream, idea = _run_check(check, candidate, watch, cpu_limit)
     except _state["checks"].CheckerError as error:
         emit({**graded, "passed": False, "not_graded": True, "message": str(error)})
         return
     if watch.entered:
-        passed, message, upstream = False, _reference_message(name, watch.entered, "calls"), ""
+        passed, message, upstream, idea = False, _reference_message(name, watch.entered, "calls"), "", {}
     # One mistake, one point: an exercise that passes with the course's version of the earlier
     # exercise it calls is right; it keeps its points and the check's message says which one failed.
-    emit({**graded, "passed": passed or bool(upstream), "upstream": upstream, "message": message[:3000]})
+    result = {**graded, "passed": passed or bool(upstream), "upstream": upstream, "message": message[:3000]}
+    emit({**result, **idea})

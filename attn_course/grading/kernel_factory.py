@@ -7,11 +7,16 @@ working directory and environment, and has run no learner code before its notebo
 (`_launch.py --zygote`) asks for a kernel over a Unix socket and stands in for it towards
 jupyter_client.
 
-Run as a script by path with `python -P kernel_factory.py SOCKET` (no module of any folder shadows an import).
+The factory also imports the grader's own copy of the course's checks (`prepare_grader`), which
+each kernel's first grader cell takes instead of importing it afresh (`execute`, `kernel_checks`).
+
+Run as a script by path with `python -P kernel_factory.py SOCKET [PACKAGE_PARENT]` (no module of any
+folder shadows an import).
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import resource
@@ -21,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 from pathlib import Path
 
 PRELOAD = (
@@ -30,8 +36,37 @@ PRELOAD = (
     "attn_course.plots.masking", "attn_course.plots.heads", "attn_course.explorers.scaling",
     "attn_course.demos.saturation", "attn_course.demos.sentence",
 )  # fmt: skip
-"""Modules imported once by the factory, so that no kernel pays for them again. The grader still
-imports `attn_course` afresh in each kernel before checking (see `kernel_checks`)."""
+"""Modules imported once by the factory, so that no kernel pays for them again."""
+
+GRADER_MODULES = (
+    "attn_course.grading.kernel_checks", "attn_course.checks", "attn_course.checks._harness",
+    "attn_course.reference",
+)  # fmt: skip
+"""The grader's own modules in each kernel (`kernel_checks.setup`), imported once by the factory."""
+STASH = "_attn_course_grader"
+"""The name in `sys.modules` under which a forked kernel finds the grader's modules: a module whose
+`modules` maps names to the grader's `attn_course` modules, imported before any learner code ran."""
+
+
+def prepare_grader(package_parent: str) -> None:
+    """Import the grader's copy of the checks from `package_parent`, apart from the `attn_course`
+    modules the learner's cells will import, and leave it under `STASH` in `sys.modules`."""
+    learner = {n: sys.modules.pop(n) for n in list(sys.modules) if n.split(".")[0] == "attn_course"}
+    path = list(sys.path)
+    sys.path[:] = [package_parent] + [p for p in path if p not in ("", ".")]
+    try:
+        for name in GRADER_MODULES:
+            importlib.import_module(name)
+        stash = types.ModuleType(STASH)
+        stash.modules = {n: m for n, m in sys.modules.items() if n.split(".")[0] == "attn_course"}  # type: ignore[attr-defined]
+        sys.modules[STASH] = stash
+    except Exception:  # each kernel imports the grader's modules itself, as without a factory
+        pass
+    finally:
+        sys.path[:] = path
+        for name in [n for n in sys.modules if n.split(".")[0] == "attn_course"]:
+            del sys.modules[name]
+        sys.modules.update(learner)
 
 
 def _child(request: dict, server: socket.socket, connection: socket.socket) -> None:
@@ -65,8 +100,9 @@ def _child(request: dict, server: socket.socket, connection: socket.socket) -> N
         os._exit(0)
 
 
-def serve(path: str) -> None:
-    """Preload, then fork one kernel per request on the Unix socket `path`; print 'ready' first.
+def serve(path: str, package_parent: str | None = None) -> None:
+    """Preload (with `package_parent`, the grader's modules too: `prepare_grader`), then fork one kernel
+    per request on the Unix socket `path`; print 'ready' first.
 
     Exits when the process that started it is gone (a grader or Dask worker killed without closing it).
     """
@@ -76,6 +112,8 @@ def serve(path: str) -> None:
             __import__(name)
         except ImportError:  # a module the course no longer has: its notebooks import it themselves
             continue
+    if package_parent:
+        prepare_grader(package_parent)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # forked kernels are reaped automatically
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(path)
@@ -98,6 +136,10 @@ def serve(path: str) -> None:
             connection.sendall(f"{pid}\n".encode())
 
 
+PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
+"""The folder holding the `attn_course` package the grader runs (as `execute.PACKAGE_PARENT`)."""
+
+
 class Zygote:
     """The host's handle on a kernel factory process."""
 
@@ -106,7 +148,7 @@ class Zygote:
         self.socket = str(Path(self.folder, "zygote.sock"))
         isolate = ["-P"] if sys.version_info >= (3, 11) else []
         self.process = subprocess.Popen(
-            [sys.executable, *isolate, str(Path(__file__)), self.socket],
+            [sys.executable, *isolate, str(Path(__file__)), self.socket, PACKAGE_PARENT],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -166,4 +208,4 @@ def stand_in(path: str, connection_file: str, memory: int) -> None:
 
 
 if __name__ == "__main__":
-    serve(sys.argv[1])
+    serve(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else None)

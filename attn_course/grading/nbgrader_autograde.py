@@ -5,12 +5,15 @@ learner's code, so a learner who imports `attn_course.reference` or replaces `ch
 score there. The nbgrader course that `attn-course export nbgrader` writes configures two
 preprocessors around nbgrader's `Execute` instead (see its `nbgrader_config.py`):
 
-- `CourseChecks`, before it, replaces each check cell's source by the grader's own code: the
+- `CourseChecks`, before it, marks the demonstrations nothing graded needs to be skipped, as
+  `attn-course grade` leaves them unrun (`demonstrations`; nbclient's `skip-execution` tag), and
+  replaces each check cell's source by the grader's own code: the
   course's checks imported afresh from the installed package (whatever the learner did to
   `attn_course` modules, `sys.path` or files in the folder does not count), the reference and
   tampering refused by `kernel_checks`, exactly as in `attn-course grade`, each result printed
   after a random nonce that the learner's code never saw;
-- `CourseVerdicts`, after it, reads those results and puts the check cell back as it was, with
+- `CourseVerdicts`, after it, takes those tags off again (a skipped cell's output says it was
+  skipped), reads the results and puts the check cell back as it was, with
   the check's message as its output and an error output when the exercise did not pass, which is
   what nbgrader scores: the points when there is no error, else 0.
 
@@ -28,12 +31,18 @@ import nbformat
 from nbgrader.preprocessors import NbGraderPreprocessor
 
 import attn_course
+from attn_course.grading.demonstrations import skippable
+from attn_course.grading.execute import SKIPPED
 from attn_course.grading.kernel_checks import MARKER
 from attn_course.reference import EXERCISES
 
 EXERCISE_NAMES = {name for names in EXERCISES.values() for name in names}
 SOURCE_KEY = "check_source"
 """Where `CourseChecks` keeps a check cell's own source (in the cell's `attn_course` metadata)."""
+SKIP_TAG = "skip-execution"
+"""The tag of a cell nbgrader's executor (nbclient) does not run."""
+SKIP_KEY = "skipped"
+"""The mark `CourseChecks` leaves on a demonstration it tagged `SKIP_TAG` (in `attn_course` metadata)."""
 
 GRADER_CELL = """\
 import sys as _attn_sys, importlib as _attn_importlib
@@ -78,6 +87,13 @@ class CourseChecks(NbGraderPreprocessor):
         resources["attn_course_nonce"] = nonce
         parent = str(Path(attn_course.__file__).resolve().parents[1])
         work = str(resources.get("metadata", {}).get("path", ""))
+        stem = str(resources.get("unique_key", "") or resources.get("metadata", {}).get("name", ""))
+        for index in skippable(nb, EXERCISES.get(stem, ()), stem) if stem in EXERCISES else ():
+            cell = nb.cells[index]
+            tags = cell.metadata.setdefault("tags", [])
+            if SKIP_TAG not in tags:
+                tags.append(SKIP_TAG)
+                cell.metadata.setdefault("attn_course", {})[SKIP_KEY] = True
         for cell in nb.cells:
             name = check_cell_exercise(cell)
             if name:
@@ -123,6 +139,13 @@ class CourseVerdicts(NbGraderPreprocessor):
 
     def preprocess(self, nb: nbformat.NotebookNode, resources: dict) -> tuple[nbformat.NotebookNode, dict]:
         nonce = resources.get("attn_course_nonce", "")
+        for cell in nb.cells:
+            if cell.metadata.get("attn_course", {}).pop(SKIP_KEY, None):
+                cell.metadata["tags"].remove(SKIP_TAG)
+                for key in ("tags", "attn_course"):
+                    if not cell.metadata[key]:
+                        del cell.metadata[key]
+                cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=SKIPPED)]
         for cell in nb.cells:
             name = check_cell_exercise(cell)
             original = cell.metadata.get("attn_course", {}).pop(SOURCE_KEY, None)

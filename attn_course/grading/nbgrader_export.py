@@ -10,11 +10,15 @@ except that the config makes autograde grade each check cell with the course's o
 (`nbgrader_autograde`): the checks imported afresh, the reference and tampering refused, exactly as
 `attn-course grade` does, so the scores are the same.
 
-The written questions (`attn_course.questions`) are graded by hand: each question cell becomes a
-read-only cell and the learner's answer cell after it a manually graded answer worth
-`ANSWER_POINTS`, which instructors grade in formgrader. Autograding leaves them to the instructor
-(an answer cell left as released scores 0), so the autograded points are the course's. The
-config keeps an answer cell's prompt in nbgrader's student version, as `attn-course release` does.
+The written questions (`attn_course.questions`) are collected for the instructor: each question
+cell becomes a read-only cell and the learner's answer cell after it a manually graded answer, which
+instructors read and comment on in formgrader, worth `ANSWER_POINTS` (0) unless the export is told
+otherwise (`answer_points`, `--answer-points`). So nbgrader's total is the course's points, the
+total `attn-course grade` gives (which collects the same answers in answers.html and answers.csv,
+and adds hand points only where the instructor enters them, `--hand-points`, 1 point an answer:
+export with `--answer-points 1` to grade them the same way in formgrader). The answers are
+formative: each notebook shows its own answer to every question right below it. The config keeps
+an answer cell's prompt in nbgrader's student version, as `attn-course release` does.
 
 >>> export_nbgrader(Path("solutions"), Path("course"))  # doctest: +SKIP
 NbgraderExport(course=PosixPath('course'), assignments=(...), tests=22, answers=...)
@@ -92,8 +96,10 @@ c.Autograde.autograde_preprocessors = [
 ]
 """
 
-ANSWER_POINTS = 1
-"""Points of each written answer, graded by hand in formgrader (not part of `points.POINTS`)."""
+ANSWER_POINTS = 0
+"""Points of each written answer in formgrader by default (not part of `points.POINTS`): none, so
+that nbgrader's total is `attn-course grade`'s. The notebooks show their own answers below each
+question: the written answers are for the instructor to read, and points for them a choice."""
 
 GRADING_ENV = {"ATTN_COURSE_QUICK": "1", "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
 """What the grader's kernels set (see `execute.kernel_env`) and nbgrader's kernels get too."""
@@ -117,7 +123,7 @@ class NbgraderExport:
     """Manually graded answer cells written, one per written question."""
 
 
-def _nbgrader(grade_id: str, *, solution: bool, grade: bool, locked: bool, points: int = 0) -> dict:
+def _nbgrader(grade_id: str, *, solution: bool, grade: bool, locked: bool, points: float = 0) -> dict:
     meta = {"grade": grade, "grade_id": grade_id, "locked": locked, "schema_version": SCHEMA_VERSION,
             "solution": solution, "task": False}  # fmt: skip
     if grade:
@@ -133,8 +139,11 @@ def _check_cell(notebook: nbformat.NotebookNode, name: str, after: int, where: s
     raise ExportError(f"{where}: no check cell `check_{name}({name})` after the exercise cell of `{name}`")
 
 
-def nbgrader_notebook(solution: nbformat.NotebookNode, stem: str) -> nbformat.NotebookNode:
-    """The nbgrader source version of one solution notebook: solution cells and locked test cells.
+def nbgrader_notebook(
+    solution: nbformat.NotebookNode, stem: str, answer_points: float = ANSWER_POINTS
+) -> nbformat.NotebookNode:
+    """The nbgrader source version of one solution notebook: solution cells and locked test cells,
+    and manually graded answer cells worth `answer_points` each.
 
     The header is the student notebooks' (its Colab badge opens notebooks/, not solutions/).
     """
@@ -168,15 +177,21 @@ def nbgrader_notebook(solution: nbformat.NotebookNode, stem: str) -> nbformat.No
             f"question-{number}", solution=False, grade=False, locked=True
         )
         notebook.cells[index].metadata["nbgrader"] = _nbgrader(
-            f"answer-{number}", solution=True, grade=True, locked=False, points=ANSWER_POINTS
+            f"answer-{number}", solution=True, grade=True, locked=False, points=answer_points
         )
     return notebook
 
 
 def export_nbgrader(
-    solutions: Path, course: Path, notebooks: list[str] | None = None, *, timeout: float = 180.0
+    solutions: Path,
+    course: Path,
+    notebooks: list[str] | None = None,
+    *,
+    timeout: float = 180.0,
+    answer_points: float = ANSWER_POINTS,
 ) -> NbgraderExport:
-    """Write an nbgrader course to `course` from the solution notebooks in `solutions`."""
+    """Write an nbgrader course to `course` from the solution notebooks in `solutions`, each written
+    answer worth `answer_points` in formgrader."""
     stems = course_notebooks(notebooks)
     sources = {stem: solutions / f"{stem}.ipynb" for stem in stems}
     missing = [path.name for path in sources.values() if not path.is_file()]
@@ -195,7 +210,7 @@ def export_nbgrader(
             solution = nbformat.read(path, as_version=4)
         except (OSError, ValueError) as error:
             raise ExportError(f"cannot read {path}: {error}") from error
-        converted[stem] = nbgrader_notebook(solution, stem)
+        converted[stem] = nbgrader_notebook(solution, stem, answer_points)
     if course.exists() and not course.is_dir():
         raise ExportError(f"{course} exists and is not a folder")
     try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from attn_course.grading.points import POINTS
 from attn_course.grading.roster import Roster
@@ -33,11 +34,24 @@ class ExerciseResult:
     stopped: bool = False
     """True when the notebook stopped while this exercise's check ran (the learner's code it called
     looped, crashed or ran out of memory): the check never finished, so the exercise is not reached."""
+    finding: str = ""
+    """The id of the check's diagnosis finding the failure message is about (`CheckFailed.finding`:
+    "known-mistake", "property", "mutant", ...); "" where the check gave none or it passed."""
+    slips: tuple[str, ...] = ()
+    """With the finding "known-mistake", the known mistakes the check named (`CheckFailed.slips`), in
+    the words of the course's list of mistakes: the idea of the mistake, the same across exercises."""
 
     @classmethod
-    def failed(cls, exercise: str, message: str) -> ExerciseResult:
-        """A zero for `exercise`, with the reason."""
-        return cls(exercise, False, 0, message)
+    def failed(
+        cls, exercise: str, message: str, finding: str = "", slips: tuple[str, ...] = ()
+    ) -> ExerciseResult:
+        """A zero for `exercise`, with the reason (and the check's finding and slips, where it gave them)."""
+        return cls(exercise, False, 0, message, finding=finding, slips=slips)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ExerciseResult:
+        """The result `dataclasses.asdict` gave, back from JSON (whose lists stand for tuples)."""
+        return cls(**{**data, "slips": tuple(data.get("slips", ()))})
 
     @classmethod
     def not_graded(cls, exercise: str, message: str) -> ExerciseResult:

@@ -37,7 +37,7 @@ def read_results(path: Path) -> tuple[LearnerResult, ...]:
                 tuple(
                     NotebookResult(
                         **{k: v for k, v in notebook.items() if k != "exercises"},
-                        exercises=tuple(ExerciseResult(**e) for e in notebook["exercises"]),
+                        exercises=tuple(ExerciseResult.from_dict(e) for e in notebook["exercises"]),
                     )
                     for notebook in learner["notebooks"]
                 ),
