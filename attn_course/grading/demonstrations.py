@@ -65,10 +65,11 @@ DEMONSTRATIONS: dict[str, frozenset[str]] = {
     }),
     "06_flash_attention": frozenset({
         "38e770d2", "ff1a84e9", "21bfd93c", "8ec63af8", "9b3502b0", "0d229a74", "450b028d", "when-not",
+        "profile-code",
     }),
     "07_kv_cache": frozenset({
         "0dcecc50", "c0f9935a", "9efb07d7", "1a98e6ce", "5780aa3d", "43f77b28", "1386ffe2", "7520c99f",
-        "08c294fd", "6762fddb", "2062fdc7", "60c25d83", "4c8c6a59", "9831df85",
+        "6762fddb", "2062fdc7", "60c25d83", "4c8c6a59", "9831df85",
     }),
     "08_triton_flash_attention": frozenset({
         "b5796fc3", "8ef0e7ff", "db9650df", "3bd1e38e", "99fc24b2", "36223e93", "b814607d", "fc31f0e2",
@@ -79,7 +80,8 @@ DEMONSTRATIONS: dict[str, frozenset[str]] = {
     }),
     "10_modern_attention": frozenset({
         "9c894859", "3f3764d0", "9b11c6d4", "3c4df506", "534373cc", "f0af8710", "3789f6f0", "4006ccbb",
-        "d9244f38", "aeda18cb", "6e10d42f", "b1137bc4", "af405a4b", "aafa566f",
+        "d9244f38", "aeda18cb", "6e10d42f", "b1137bc4", "af405a4b", "aafa566f", "50f4e058",
+        "54e03ef9",
     }),
 }  # fmt: skip
 """The cells (by id) the course tags `demonstration`, per notebook: a notebook downloaded before the tags
