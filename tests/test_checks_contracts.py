@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from attn_course import reference
+from attn_course.checks import attention as attention_checks
 from attn_course.checks import flash as flash_checks
 from attn_course.checks import triton as triton_checks
 from attn_course.checks import triton_backward, triton_flash
@@ -87,6 +88,11 @@ CONTRACTS = {
     "triton_flash_attention": triton_flash.CONTRACT,
     "triton_flash_attention_backward": triton_backward.CONTRACT,
     "flash_attention": flash_checks.ATTENTION_CONTRACT,
+    "dot_product_scores": attention_checks.SCORES_CONTRACT,
+    "softmax": attention_checks.SOFTMAX_CONTRACT,
+    "dot_product_attention": attention_checks.DOT_PRODUCT_ATTENTION_CONTRACT,
+    "scaled_dot_product_attention": attention_checks.SCALED_CONTRACT,
+    "score_variance": attention_checks.SCORE_VARIANCE_CONTRACT,
 }
 
 # What each contract demands beyond the shapes, and the words of the exercise's text that state it.
@@ -101,6 +107,25 @@ STATED = {
         "strided inputs",
     ],
     "flash_attention": [],
+    "dot_product_scores": [
+        "Any number of batch axes may come first",
+        "`q` and `k` may be views of other tensors (transposed, sliced, expanded)",
+        "the result has the inputs' dtype and device",
+    ],
+    "softmax": ["`x` may be a view (transposed, sliced, expanded)", "the result has the inputs' dtype"],
+    "dot_product_attention": [
+        "`q`, `k` and `v` may be views (transposed, sliced, expanded)",
+        "both results have the inputs' dtype and device",
+    ],
+    "scaled_dot_product_attention": [
+        "Leading batch dimensions must pass through",
+        "`q`, `k` and `v` may be views (transposed, sliced, expanded)",
+        "both results have the inputs' dtype and device",
+    ],
+    "score_variance": [
+        "It returns the estimate as a Python float",
+        "not the score of every query against every key",
+    ],
 }
 
 
@@ -113,7 +138,7 @@ def _exercise_text(name: str) -> str:
         source = "".join(cell["source"])
         if cell["cell_type"] == "markdown":
             text = source if "### Exercise" in source else text + "\n" + source
-        elif f"def {name}(" in source:
+        elif f"def {name}(" in source or f"class {name}(" in source:
             return " ".join(text.split())
     raise AssertionError(f"no cell defines {name}")
 
@@ -122,8 +147,11 @@ def _exercise_text(name: str) -> str:
 def test_each_contract_is_its_exercises_and_its_text_states_its_demands(name):
     contract = CONTRACTS[name]
     assert contract.exercise == name
-    signature = getattr(reference, name).__code__.co_varnames
-    assert [arg.name for arg in contract.args] == list(signature[: len(contract.args)])
+    exercise = getattr(reference, name)
+    code = exercise.forward.__code__ if isinstance(exercise, type) else exercise.__code__
+    signature = code.co_varnames[: code.co_argcount]
+    names = [arg.name for arg in contract.args]
+    assert names == [name for name in signature if name in names], "the contract's arguments, in order"
     text = _exercise_text(name)
     for phrase in STATED[name]:
         assert " ".join(phrase.split()) in text, f"the text of {name} does not say {phrase!r}"
