@@ -13,6 +13,7 @@ import torch
 from attn_course import reference
 from attn_course.checks import attention as attention_checks
 from attn_course.checks import flash as flash_checks
+from attn_course.checks import masking as masking_checks
 from attn_course.checks import triton as triton_checks
 from attn_course.checks import triton_backward, triton_flash
 from attn_course.checks._contracts import (
@@ -93,6 +94,9 @@ CONTRACTS = {
     "dot_product_attention": attention_checks.DOT_PRODUCT_ATTENTION_CONTRACT,
     "scaled_dot_product_attention": attention_checks.SCALED_CONTRACT,
     "score_variance": attention_checks.SCORE_VARIANCE_CONTRACT,
+    "causal_mask": masking_checks.CAUSAL_CONTRACT,
+    "padding_mask": masking_checks.PADDING_CONTRACT,
+    "attention": masking_checks.ATTENTION_CONTRACT,
 }
 
 # What each contract demands beyond the shapes, and the words of the exercise's text that state it.
@@ -121,6 +125,24 @@ STATED = {
         "Leading batch dimensions must pass through",
         "`q`, `k` and `v` may be views (transposed, sliced, expanded)",
         "both results have the inputs' dtype and device",
+    ],
+    "causal_mask": [
+        "a bool tensor of shape `(t_q, t_k)`",
+        "either may be larger: with `t_q > t_k` the first `t_q - t_k` queries come before every key",
+        "`torch.arange(..., device=device)`",
+    ],
+    "padding_mask": [
+        "return a bool tensor `(B, t)`",
+        "Create new tensors on `lengths.device`",
+        "`lengths` may be a view (a slice of a longer tensor, one length expanded over the batch), of any "
+        "integer dtype",
+    ],
+    "attention": [
+        "broadcastable to `(..., T_q, T_k)`",
+        "AND-ed with your `causal_mask(T_q, T_k)`",
+        "`q`, `k`, `v` (of any float dtype) and `mask` may be views (transposed, sliced, expanded)",
+        "both results have the inputs' dtype and device",
+        "A row that allows **no key at all**",
     ],
     "score_variance": [
         "It returns the estimate as a Python float",

@@ -334,6 +334,13 @@ class Exercise:
     does)."""
     positional: int | None = None
     """How many of the contract's arguments are passed by position (the rest by name); None: all."""
+    after: Callable[[Case], tuple[Any, ...]] = lambda case: ()
+    """Positional arguments after those tensors (n_heads; t_q and t_k of a mask)."""
+    alloc: Callable[[Case, Arg], Callable[..., torch.Tensor]] | None = None
+    """How an argument's values are made (`alloc(*shape)`); None: seeded normal numbers in the case's
+    dtype."""
+    diagnose: Callable[[Case, Call], Callable[[torch.Tensor, torch.Tensor], str | None]] | None = None
+    """The check's own reading of what property fails (for a case and its call), said before the case."""
     close: Callable[[torch.Tensor, torch.Tensor], bool] | None = None
     """Whether two results agree; None: `is_close`."""
 
@@ -342,19 +349,26 @@ def _as_tuple(result: Any) -> tuple[Any, ...]:
     return tuple(result) if isinstance(result, tuple | list) else (result,)
 
 
-def _split_args(
-    contract: Contract, exercise: Exercise, tensors: tuple[torch.Tensor, ...]
-) -> tuple[tuple[torch.Tensor, ...], dict[str, torch.Tensor]]:
+def _arguments(
+    contract: Contract, exercise: Exercise, case: Case, tensors: tuple[torch.Tensor, ...]
+) -> Call:
+    """The call's positional and keyword arguments: tensors by position, then `after`, the rest by name."""
     n = len(tensors) if exercise.positional is None else exercise.positional
     named = {arg.name: tensor for arg, tensor in zip(contract.args[n:], tensors[n:], strict=True)}
-    return tensors[:n], named
+    return (*tensors[:n], *exercise.after(case)), {**named, **exercise.extra(case, tensors)}
+
+
+def _values(exercise: Exercise) -> Callable[[Case, Arg], Callable[..., torch.Tensor]]:
+    """How the exercise's arguments are made: its own `alloc`, or seeded normal numbers."""
+    from attn_course.checks._harness import randn
+
+    return exercise.alloc or (lambda case, arg: lambda *shape: randn(*shape, dtype=case.dtype))
 
 
 def expect_contract_cases(
     contract: Contract,
     exercise: Exercise,
     cases: Sequence[Case],
-    alloc: Callable[[Case], Callable[..., torch.Tensor]] | None = None,
 ) -> int:
     """Run `cases` (the base first) and require what the contract says of every returned tensor.
 
@@ -363,14 +377,13 @@ def expect_contract_cases(
     stays within the contract's `memory`. A failure says what one thing its case changed from the base.
     Returns how many cases ran.
     """
-    from attn_course.checks._harness import CheckFailed, call, describe_args, expect_close, is_close, randn
+    from attn_course.checks._harness import CheckFailed, call, describe_args, expect_close, is_close
 
-    make = alloc or (lambda case: lambda *shape: randn(*shape, dtype=case.dtype))
+    make = _values(exercise)
     for number, case in enumerate(cases):
-        tensors = tuple(make_arg(arg, case, make(case)) for arg in contract.args)
+        tensors = tuple(make_arg(arg, case, make(case, arg)) for arg in contract.args)
         learner, reference = exercise.functions(case)
-        args, named = _split_args(contract, exercise, tensors)
-        kwargs = {**named, **exercise.extra(case, tensors)}
+        args, kwargs = _arguments(contract, exercise, case, tensors)
         expected = _as_tuple(reference(*args, **kwargs))
         change = change_words(contract, case, tensors)
         sizes = ", ".join(f"{name}={size}" for name, size in case.sizes)
@@ -392,11 +405,13 @@ def expect_contract_cases(
             _expect_memory(contract, case, largest, exercise.name)
         for returns, value, want in zip(contract.returns, got, expected, strict=False):
             what = f"Your `{returns.name}`"
-            first = (contract.args[0].name, tensors[0].dtype) if contract.args else ("x", want.dtype)
+            first = (contract.args[0].name, tensors[0].dtype) if tensors else ("x", want.dtype)
             _expect_layout(returns, value, want, first, what, seen, learner, (args, kwargs))
             called = f"{exercise.name}({describe_args(args, kwargs)}) {seen}"
             index = contract.returns.index(returns)
             observe = _observer(exercise, learner, change, index, (args, kwargs), case.view is not None)
+            if exercise.diagnose is not None:
+                observe = _first_reading(exercise.diagnose(case, (args, kwargs)), observe, change)
             expect_close(
                 value,
                 want,
@@ -500,13 +515,42 @@ def _observer(
     return observe
 
 
+def _first_reading(
+    own: Callable[[torch.Tensor, torch.Tensor], str | None],
+    observe: Callable[[torch.Tensor, torch.Tensor], str],
+    change: str,
+) -> Callable[[torch.Tensor, torch.Tensor], str]:
+    """The check's own reading where it has one (the case's one change said after it), else `observe`."""
+
+    def reading(actual: torch.Tensor, expected: torch.Tensor) -> str:
+        text = own(actual, expected)
+        if not text:
+            return observe(actual, expected)
+        if not change:
+            return text
+        return f"{text} (The cases before passed; this one differs only in that it has {change}.)"
+
+    return reading
+
+
 _DEVICE_ERRORS = (
     "is not on the expected device",
-    "Cannot copy out of meta tensor",
     "Expected all tensors to be on the same device",
     "found at least two devices",
 )
 """Errors that say a tensor of one device met one of another."""
+
+_COPIES = ("__setitem__", "copy_", "index_put_", "index_copy_", "masked_scatter_")
+"""Operations whose "Cannot copy out of meta tensor" is a meta tensor written into one of another device
+(`.tolist()`, `.item()` and the like raise it too, for want of data: those are no mistake)."""
+
+
+def _device_error(error: Exception, raised_by: str) -> bool:
+    """Whether `error` says two devices met (not merely that a meta tensor has no data)."""
+    text = str(error)
+    if any(phrase in text for phrase in _DEVICE_ERRORS):
+        return True
+    return "Cannot copy out of meta tensor" in text and raised_by in _COPIES
 
 
 def expect_inputs_device(contract: Contract, exercise: Exercise, case: Case | None = None) -> bool:
@@ -516,13 +560,10 @@ def expect_inputs_device(contract: Contract, exercise: Exercise, case: Case | No
     from attn_course.checks._harness import CheckFailed
 
     case = case or Case(tuple(contract.base_sizes().items()), contract.dtypes[0])
-    tensors = tuple(
-        make_arg(arg, case, lambda *shape: torch.empty(shape, dtype=case.dtype, device="meta"))
-        for arg in contract.args
-    )
+    make = _values(exercise)
+    tensors = tuple(make_arg(arg, case, make(case, arg)).to("meta") for arg in contract.args)
     learner, reference = exercise.functions(replace(case, changed="meta"))
-    args, named = _split_args(contract, exercise, tensors)
-    kwargs = {**named, **exercise.extra(case, tensors)}
+    args, kwargs = _arguments(contract, exercise, case, tensors)
     try:
         reference(*args, **kwargs)
     except Exception:  # noqa: BLE001 - the course's own code cannot run there: no case
@@ -538,9 +579,9 @@ def expect_inputs_device(contract: Contract, exercise: Exercise, case: Case | No
         with mode:
             result = learner(*args, **kwargs)
     except Exception as error:  # noqa: BLE001 - only a meeting of two devices is the learner's mistake
-        text = str(error).strip().splitlines()[0] if str(error).strip() else ""
-        if not any(phrase in text for phrase in _DEVICE_ERRORS):
+        if not _device_error(error, mode.raised_by):
             return True
+        text = str(error).strip().splitlines()[0]
         raise CheckFailed(
             f"Your {exercise.name} raised {type(error).__name__}: {text}, {where}"
             + (f"; {off} {mode.found}" if mode.found else "")
@@ -568,9 +609,15 @@ class _FirstUnlike(TorchFunctionMode):
         super().__init__()
         self.dtype, self.device = dtype, device
         self.found = ""
+        self.raised_by = ""
+        """The operation that raised, innermost first ("__setitem__" for `cpu[i] = meta`)."""
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        out = func(*args, **(kwargs or {}))
+        try:
+            out = func(*args, **(kwargs or {}))
+        except Exception:
+            self.raised_by = self.raised_by or getattr(func, "__name__", "")
+            raise
         if not self.found:
             for tensor in tree_flatten(out)[0]:
                 if isinstance(tensor, torch.Tensor) and tensor.dim() > 0 and self._unlike(tensor):
