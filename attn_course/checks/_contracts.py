@@ -349,9 +349,7 @@ def _as_tuple(result: Any) -> tuple[Any, ...]:
     return tuple(result) if isinstance(result, tuple | list) else (result,)
 
 
-def _arguments(
-    contract: Contract, exercise: Exercise, case: Case, tensors: tuple[torch.Tensor, ...]
-) -> Call:
+def _arguments(contract: Contract, exercise: Exercise, case: Case, tensors: tuple[torch.Tensor, ...]) -> Call:
     """The call's positional and keyword arguments: tensors by position, then `after`, the rest by name."""
     n = len(tensors) if exercise.positional is None else exercise.positional
     named = {arg.name: tensor for arg, tensor in zip(contract.args[n:], tensors[n:], strict=True)}

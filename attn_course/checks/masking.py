@@ -197,8 +197,7 @@ def check_causal_mask(candidate: Callable[..., Any]) -> str:
         )
     _expect_device_respected(candidate)
     return (
-        "square, t_k > t_q (bottom-right) and t_q > t_k (rows before every key), default t_k, dtype, "
-        "device"
+        "square, t_k > t_q (bottom-right) and t_q > t_k (rows before every key), default t_k, dtype, device"
     )
 
 
