@@ -13,6 +13,7 @@ import torch
 from attn_course import reference
 from attn_course.checks import attention as attention_checks
 from attn_course.checks import flash as flash_checks
+from attn_course.checks import heads as heads_checks
 from attn_course.checks import masking as masking_checks
 from attn_course.checks import triton as triton_checks
 from attn_course.checks import triton_backward, triton_flash
@@ -97,6 +98,9 @@ CONTRACTS = {
     "causal_mask": masking_checks.CAUSAL_CONTRACT,
     "padding_mask": masking_checks.PADDING_CONTRACT,
     "attention": masking_checks.ATTENTION_CONTRACT,
+    "split_heads": heads_checks.SPLIT_CONTRACT,
+    "merge_heads": heads_checks.MERGE_CONTRACT,
+    "MultiHeadAttention": heads_checks.MHA_CONTRACT,
 }
 
 # What each contract demands beyond the shapes, and the words of the exercise's text that state it.
@@ -143,6 +147,13 @@ STATED = {
         "`q`, `k`, `v` (of any float dtype) and `mask` may be views (transposed, sliced, expanded)",
         "both results have the inputs' dtype and device",
         "A row that allows **no key at all**",
+    ],
+    "split_heads": ["`(b, t, h·d)` → `(b, h, t, d)`", "`x` may be a view (transposed, sliced, expanded)"],
+    "merge_heads": ["`(b, h, t, d)` → `(b, t, h·d)`", "`x` may be a view (transposed, sliced, expanded)"],
+    "MultiHeadAttention": [
+        "With a `context` of shape `(b, t_k, d_model)`",
+        "`x` and `context` may be views (transposed, sliced, expanded)",
+        "the output has `x`'s dtype and device",
     ],
     "score_variance": [
         "It returns the estimate as a Python float",

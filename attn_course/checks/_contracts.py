@@ -100,8 +100,9 @@ class Memory:
     def bound(self, sizes: dict[str, int], args: Sequence[Arg] = ()) -> int:
         """The most entries a right answer's largest tensor holds at these sizes (at least as many as
         each argument: a view or copy of an input is never too much)."""
-        inputs = [math.prod(sizes[axis] for axis in arg.axes) for arg in args]
-        return max([self.factor * math.prod(sizes[axis] for axis in self.axes), *inputs])
+        case = Case(tuple(sizes.items()))
+        inputs = [math.prod(case.shape(arg)) for arg in args]
+        return max([self.factor * math.prod(case.shape(Arg("bound", self.axes))), *inputs])
 
 
 @dataclass(frozen=True)
@@ -145,8 +146,8 @@ class Case:
         return dict(self.sizes)
 
     def shape(self, arg: Arg) -> tuple[int, ...]:
-        """The shape of `arg` in this case."""
-        return tuple(self.size[axis] for axis in arg.axes)
+        """The shape of `arg` in this case; an axis named "h·d" is h times d long."""
+        return tuple(math.prod(self.size[part] for part in axis.split("·")) for axis in arg.axes)
 
     def describe(self) -> str:
         """The case in words, for messages: `B=1, H=2, T_q=33, ..., k a transposed view`."""
