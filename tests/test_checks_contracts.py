@@ -15,6 +15,7 @@ from attn_course.checks import attention as attention_checks
 from attn_course.checks import flash as flash_checks
 from attn_course.checks import heads as heads_checks
 from attn_course.checks import masking as masking_checks
+from attn_course.checks import rope as rope_checks
 from attn_course.checks import triton as triton_checks
 from attn_course.checks import triton_backward, triton_flash
 from attn_course.checks._contracts import (
@@ -101,6 +102,9 @@ CONTRACTS = {
     "split_heads": heads_checks.SPLIT_CONTRACT,
     "merge_heads": heads_checks.MERGE_CONTRACT,
     "MultiHeadAttention": heads_checks.MHA_CONTRACT,
+    "rope_frequencies": rope_checks.FREQUENCIES_CONTRACT,
+    "apply_rope": rope_checks.ROPE_CONTRACT,
+    "RotaryMultiHeadAttention": rope_checks.ROTARY_CONTRACT,
 }
 
 # What each contract demands beyond the shapes, and the words of the exercise's text that state it.
@@ -153,6 +157,18 @@ STATED = {
     "MultiHeadAttention": [
         "With a `context` of shape `(b, t_k, d_model)`",
         "`x` and `context` may be views (transposed, sliced, expanded)",
+        "the output has `x`'s dtype and device",
+    ],
+    "rope_frequencies": ["the `(d/2,)` tensor", "in float64 (or float32)"],
+    "apply_rope": [
+        "for `x` of shape `(..., T, d)`, `d` even",
+        "`x` and `positions` may be views (transposed, sliced, expanded)",
+        "the output has x's shape and dtype. Create new tensors on `x.device`",
+    ],
+    "RotaryMultiHeadAttention": [
+        "a `mask` that broadcasts to `(b, t, t)` (a `(b, t, t)` mask, one `(t, t)` mask for the whole batch, "
+        "or a padding mask `(b, 1, t)`)",
+        "`x`, `mask` and `positions` may be views (transposed, sliced, expanded)",
         "the output has `x`'s dtype and device",
     ],
     "score_variance": [

@@ -545,10 +545,11 @@ _COPIES = ("__setitem__", "copy_", "index_put_", "index_copy_", "masked_scatter_
 
 
 def _device_error(error: Exception, raised_by: str) -> bool:
-    """Whether `error` says two devices met (not merely that a meta tensor has no data)."""
+    """Whether `error` says two devices met where a GPU would refuse it too (not merely that a meta tensor
+    has no data, nor a CPU index or value in `x[index]` or `x[index] = value`, which CUDA takes)."""
     text = str(error)
     if any(phrase in text for phrase in _DEVICE_ERRORS):
-        return True
+        return raised_by not in ("__getitem__", "__setitem__")
     return "Cannot copy out of meta tensor" in text and raised_by in _COPIES
 
 
