@@ -9,15 +9,16 @@ from pathlib import Path
 
 import pytest
 import torch
+from check_assertions import assert_rejected
 
 from attn_course import reference
 from attn_course.checks import attention as attention_checks
+from attn_course.checks import check_dot_product_scores, triton_backward, triton_flash
 from attn_course.checks import flash as flash_checks
 from attn_course.checks import heads as heads_checks
 from attn_course.checks import masking as masking_checks
 from attn_course.checks import rope as rope_checks
 from attn_course.checks import triton as triton_checks
-from attn_course.checks import triton_backward, triton_flash
 from attn_course.checks._contracts import (
     VIEW_KINDS,
     Arg,
@@ -204,3 +205,18 @@ def test_each_contract_is_its_exercises_and_its_text_states_its_demands(name):
     text = _exercise_text(name)
     for phrase in STATED[name]:
         assert " ".join(phrase.split()) in text, f"the text of {name} does not say {phrase!r}"
+
+
+def scores_reading_k_as_contiguous(q, k):
+    """kᵀ by strides worked out for a contiguous k: right until k is laid out otherwise."""
+    t_k, d = k.shape[-2:]
+    k_t = torch.as_strided(k, (*k.shape[:-2], d, t_k), (*k.stride()[:-2], 1, d))  # (..., d, T_k)
+    return q @ k_t
+
+
+def test_a_generated_view_case_says_what_it_observed(capsys):
+    phrase = (
+        "Your `scores` is right for the same values made contiguous, but wrong with `k` passed as a "
+        "transposed view, (T_k, B, d).transpose(0, 1), strides (6, 12, 1) (the other inputs contiguous)"
+    )
+    assert_rejected(check_dot_product_scores, scores_reading_k_as_contiguous, phrase, capsys)

@@ -406,7 +406,7 @@ def expect_contract_cases(
             what = f"Your `{returns.name}`"
             first = (contract.args[0].name, tensors[0].dtype) if tensors else ("x", want.dtype)
             _expect_layout(returns, value, want, first, what, seen, learner, (args, kwargs))
-            called = f"{exercise.name}({describe_args(args, kwargs)}) {seen}"
+            called = f"{exercise.name}({describe_args(args, kwargs)}) on {sizes}"  # the change: said above
             index = contract.returns.index(returns)
             observe = _observer(exercise, learner, change, index, (args, kwargs), case.view is not None)
             if exercise.diagnose is not None:
@@ -465,7 +465,7 @@ def _expect_layout(
     wanted = dtype if returns.dtype == "inputs" else getattr(torch, returns.dtype)
     if value.dtype == wanted:
         return
-    made = _first_unlike(learner, called, dtype=wanted)
+    made = _first_unlike(learner, called, dtype=value.dtype)
     inputs = f"for {dtype_name(dtype)} inputs" if returns.dtype == "inputs" else ""
     rule = "the inputs' dtype" if returns.dtype == "inputs" else f"dtype {dtype_name(wanted)}"
     raise CheckFailed(
@@ -500,7 +500,7 @@ def _observer(
                 again = None
             if isinstance(again, torch.Tensor) and (exercise.close or is_close)(again, expected):
                 return (
-                    f"is right for the same values made contiguous, but wrong when {change} (the other "
+                    f"is right for the same values made contiguous, but wrong with {change} (the other "
                     "inputs contiguous): it depends on how that input lies in memory, which it must not. "
                     "Read it by its shape and axes only."
                 )
@@ -602,8 +602,8 @@ def expect_inputs_device(contract: Contract, exercise: Exercise, case: Case | No
 
 
 class _FirstUnlike(TorchFunctionMode):
-    """Notes the first torch call whose result is a tensor of another device, or a float tensor of another
-    dtype, than the inputs': which operation, and the learner's line that called it."""
+    """Notes the first torch call whose result is a tensor off the inputs' `device`, or a float tensor of
+    the wrong `dtype` the learner's result came out in: which operation, and the learner's line."""
 
     def __init__(self, dtype: torch.dtype | None = None, device: str | None = None) -> None:
         super().__init__()
@@ -628,11 +628,11 @@ class _FirstUnlike(TorchFunctionMode):
     def _unlike(self, tensor: torch.Tensor) -> bool:
         if self.device is not None and tensor.device.type != self.device:
             return True
-        return self.dtype is not None and tensor.is_floating_point() and tensor.dtype != self.dtype
+        return self.dtype is not None and tensor.dtype == self.dtype
 
 
 def _first_unlike(learner: Callable[..., Any], called: Call, dtype: torch.dtype) -> str:
-    """Which call of the learner's first makes a float tensor of another dtype than `dtype`, or ""."""
+    """Which call of the learner's first makes a tensor of `dtype` (the wrong one it returned), or ""."""
     args, kwargs = called
     mode = _FirstUnlike(dtype=dtype)
     try:

@@ -21,7 +21,6 @@ from attn_course.checks._contracts import (
     Case,
     Contract,
     Exercise,
-    Memory,
     Returns,
     contract_cases,
     expect_contract_cases,
@@ -57,7 +56,6 @@ SPLIT_CONTRACT = Contract(
     axes=_HEADS,
     returns=(Returns("heads", ("b", "h", "t", "d")),),
     dtypes=_FLOATS,
-    memory=Memory(("b", "h", "t", "d"), why="x's numbers, moved"),
 )
 """Exercise 1 of 04: x (b, t, h·d) in any layout (as q, k, v come out of self.qkv(x).chunk, slices of the
 last axis), its dtype and device kept."""
@@ -68,7 +66,6 @@ MERGE_CONTRACT = Contract(
     axes=_HEADS,
     returns=(Returns("merged", ("b", "t", "h·d")),),
     dtypes=_FLOATS,
-    memory=Memory(("b", "h", "t", "d"), why="x's numbers, moved"),
 )
 """Exercise 2 of 04: x (b, h, t, d) in any layout, its dtype and device kept."""
 
