@@ -561,7 +561,10 @@ def expect_inputs_device(contract: Contract, exercise: Exercise, case: Case | No
 
     case = case or Case(tuple(contract.base_sizes().items()), contract.dtypes[0])
     make = _values(exercise)
-    tensors = tuple(make_arg(arg, case, make(case, arg)).to("meta") for arg in contract.args)
+    on_cpu = tuple(make_arg(arg, case, make(case, arg)) for arg in contract.args)
+    if not _chooses_a_device(exercise.functions(case)[0], _arguments(contract, exercise, case, on_cpu)):
+        return True  # every tensor it makes follows its inputs: nothing can land elsewhere
+    tensors = tuple(tensor.to("meta") for tensor in on_cpu)
     learner, reference = exercise.functions(replace(case, changed="meta"))
     args, kwargs = _arguments(contract, exercise, case, tensors)
     try:
@@ -599,6 +602,46 @@ def expect_inputs_device(contract: Contract, exercise: Exercise, case: Case | No
                 f"torch.zeros_like({first})."
             )
     return True
+
+
+_FACTORIES = frozenset(
+    "zeros ones empty full arange linspace logspace eye tensor as_tensor rand randn randint randperm "
+    "tril_indices triu_indices zeros_like ones_like empty_like full_like".split()
+)
+"""Torch functions that make a tensor on the device they are given (the `_like` ones: their input's, or the
+one given), the default device without one."""
+
+
+class _ChoosesDevice(TorchFunctionMode):
+    """Notes whether the learner's code makes a tensor on a device of its own choosing (a factory without
+    device=, or .to, .cpu, .cuda): only then can a tensor land off the inputs' device."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.chose = False
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        name = getattr(func, "__name__", "")
+        given = (kwargs or {}).get("device")
+        if (name in _FACTORIES and given is None and not name.endswith("_like")) or name in _MOVES:
+            self.chose = True
+        return func(*args, **(kwargs or {}))
+
+
+_MOVES = frozenset({"to", "cpu", "cuda", "from_numpy"})
+
+
+def _chooses_a_device(learner: Callable[..., Any], called: Call) -> bool:
+    """Whether a CPU run of the learner's code makes a tensor on a device of its choosing (True too where
+    it cannot tell): the meta run, dear on its first use in a process, runs only then."""
+    args, kwargs = called
+    mode = _ChoosesDevice()
+    try:
+        with torch.no_grad(), mode:
+            learner(*args, **kwargs)
+    except Exception:  # noqa: BLE001 - no saying: try on meta
+        return True
+    return mode.chose
 
 
 class _FirstUnlike(TorchFunctionMode):
