@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from check_assertions import assert_accepted, assert_rejected
-from learner_code import VARIANCE, learner
+from learner_code import DOT_PRODUCT_ATTENTION, SCALED, SCORES, SOFTMAX, VARIANCE, learner
 
 from attn_course import reference
 from attn_course.checks import (
@@ -575,3 +575,64 @@ def test_score_variance_names_the_value_class(edits, phrase, capsys):
 @pytest.mark.parametrize("edits", VARIANCE_RIGHT)
 def test_score_variance_accepts_other_spellings(edits, capsys):
     assert_accepted(check_score_variance, learner(VARIANCE, "score_variance", *edits), capsys)
+
+
+# ---------------------------------------------------------------------------------------------
+# The exercises' contracts: wrong programs a learner writes that pass every hand-picked case (the
+# checks passed each of them before the contracts) and fail a generated one, with what it observes.
+
+LOOP_SCORES = """    scores = torch.zeros(*q.shape[:-1], k.shape[-2], dtype=q.dtype)
+    for j in range(k.shape[-2]):
+        scores[..., j] = (q * k[..., j, None, :]).sum(-1)
+    return scores"""
+
+CONTRACT_WRONG = [
+    pytest.param(
+        check_dot_product_scores,
+        (
+            SCORES,
+            "dot_product_scores",
+            ("q @ k.transpose(-2, -1)", "q.float() @ k.float().transpose(-2, -1)"),
+        ),
+        "`scores` has dtype float32 for float64 inputs: it must have the inputs' dtype",
+        id="scores-float",
+    ),
+    pytest.param(
+        check_dot_product_scores,
+        (SCORES, "dot_product_scores", ("    return q @ k.transpose(-2, -1)", LOOP_SCORES)),
+        "the first tensor your code makes off that device comes from `torch.zeros(…)` at line 10",
+        id="scores-default-device",
+    ),
+    pytest.param(
+        check_softmax,
+        (SOFTMAX, "softmax", ("    x_max =", "    x = x.float()\n    x_max =")),
+        "`softmax` has dtype float32 for float64 inputs: it must have the inputs' dtype (seen on B=2",
+        id="softmax-float",
+    ),
+    pytest.param(
+        check_dot_product_attention,
+        (
+            DOT_PRODUCT_ATTENTION,
+            "dot_product_attention",
+            ("    scores =", "    q, k, v = q.float(), k.float(), v.float()\n    scores ="),
+        ),
+        "The first float32 tensor your code makes comes from `.float(…)` at line 10 of your code",
+        id="dpa-float",
+    ),
+    pytest.param(
+        check_scaled_dot_product_attention,
+        (
+            SCALED,
+            "scaled_dot_product_attention",
+            ("math.sqrt(d_k)", "torch.tensor([d_k], dtype=q.dtype).sqrt()"),
+        ),
+        "raised RuntimeError: Tensor on device cpu is not on the expected device meta!",
+        id="sdpa-scale-on-cpu",
+    ),
+]
+
+
+@pytest.mark.parametrize(("check", "program", "phrase"), CONTRACT_WRONG)
+def test_contract_cases_catch_what_the_hand_picked_ones_pass(check, program, phrase, capsys):
+    source, name, *edits = program
+    assert_rejected(check, learner(source, name, *edits), phrase, capsys)

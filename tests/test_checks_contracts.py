@@ -9,11 +9,16 @@ from pathlib import Path
 
 import pytest
 import torch
+from check_assertions import assert_rejected
 
 from attn_course import reference
+from attn_course.checks import attention as attention_checks
+from attn_course.checks import check_dot_product_scores, triton_backward, triton_flash
 from attn_course.checks import flash as flash_checks
+from attn_course.checks import heads as heads_checks
+from attn_course.checks import masking as masking_checks
+from attn_course.checks import rope as rope_checks
 from attn_course.checks import triton as triton_checks
-from attn_course.checks import triton_backward, triton_flash
 from attn_course.checks._contracts import (
     VIEW_KINDS,
     Arg,
@@ -87,6 +92,20 @@ CONTRACTS = {
     "triton_flash_attention": triton_flash.CONTRACT,
     "triton_flash_attention_backward": triton_backward.CONTRACT,
     "flash_attention": flash_checks.ATTENTION_CONTRACT,
+    "dot_product_scores": attention_checks.SCORES_CONTRACT,
+    "softmax": attention_checks.SOFTMAX_CONTRACT,
+    "dot_product_attention": attention_checks.DOT_PRODUCT_ATTENTION_CONTRACT,
+    "scaled_dot_product_attention": attention_checks.SCALED_CONTRACT,
+    "score_variance": attention_checks.SCORE_VARIANCE_CONTRACT,
+    "causal_mask": masking_checks.CAUSAL_CONTRACT,
+    "padding_mask": masking_checks.PADDING_CONTRACT,
+    "attention": masking_checks.ATTENTION_CONTRACT,
+    "split_heads": heads_checks.SPLIT_CONTRACT,
+    "merge_heads": heads_checks.MERGE_CONTRACT,
+    "MultiHeadAttention": heads_checks.MHA_CONTRACT,
+    "rope_frequencies": rope_checks.FREQUENCIES_CONTRACT,
+    "apply_rope": rope_checks.ROPE_CONTRACT,
+    "RotaryMultiHeadAttention": rope_checks.ROTARY_CONTRACT,
 }
 
 # What each contract demands beyond the shapes, and the words of the exercise's text that state it.
@@ -101,6 +120,62 @@ STATED = {
         "strided inputs",
     ],
     "flash_attention": [],
+    "dot_product_scores": [
+        "Any number of batch axes may come first",
+        "`q` and `k` may be views of other tensors (transposed, sliced, expanded)",
+        "the result has the inputs' dtype and device",
+    ],
+    "softmax": ["`x` may be a view (transposed, sliced, expanded)", "the result has the inputs' dtype"],
+    "dot_product_attention": [
+        "`q`, `k` and `v` may be views (transposed, sliced, expanded)",
+        "both results have the inputs' dtype and device",
+    ],
+    "scaled_dot_product_attention": [
+        "Leading batch dimensions must pass through",
+        "`q`, `k` and `v` may be views (transposed, sliced, expanded)",
+        "both results have the inputs' dtype and device",
+    ],
+    "causal_mask": [
+        "a bool tensor of shape `(t_q, t_k)`",
+        "either may be larger: with `t_q > t_k` the first `t_q - t_k` queries come before every key",
+        "`torch.arange(..., device=device)`",
+    ],
+    "padding_mask": [
+        "return a bool tensor `(B, t)`",
+        "Create new tensors on `lengths.device`",
+        "`lengths` may be a view (a slice of a longer tensor, one length expanded over the batch), of any "
+        "integer dtype",
+    ],
+    "attention": [
+        "broadcastable to `(..., T_q, T_k)`",
+        "AND-ed with your `causal_mask(T_q, T_k)`",
+        "`q`, `k`, `v` (of any float dtype) and `mask` may be views (transposed, sliced, expanded)",
+        "both results have the inputs' dtype and device",
+        "A row that allows **no key at all**",
+    ],
+    "split_heads": ["`(b, t, h·d)` → `(b, h, t, d)`", "`x` may be a view (transposed, sliced, expanded)"],
+    "merge_heads": ["`(b, h, t, d)` → `(b, t, h·d)`", "`x` may be a view (transposed, sliced, expanded)"],
+    "MultiHeadAttention": [
+        "With a `context` of shape `(b, t_k, d_model)`",
+        "`x` and `context` may be views (transposed, sliced, expanded)",
+        "the output has `x`'s dtype and device",
+    ],
+    "rope_frequencies": ["the `(d/2,)` tensor", "in float64 (or float32)"],
+    "apply_rope": [
+        "for `x` of shape `(..., T, d)`, `d` even",
+        "`x` and `positions` may be views (transposed, sliced, expanded)",
+        "the output has x's shape and dtype. Create new tensors on `x.device`",
+    ],
+    "RotaryMultiHeadAttention": [
+        "a `mask` that broadcasts to `(b, t, t)` (a `(b, t, t)` mask, one `(t, t)` mask for the whole batch, "
+        "or a padding mask `(b, 1, t)`)",
+        "`x`, `mask` and `positions` may be views (transposed, sliced, expanded)",
+        "the output has `x`'s dtype and device",
+    ],
+    "score_variance": [
+        "It returns the estimate as a Python float",
+        "not the score of every query against every key",
+    ],
 }
 
 
@@ -113,7 +188,7 @@ def _exercise_text(name: str) -> str:
         source = "".join(cell["source"])
         if cell["cell_type"] == "markdown":
             text = source if "### Exercise" in source else text + "\n" + source
-        elif f"def {name}(" in source:
+        elif f"def {name}(" in source or f"class {name}(" in source:
             return " ".join(text.split())
     raise AssertionError(f"no cell defines {name}")
 
@@ -122,8 +197,26 @@ def _exercise_text(name: str) -> str:
 def test_each_contract_is_its_exercises_and_its_text_states_its_demands(name):
     contract = CONTRACTS[name]
     assert contract.exercise == name
-    signature = getattr(reference, name).__code__.co_varnames
-    assert [arg.name for arg in contract.args] == list(signature[: len(contract.args)])
+    exercise = getattr(reference, name)
+    code = exercise.forward.__code__ if isinstance(exercise, type) else exercise.__code__
+    signature = code.co_varnames[: code.co_argcount]
+    names = [arg.name for arg in contract.args]
+    assert names == [name for name in signature if name in names], "the contract's arguments, in order"
     text = _exercise_text(name)
     for phrase in STATED[name]:
         assert " ".join(phrase.split()) in text, f"the text of {name} does not say {phrase!r}"
+
+
+def scores_reading_k_as_contiguous(q, k):
+    """kᵀ by strides worked out for a contiguous k: right until k is laid out otherwise."""
+    t_k, d = k.shape[-2:]
+    k_t = torch.as_strided(k, (*k.shape[:-2], d, t_k), (*k.stride()[:-2], 1, d))  # (..., d, T_k)
+    return q @ k_t
+
+
+def test_a_generated_view_case_says_what_it_observed(capsys):
+    phrase = (
+        "Your `scores` is right for the same values made contiguous, but wrong with `k` passed as a "
+        "transposed view, (T_k, B, d).transpose(0, 1), strides (6, 12, 1) (the other inputs contiguous)"
+    )
+    assert_rejected(check_dot_product_scores, scores_reading_k_as_contiguous, phrase, capsys)

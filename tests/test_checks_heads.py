@@ -623,3 +623,47 @@ def test_the_multi_head_simulator_with_its_default_knobs_is_the_reference():
     mask[..., 0] = True
     for m, causal in [(None, False), (mask, False), (None, True), (mask, True)]:
         torch.testing.assert_close(_multi_head(params, 3, x, m, causal), layer(x, mask=m, is_causal=causal))
+
+
+# ---------------------------------------------------------------------------------------------
+# The exercises' contracts: wrong programs a learner writes that pass every hand-picked case (the
+# checks passed each of them before the contracts) and fail a generated one, with what it observes.
+
+LOOP_SPLIT = """    out = torch.zeros(b, n_heads, t, d)
+    for i in range(n_heads):
+        out[:, i] = x[..., i * d:(i + 1) * d]
+    return out"""
+
+LOOP_MERGE = """    out = torch.zeros(b, t, h * d, dtype=x.dtype)
+    for i in range(h):
+        out[..., i * d:(i + 1) * d] = x[:, i]
+    return out"""
+
+CONTRACT_WRONG = [
+    pytest.param(
+        check_split_heads,
+        (SPLIT, "split_heads", ("    return x.view(b, t, n_heads, d).transpose(1, 2)", LOOP_SPLIT)),
+        "Your `heads` has dtype float32 for float64 inputs: it must have the inputs' dtype (seen on b=2, "
+        "t=5, h=3, d=6). The first float32 tensor your code makes comes from `torch.zeros(…)` at line 12",
+        id="split-loop-float32",
+    ),
+    pytest.param(
+        check_merge_heads,
+        (MERGE, "merge_heads", ("    return x.transpose(1, 2).reshape(b, t, h * d)", LOOP_MERGE)),
+        "the first tensor your code makes off that device comes from `torch.zeros(…)` at line 11",
+        id="merge-loop-on-cpu",
+    ),
+    pytest.param(
+        check_MultiHeadAttention,
+        (MHA, "MultiHeadAttention", ("dtype=torch.bool, device=x.device)", "dtype=torch.bool)")),
+        "Your MultiHeadAttention.forward raised RuntimeError: Tensor on device meta is not on the expected "
+        "device cpu!",
+        id="mha-causal-on-cpu",
+    ),
+]
+
+
+@pytest.mark.parametrize(("check", "program", "phrase"), CONTRACT_WRONG)
+def test_contract_cases_catch_what_the_hand_picked_ones_pass(check, program, phrase, capsys):
+    source, name, *edits = program
+    assert_rejected(check, learner(source, name, *edits), phrase, capsys)

@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from check_assertions import assert_accepted, assert_rejected
-from learner_code import ATTENTION, learner
+from learner_code import ATTENTION, CAUSAL, PADDING, learner
 
 from attn_course import reference
 from attn_course.checks import check_attention, check_causal_mask, check_padding_mask
@@ -180,7 +180,7 @@ def attention_renormalised_after(q, k, v, mask=None, is_causal=False):
     if mask is not None:
         allowed = allowed & mask
     if is_causal:
-        allowed = allowed & causal_tril(q.shape[-2], k.shape[-2])
+        allowed = allowed & causal_tril(q.shape[-2], k.shape[-2], device=q.device)
     weights = weights * allowed
     weights = weights / weights.sum(dim=-1, keepdim=True).clamp(min=1e-30)  # 0 / tiny = 0 without a key
     return weights @ v, weights
@@ -359,3 +359,43 @@ def test_the_attention_simulator_with_its_default_knobs_is_the_reference():
         want = reference.attention(q, k, v, m, causal)
         for got, expected in zip(_masked_attention(q, k, v, m, causal), want, strict=True):
             torch.testing.assert_close(got, expected)
+
+
+# ---------------------------------------------------------------------------------------------
+# The exercises' contracts: wrong programs a learner writes that pass every hand-picked case (the
+# checks passed each of them before the contracts) and fail a generated one, with what it observes.
+
+QUERY_ROWS = "rows = torch.arange(t_q, device=device)[:, None] + (t_k - t_q)"
+
+CONTRACT_WRONG = [
+    pytest.param(
+        check_causal_mask,
+        (CAUSAL, "causal_mask", (QUERY_ROWS, "rows = torch.arange(t_k, device=device)[-t_q:, None]")),
+        "Your causal_mask(6, 4) should have shape (6, 4), but has (4, 4)",
+        id="causal-last-key-positions",
+    ),
+    pytest.param(
+        check_causal_mask,
+        (CAUSAL, "causal_mask", (QUERY_ROWS, QUERY_ROWS.replace("(t_k - t_q)", "max(t_k - t_q, 0)"))),
+        "lets the first queries see keys although t_q > t_k: with more queries than keys",
+        id="causal-clamped-offset",
+    ),
+    pytest.param(
+        check_padding_mask,
+        (PADDING, "padding_mask", ("torch.arange(t, device=lengths.device)", "torch.arange(t)")),
+        "Your padding_mask raised RuntimeError: Tensor on device meta is not on the expected device cpu!",
+        id="padding-positions-on-cpu",
+    ),
+    pytest.param(
+        check_attention,
+        (ATTENTION, "attention", ("dtype=torch.bool, device=q.device)", "dtype=torch.bool)")),
+        "the first tensor your code makes off that device comes from `torch.ones(…)` at line 13",
+        id="attention-causal-on-cpu",
+    ),
+]
+
+
+@pytest.mark.parametrize(("check", "program", "phrase"), CONTRACT_WRONG)
+def test_contract_cases_catch_what_the_hand_picked_ones_pass(check, program, phrase, capsys):
+    source, name, *edits = program
+    assert_rejected(check, learner(source, name, *edits), phrase, capsys)

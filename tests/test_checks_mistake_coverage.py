@@ -24,13 +24,13 @@ HOLE = "\0"  # stands for a formatted value in a message
 LEARNER_TABLES = {
     "test_checks_learner_mistakes": ["DEVELOPMENT", "HOLD_OUT", "SOLUTION_CELL_EDITS"],
     "test_checks_holdout2": ["PHRASES"],
-    "test_checks_masking": ["WRONG", "LEARNER_WRONG"],
-    "test_checks_heads": ["WRONG", "LEARNER_WRONG", "REASONED_WRONG"],
-    "test_checks_rope": ["WRONG", "LEARNER_WRONG", "REASONED_WRONG"],
+    "test_checks_masking": ["WRONG", "LEARNER_WRONG", "CONTRACT_WRONG"],
+    "test_checks_heads": ["WRONG", "LEARNER_WRONG", "REASONED_WRONG", "CONTRACT_WRONG"],
+    "test_checks_rope": ["WRONG", "LEARNER_WRONG", "REASONED_WRONG", "CONTRACT_WRONG"],
     "test_checks_kv_cache": ["WRONG", "LEARNER_WRONG"],
     "test_checks_decoder": ["WRONG"],
     "test_checks_generation": ["WRONG"],
-    "test_checks_attention": ["WRONG"],
+    "test_checks_attention": ["WRONG", "CONTRACT_WRONG"],
     "test_checks_modern": ["WRONG"],
     "test_checks_flash": [
         "ONLINE_SOFTMAX_MISTAKES", "FLASH_MISTAKES", "LSE_MISTAKES", "QUERY_BLOCK_MISTAKES",

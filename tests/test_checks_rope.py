@@ -258,7 +258,7 @@ class RotaryFromScratch(nn.Module):
         if mask is not None:
             allowed = allowed & mask[..., None, :, :]
         if is_causal:
-            allowed = allowed & torch.ones(x.shape[1], x.shape[1], dtype=torch.bool).tril()
+            allowed = allowed & torch.ones(x.shape[1], x.shape[1], dtype=torch.bool, device=x.device).tril()
         weights = scores.masked_fill(~allowed, float("-inf")).softmax(dim=-1)
         return self.out(rearrange(weights @ v, "b h t d -> b t (h d)"))
 
@@ -654,3 +654,29 @@ def test_the_rope_simulators_with_their_default_knobs_are_the_reference():
             ),
             layer(x, **kwargs),
         )
+
+
+# ---------------------------------------------------------------------------------------------
+# The exercises' contracts: wrong programs a learner writes that pass every hand-picked case (the
+# checks passed each of them before the contracts) and fail a generated one, with what it observes.
+
+CONTRACT_WRONG = [
+    pytest.param(
+        check_apply_rope,
+        (APPLY_ROPE, "apply_rope", ("dtype=torch.float64, device=x.device)", "dtype=torch.float64)")),
+        "Your apply_rope raised RuntimeError: Tensor on device cpu is not on the expected device meta!",
+        id="rope-frequencies-on-cpu",
+    ),
+    pytest.param(
+        check_RotaryMultiHeadAttention,
+        (ROTARY, "RotaryMultiHeadAttention", ("dtype=torch.bool, device=x.device)", "dtype=torch.bool)")),
+        "the first tensor your code makes off that device comes from `torch.ones(…)` at line 36",
+        id="rotary-mask-on-cpu",
+    ),
+]
+
+
+@pytest.mark.parametrize(("check", "program", "phrase"), CONTRACT_WRONG)
+def test_contract_cases_catch_what_the_hand_picked_ones_pass(check, program, phrase, capsys):
+    source, name, *edits = program
+    assert_rejected(check, learner(source, name, *edits), phrase, capsys)

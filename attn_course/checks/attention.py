@@ -5,12 +5,25 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
 
 from attn_course import reference
+from attn_course.checks._contracts import (
+    VIEW_KINDS,
+    Arg,
+    Axis,
+    Contract,
+    Exercise,
+    Memory,
+    Returns,
+    contract_cases,
+    expect_contract_cases,
+    expect_inputs_device,
+)
 from attn_course.checks._harness import (
     CheckFailed,
     Mistake,
@@ -38,6 +51,93 @@ ATTENTION_CASES: list[tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], t
     ((2, 5, 4), (2, 7, 4), (2, 7, 3), torch.float64),
     ((2, 3, 4, 5), (2, 3, 6, 5), (2, 3, 6, 2), torch.float32),
 ]
+
+
+# ---------------------------------------------------------------------------------------------
+# The contracts of notebooks 01 and 02: what each exercise must accept and return.
+
+_FLOATS = (torch.float64, torch.float32)
+_SIZES = (
+    Axis("B", (2,)),
+    Axis("T_q", (3, 7), "more queries than keys: T_k = 5"),
+    Axis("T_k", (5,)),
+    Axis("d", (6,), "a width that is not a power of two"),
+)
+
+
+def _batched(name: str, axes: tuple[str, ...]) -> Arg:
+    """A (B, T, width) argument that may be passed as any view: transposed (rows B·width apart), a slice
+    of a longer sequence, or one sequence expanded over the batch."""
+    return Arg(name, axes, views=VIEW_KINDS, swap=(0, 1), slice_axis=-2, expand_axis=0)
+
+
+SCORES_CONTRACT = Contract(
+    "dot_product_scores",
+    args=(_batched("q", ("B", "T_q", "d")), _batched("k", ("B", "T_k", "d"))),
+    axes=_SIZES,
+    returns=(Returns("scores", ("B", "T_q", "T_k")),),
+    dtypes=_FLOATS,
+    memory=Memory(("B", "T_q", "T_k", "d"), why="every product q_i·k_j before its sum"),
+)
+"""Exercise 1 of 01: any batch axes, T_q ≠ T_k both ways, the inputs' dtype and device, any view."""
+
+SOFTMAX_CONTRACT = Contract(
+    "softmax",
+    args=(Arg("x", ("B", "T_q", "T_k"), views=VIEW_KINDS, swap=(0, 1), slice_axis=-1),),
+    axes=(Axis("B", (2,)), Axis("T_q", (3,)), Axis("T_k", (5, 1), "a row of one entry")),
+    returns=(Returns("softmax", ("B", "T_q", "T_k")),),
+    dtypes=_FLOATS,
+    memory=Memory(("B", "T_q", "T_k"), factor=2, why="x's size"),
+)
+"""Exercise 2 of 01 (along dim=-1 in the generated cases): the inputs' dtype and device, any view."""
+
+_ATTENTION_ARGS = (
+    _batched("q", ("B", "T_q", "d")),
+    _batched("k", ("B", "T_k", "d")),
+    _batched("v", ("B", "T_k", "d_v")),
+)
+_ATTENTION_RETURNS = (Returns("out", ("B", "T_q", "d_v")), Returns("weights", ("B", "T_q", "T_k")))
+_ATTENTION_AXES = (*_SIZES, Axis("d_v", (3,), "d_v ≠ d"))
+_ATTENTION_MEMORY = Memory(("B", "T_q", "T_k", "d"), why="every product q_i·k_j before its sum")
+
+DOT_PRODUCT_ATTENTION_CONTRACT = Contract(
+    "dot_product_attention",
+    args=_ATTENTION_ARGS,
+    axes=_ATTENTION_AXES,
+    returns=_ATTENTION_RETURNS,
+    dtypes=_FLOATS,
+    memory=_ATTENTION_MEMORY,
+)
+"""Exercise 3 of 01: (out, weights) for any batch axes, T_q ≠ T_k, d_v ≠ d, in the inputs' dtype and
+device, each of q, k, v alone a view."""
+
+SCALED_CONTRACT = replace(DOT_PRODUCT_ATTENTION_CONTRACT, exercise="scaled_dot_product_attention")
+"""Exercise 2 of 02: as dot_product_attention's."""
+
+SCORE_VARIANCE_CONTRACT = Contract(
+    "score_variance",
+    args=(),
+    axes=(Axis("n_samples", (1_500,)), Axis("d_k", (16,))),
+    returns=(Returns("variance", (), dtype="float64"),),
+    memory=Memory(("n_samples", "d_k"), factor=4, why="q and k, then one score per pair"),
+    notes=("returns a Python float",),
+)
+"""Exercise 1 of 02: one score per pair, never every query against every key (n_samples × n_samples)."""
+
+
+def _function(name: str, candidate: Callable[..., Any], ref: Callable[..., Any], **more: Any) -> Exercise:
+    """The exercise `name` as a plain function: the learner's and the reference, the same on every case."""
+    return Exercise(name, lambda case: (candidate, ref), **more)
+
+
+def _out_and_weights(name: str) -> Callable[[Any, tuple[torch.Tensor, ...]], Any]:
+    return lambda result, expected: unpack_out_and_weights(name, result, *expected)
+
+
+def _expect_contract(contract: Contract, exercise: Exercise) -> int:
+    """The contract's generated cases, then the same with its inputs on another device; how many ran."""
+    ran = expect_contract_cases(contract, exercise, contract_cases(contract))
+    return ran + expect_inputs_device(contract, exercise)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -141,12 +241,13 @@ def _attention_mistakes(
 
 
 def _check_attention_like(
-    name: str,
+    contract: Contract,
     candidate: Callable[..., Any],
     expected_fn: Callable[..., tuple[torch.Tensor, torch.Tensor]],
     entries: list[tuple[str, Callable[..., tuple[torch.Tensor, torch.Tensor]]]],
 ) -> str:
     """Shared body of the two attention checks without masks; returns the pass detail."""
+    name = contract.exercise
     on_out, on_weights = _attention_mistakes(entries)
     unstable_hint = (
         "Large scores overflow exp(): use a numerically stable softmax (subtract each row's max), "
@@ -197,9 +298,15 @@ def _check_attention_like(
             nonfinite_hint=unstable_hint,
             diagnose=diagnose,
         )
+    exercise = _function(name, candidate, expected_fn, unpack=_out_and_weights(name))
+    generated = _expect_contract(contract, exercise)
     inputs = [randn(2, 3, 4), randn(2, 5, 4), randn(2, 5, 3)]
     expect_gradients(name, candidate, expected_fn, inputs, ("q", "k", "v"), first_output=True)
-    return "7 cases (T_q ≠ T_k, batch axes, d_v ≠ d_k, large scores, float32/64) and gradients"
+    return (
+        f"7 cases (T_q ≠ T_k, batch axes, d_v ≠ d_k, large scores, float32/64), {generated} more from the "
+        "exercise's contract (T_q > T_k, each of q, k, v alone a view, the inputs' dtype and device) "
+        "and gradients"
+    )
 
 
 def _diagnose_weights(
@@ -283,9 +390,14 @@ def check_dot_product_scores(candidate: Callable[..., Any]) -> str:
             },
         )
         expect_close(got, expected, "Your scores", mistakes=mistakes, args=(q, k))
+    exercise = _function("dot_product_scores", candidate, reference.dot_product_scores)
+    generated = _expect_contract(SCORES_CONTRACT, exercise)
     inputs = [randn(2, 3, 4), randn(2, 5, 4)]
     expect_gradients("dot_product_scores", candidate, reference.dot_product_scores, inputs, ("q", "k"))
-    return "4 shapes (T_q ≠ T_k, batch axes, float32/64) and gradients"
+    return (
+        f"4 shapes (T_q ≠ T_k, batch axes, float32/64), {generated} more from the exercise's contract "
+        "(T_q > T_k, each input alone a view, the inputs' dtype and device) and gradients"
+    )
 
 
 @check
@@ -341,9 +453,14 @@ def check_softmax(candidate: Callable[..., Any]) -> str:
             )
         ],
     )
+    exercise = _function("softmax", candidate, reference.softmax, extra=lambda case, tensors: {"dim": -1})
+    generated = _expect_contract(SOFTMAX_CONTRACT, exercise)
     expect_gradients("softmax", candidate, reference.softmax, [randn(3, 5)], ("x",), kwargs={"dim": -1})
     _expect_own_softmax(candidate)
-    return "8 cases (dims 0, 1, 2, -1, ±1e4, -inf entries, float32/64) and gradients"
+    return (
+        f"8 cases (dims 0, 1, 2, -1, ±1e4, -inf entries, float32/64), {generated} more from the exercise's "
+        "contract (x alone a view, its dtype and device) and gradients"
+    )
 
 
 class _SoftmaxCalls(TorchFunctionMode):
@@ -432,7 +549,9 @@ def check_dot_product_attention(candidate: Callable[..., Any]) -> str:
         ),
         *_common_attention_mistakes(scale=False),
     ]
-    return _check_attention_like("dot_product_attention", candidate, reference.dot_product_attention, entries)
+    return _check_attention_like(
+        DOT_PRODUCT_ATTENTION_CONTRACT, candidate, reference.dot_product_attention, entries
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -478,9 +597,7 @@ def check_scaled_dot_product_attention(candidate: Callable[..., Any]) -> str:
         ),
         *_common_attention_mistakes(scale=True),
     ]
-    return _check_attention_like(
-        "scaled_dot_product_attention", candidate, reference.scaled_dot_product_attention, entries
-    )
+    return _check_attention_like(SCALED_CONTRACT, candidate, reference.scaled_dot_product_attention, entries)
 
 
 @check
@@ -501,20 +618,31 @@ def check_score_variance(candidate: Callable[..., Any]) -> str:
     return f"Var(q·k) ≈ d_k unscaled and ≈ 1 scaled, for d_k = 4, 16, 64 ({len(checked)} estimates)"
 
 
-def _expect_linear_memory(candidate: Callable[..., Any], n_samples: int = 1_500) -> None:
-    """Refuse a score_variance that pairs every query with every key: n × n entries where n belong."""
+def _expect_linear_memory(candidate: Callable[..., Any]) -> None:
+    """Refuse a score_variance that needs more memory than its contract: n × n entries where n belong."""
+    sizes = SCORE_VARIANCE_CONTRACT.base_sizes()
+    n_samples, d_k = sizes["n_samples"], sizes["d_k"]
     largest = LargestTensor()
     with largest:
-        call("score_variance", candidate, 16, n_samples=n_samples, scaled=False)
+        call("score_variance", candidate, d_k, n_samples=n_samples, scaled=False)
+    assert SCORE_VARIANCE_CONTRACT.memory is not None
+    if largest.numel <= SCORE_VARIANCE_CONTRACT.memory.bound(sizes):
+        return
     if largest.numel >= n_samples * n_samples // 2:
         default = 20_000 * 20_000 * 8 / 2**30
         raise CheckFailed(
-            f"score_variance(16, n_samples={n_samples}) makes a tensor of shape {largest.shape}: every "
+            f"score_variance({d_k}, n_samples={n_samples}) makes a tensor of shape {largest.shape}: every "
             f"query against every key (q @ k.T), {largest.numel:,} scores where the exercise needs "
             f"{n_samples:,}, one per pair, (q * k).sum(dim=-1). The variance may come out right, but at "
             f"the default n_samples=20000 that matrix takes {default:.1f} GiB in float64 and runs the "
             "machine out of memory."
         )
+    raise CheckFailed(
+        f"score_variance({d_k}, n_samples={n_samples}) makes a tensor of shape {largest.shape}, "
+        f"{largest.numel:,} entries, where q and k hold {n_samples * d_k:,} each and the scores "
+        f"{n_samples:,}, one per pair: hold no more than those, so that it fits at the default "
+        "n_samples=20000 too."
+    )
 
 
 def _as_float(value: Any) -> float:

@@ -14,6 +14,18 @@ from einops import rearrange
 from torch import nn
 
 from attn_course import reference
+from attn_course.checks._contracts import (
+    VIEW_KINDS,
+    Arg,
+    Axis,
+    Case,
+    Contract,
+    Exercise,
+    Returns,
+    contract_cases,
+    expect_contract_cases,
+    expect_inputs_device,
+)
 from attn_course.checks._harness import (
     CheckFailed,
     Mistake,
@@ -26,6 +38,68 @@ from attn_course.checks._harness import (
     randn,
 )
 from attn_course.checks._probe import Heads, diagnose_heads, merged_input
+
+# ---------------------------------------------------------------------------------------------
+# The contracts of notebook 04: what each exercise must accept and return.
+
+_FLOATS = (torch.float64, torch.float32)
+_HEADS = (
+    Axis("b", (2,)),
+    Axis("t", (5,)),
+    Axis("h", (3,), "a head count that is not a power of two"),
+    Axis("d", (6,), "a head width that is not a power of two"),
+)
+
+SPLIT_CONTRACT = Contract(
+    "split_heads",
+    args=(Arg("x", ("b", "t", "h·d"), views=VIEW_KINDS, swap=(0, 1), slice_axis=1, expand_axis=0),),
+    axes=_HEADS,
+    returns=(Returns("heads", ("b", "h", "t", "d")),),
+    dtypes=_FLOATS,
+)
+"""Exercise 1 of 04: x (b, t, h·d) in any layout (as q, k, v come out of self.qkv(x).chunk, slices of the
+last axis), its dtype and device kept."""
+
+MERGE_CONTRACT = Contract(
+    "merge_heads",
+    args=(Arg("x", ("b", "h", "t", "d"), views=VIEW_KINDS, swap=(1, 2), slice_axis=2, expand_axis=0),),
+    axes=_HEADS,
+    returns=(Returns("merged", ("b", "t", "h·d")),),
+    dtypes=_FLOATS,
+)
+"""Exercise 2 of 04: x (b, h, t, d) in any layout, its dtype and device kept."""
+
+MHA_CONTRACT = Contract(
+    "MultiHeadAttention",
+    args=(
+        Arg("x", ("b", "t", "d_model"), views=VIEW_KINDS, swap=(0, 1)),
+        Arg("context", ("b", "t_k", "d_model"), views=VIEW_KINDS, swap=(0, 1)),
+    ),
+    axes=(
+        Axis("b", (2,)),
+        Axis("t", (5,)),
+        Axis("t_k", (7, 3), "a context longer than x, and shorter"),
+        Axis("d_model", (18,), "3 heads of d_k = 6, neither a power of two"),
+    ),
+    returns=(Returns("output", ("b", "t", "d_model")),),
+    dtypes=_FLOATS,
+    notes=("the generated cases are cross-attention, with a context; on the meta device, is_causal=True",),
+)
+"""Exercise 3 of 04's forward: x and the context each alone a view, T_k on both sides of t, float32, the
+output in x's dtype on x's device."""
+
+
+def _function(contract: Contract, candidate: Callable[..., Any], **more: Any) -> Exercise:
+    """A plain function's exercise: the learner's and the reference, the same on every case."""
+    course = getattr(reference, contract.exercise)
+    return Exercise(contract.exercise, lambda case: (candidate, course), **more)
+
+
+def _generated(contract: Contract, exercise: Exercise) -> int:
+    """The contract's generated cases, then one with the inputs on another device; how many ran."""
+    ran = expect_contract_cases(contract, exercise, contract_cases(contract))
+    return ran + expect_inputs_device(contract, exercise)
+
 
 # ---------------------------------------------------------------------------------------------
 # split_heads and merge_heads
@@ -132,7 +206,11 @@ def check_split_heads(candidate: Callable[..., Any]) -> str:
     expect_gradients(
         "split_heads", candidate, reference.split_heads, [randn(2, 5, 12)], ["x"], kwargs={"n_heads": 3}
     )
-    return "4 shapes, head i = the i-th block of d features, gradients"
+    generated = _generated(SPLIT_CONTRACT, _function(SPLIT_CONTRACT, candidate, after=_n_heads))
+    return (
+        f"4 shapes, head i = the i-th block of d features, gradients, and {generated} cases from the "
+        "exercise's contract (x a view, float32, x's dtype and device)"
+    )
 
 
 @check
@@ -154,7 +232,15 @@ def check_merge_heads(candidate: Callable[..., Any]) -> str:
         result = expect_tensor(got, expected.shape, f"merge_heads(x) of x {(b, h, t, d)}", hints=hints)
         expect_close(result, expected, "Your merge_heads(x)", mistakes=mistakes, args=(x,))
     expect_gradients("merge_heads", candidate, reference.merge_heads, [randn(2, 3, 5, 4)], ["x"])
-    return "4 shapes, head after head in the merged axis, gradients"
+    generated = _generated(MERGE_CONTRACT, _function(MERGE_CONTRACT, candidate))
+    return (
+        f"4 shapes, head after head in the merged axis, gradients, and {generated} cases from the "
+        "exercise's contract (x a view, float32, x's dtype and device)"
+    )
+
+
+def _n_heads(case: Case) -> tuple[int]:
+    return (case.size["h"],)
 
 
 def _diagnose_head_order(actual: torch.Tensor, expected: torch.Tensor) -> str | None:
@@ -419,10 +505,35 @@ def check_MultiHeadAttention(candidate: Callable[..., Any]) -> str:
     _expect_cross_attention(candidate)
     _expect_layer_gradients(candidate)
     _expect_runs_on_cuda(candidate)
+    generated = _expect_layer_contract(candidate)
     return (
         "3 layers (with and without bias, one head), is_causal, 3 kinds of mask, float32, "
-        "cross-attention (4 queries, 7 context tokens), gradients"
+        f"cross-attention (4 queries, 7 context tokens), gradients, and {generated} cases from the "
+        "exercise's contract (3 heads of 6, x or the context a view, float32, x's device)"
     )
+
+
+def _expect_layer_contract(candidate: Callable[..., Any]) -> int:
+    """The contract's generated cases on one layer of 3 heads of d_k = 6, in each case's dtype; then
+    self-attention with is_causal=True on the meta device (a mask made on the CPU meets x there)."""
+    d_model, n_heads = MHA_CONTRACT.base_sizes()["d_model"], 3
+    layer, ref, _ = _build_pair(candidate, d_model, n_heads, True, torch.float64)
+
+    def functions(case: Case) -> tuple[Callable[..., Any], Callable[..., Any]]:
+        if case.changed == "meta":
+            learner, course, _ = _build_pair(candidate, d_model, n_heads, True, torch.float64)
+            return learner.to("meta"), course.to("meta")
+        return layer.to(case.dtype), ref.to(case.dtype)
+
+    exercise = Exercise("MultiHeadAttention.forward", functions, positional=1)
+    ran = expect_contract_cases(MHA_CONTRACT, exercise, contract_cases(MHA_CONTRACT))
+    causal = Exercise(
+        "MultiHeadAttention.forward",
+        functions,
+        positional=1,
+        extra=lambda case, tensors: {"context": None, "is_causal": True},
+    )
+    return ran + expect_inputs_device(MHA_CONTRACT, causal)
 
 
 _SIGNATURE = "The signature is forward(self, x, mask=None, is_causal=False, context=None)."

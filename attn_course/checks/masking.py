@@ -10,6 +10,19 @@ from typing import Any
 import torch
 
 from attn_course import reference
+from attn_course.checks._contracts import (
+    VIEW_KINDS,
+    Arg,
+    Axis,
+    Case,
+    Contract,
+    Exercise,
+    Returns,
+    contract_cases,
+    expect_contract_cases,
+    expect_inputs_device,
+    size_cases,
+)
 from attn_course.checks._harness import (
     CheckFailed,
     Mistake,
@@ -45,6 +58,66 @@ def _expect_bool_mask(value: Any, expected: torch.Tensor, name: str) -> torch.Te
 
 
 # ---------------------------------------------------------------------------------------------
+# The contracts of notebook 03: what each exercise must accept and return.
+
+CAUSAL_CONTRACT = Contract(
+    "causal_mask",
+    args=(),
+    axes=(
+        Axis("T_q", (4, 6, 1), "more queries than keys: the first T_q - T_k rows see no key"),
+        Axis("T_k", (4, 7, 1), "more keys than queries, and a single key"),
+    ),
+    returns=(Returns("mask", ("T_q", "T_k"), dtype="bool", device="the `device` argument"),),
+    notes=("bottom-right aligned: query i sits at position i + T_k - T_q; a row before every key is False",),
+)
+"""Exercise 1 of 03: any t_q and t_k, either larger; its generated sizes join the hand-picked ones."""
+
+PADDING_CONTRACT = Contract(
+    "padding_mask",
+    args=(Arg("lengths", ("B",), views=("sliced", "expanded"), slice_axis=0, expand_axis=0),),
+    axes=(Axis("B", (3,)), Axis("t", (5,))),
+    returns=(Returns("mask", ("B", "t"), dtype="bool"),),
+    dtypes=(torch.int64, torch.int32),
+)
+"""Exercise 2 of 03: lengths of any integer dtype, a view or not, on any device: the mask on its device."""
+
+ATTENTION_CONTRACT = Contract(
+    "attention",
+    args=(
+        Arg("q", ("B", "T_q", "d"), views=VIEW_KINDS, swap=(0, 1)),
+        Arg("k", ("B", "T_k", "d"), views=VIEW_KINDS, swap=(0, 1)),
+        Arg("v", ("B", "T_k", "d_v"), views=VIEW_KINDS, swap=(0, 1)),
+        Arg("mask", ("B", "T_q", "T_k"), views=VIEW_KINDS, swap=(0, 1), slice_axis=-1),
+    ),
+    axes=(
+        Axis("B", (2,)),
+        Axis("T_q", (3, 7), "more queries than keys: with is_causal the first 2 rows see no key"),
+        Axis("T_k", (5,)),
+        Axis("d", (6,), "a width that is not a power of two"),
+        Axis("d_v", (3,)),
+    ),
+    returns=(Returns("out", ("B", "T_q", "d_v")), Returns("weights", ("B", "T_q", "T_k"))),
+    dtypes=(torch.float64, torch.float32),
+    notes=("is_causal=True and a mask together, AND-ed; a row that allows no key gives 0",),
+)
+"""Exercise 3 of 03 (is_causal=True and a (B, T_q, T_k) mask in every generated case): T_q > T_k, the
+inputs' dtype and device, each of q, k, v and the mask alone a view (an expanded mask: one for the batch)."""
+
+
+def _masks(case: Case, arg: Arg) -> Any:
+    """Random allowed keys for a mask, seeded normal numbers for the others."""
+    if arg.name == "mask":
+        return lambda *shape: torch.rand(*shape) < 0.7
+    return lambda *shape: randn(*shape, dtype=case.dtype)
+
+
+def _lengths(case: Case, arg: Arg) -> Any:
+    """Lengths from 0 to t, in the case's integer dtype."""
+    t = case.size["t"]
+    return lambda *shape: ((torch.arange(math.prod(shape)) * 2 + t) % (t + 1)).reshape(shape).to(case.dtype)
+
+
+# ---------------------------------------------------------------------------------------------
 # causal_mask
 
 
@@ -57,7 +130,14 @@ def _causal_mistakes() -> list[Mistake]:
             "is aligned top-left: with t_k > t_q the queries are the last t_q positions, so query i "
             "sits at position i + (t_k - t_q) and may see keys up to there (bottom-right alignment: "
             "torch.tril(..., diagonal=t_k - t_q)). torch's is_causal=True aligns top-left.",
-            lambda t_q, t_k: tril(t_q, t_k, 0),
+            lambda t_q, t_k: tril(t_q, t_k, 0) if t_k >= t_q else None,
+        ),
+        Mistake(
+            "lets the first queries see keys although t_q > t_k: with more queries than keys, query i "
+            "still sits at position i + (t_k - t_q), so the first t_q - t_k queries come before every key "
+            "and their rows are all False. Keep the negative offset: torch.tril(..., diagonal=t_k - t_q), "
+            "or key position <= query position + t_k - t_q (an offset clamped at 0 aligns it top-left).",
+            lambda t_q, t_k: tril(t_q, t_k, 0) if t_q > t_k else None,
         ),
         Mistake(
             "is inverted: True must mark the keys a query MAY attend (itself and the past, the lower "
@@ -96,7 +176,9 @@ def check_causal_mask(candidate: Callable[..., Any]) -> str:
     expected = reference.causal_mask(4)
     mask = _expect_bool_mask(got, expected, "causal_mask(4)")
     expect_close(mask, expected, "Your causal_mask(4)", mistakes=mistakes, args=(4, 4))
-    for t_q, t_k in [(5, 5), (1, 1), (3, 5), (2, 6), (1, 7), (4, 7)]:
+    generated = [(c.size["T_q"], c.size["T_k"]) for c in size_cases(CAUSAL_CONTRACT)]
+    hand_picked = [(5, 5), (1, 1), (3, 5), (2, 6), (1, 7), (4, 7)]
+    for t_q, t_k in dict.fromkeys([*hand_picked, *generated]):
         expected = reference.causal_mask(t_q, t_k)
         got = call("causal_mask", candidate, t_q, t_k)
         if isinstance(got, torch.Tensor) and tuple(got.shape) == (t_q, t_q) and t_q != t_k:
@@ -114,7 +196,9 @@ def check_causal_mask(candidate: Callable[..., Any]) -> str:
             diagnose=_diagnose_causal,
         )
     _expect_device_respected(candidate)
-    return "square and t_k > t_q (bottom-right), default t_k, dtype, device"
+    return (
+        "square, t_k > t_q (bottom-right) and t_q > t_k (rows before every key), default t_k, dtype, device"
+    )
 
 
 def _diagnose_causal(actual: torch.Tensor, expected: torch.Tensor) -> str | None:
@@ -217,7 +301,18 @@ def check_padding_mask(candidate: Callable[..., Any]) -> str:
         lengths = torch.tensor([3, 1]).to(device)
         got = call("padding_mask", candidate, lengths, 4, hint=DEVICE_HINT)
         expect_tensor(got, (2, 4), "padding_mask of lengths on cuda", device=device, finite=False)
-    return "lengths 0 … t, one row per sequence, dtype bool"
+    exercise = Exercise(
+        "padding_mask",
+        lambda case: (candidate, reference.padding_mask),
+        after=lambda case: (case.size["t"],),
+        alloc=_lengths,
+    )
+    generated = expect_contract_cases(PADDING_CONTRACT, exercise, contract_cases(PADDING_CONTRACT))
+    generated += expect_inputs_device(PADDING_CONTRACT, exercise)
+    return (
+        f"lengths 0 … t, one row per sequence, dtype bool; {generated} more from the exercise's contract "
+        "(int32 lengths, a slice, an expanded tensor, on another device)"
+    )
 
 
 def _diagnose_padding(actual: torch.Tensor, lengths: torch.Tensor) -> str:
@@ -435,11 +530,30 @@ def check_attention(candidate: Callable[..., Any]) -> str:
         first_output=True,
     )
     _expect_zeros_where_no_key(candidate)
+    exercise = Exercise(
+        "attention",
+        lambda case: (candidate, reference.attention),
+        extra=lambda case, tensors: {"is_causal": True},
+        unpack=lambda result, expected: unpack_out_and_weights("attention", result, *expected),
+        positional=3,
+        alloc=_masks,
+        diagnose=_contract_reading,
+    )
+    generated = expect_contract_cases(ATTENTION_CONTRACT, exercise, contract_cases(ATTENTION_CONTRACT))
+    generated += expect_inputs_device(ATTENTION_CONTRACT, exercise)
     return (
         "11 cases (masks of 3 shapes, is_causal with T_q ≤ T_k, both, T_q > T_k, transposed views), "
         "gradients, and 0 for the rows that may attend no key (causal with T_q > T_k, a padding mask of no "
-        "real token), as SDPA"
+        f"real token), as SDPA; {generated} more from the exercise's contract (each of q, k, v and the mask "
+        "alone a view, float32, the inputs' device)"
     )
+
+
+def _contract_reading(case: Case, called: Any) -> Callable[[torch.Tensor, torch.Tensor], str | None]:
+    """Where the weights of a generated case go: to forbidden keys, or rows off 1 (see below)."""
+    (q, k, _), kwargs = called
+    allowed = _allowed(q.cpu(), k.cpu(), kwargs["mask"], kwargs["is_causal"])
+    return functools.partial(_diagnose_masked_weights, allowed=allowed)
 
 
 NO_KEY = "rows with no visible key should give 0, as SDPA does"

@@ -12,6 +12,19 @@ from einops import rearrange
 from torch import nn
 
 from attn_course import reference
+from attn_course.checks._contracts import (
+    VIEW_KINDS,
+    Arg,
+    Axis,
+    Case,
+    Contract,
+    Exercise,
+    Returns,
+    contract_cases,
+    expect_contract_cases,
+    expect_inputs_device,
+    size_cases,
+)
 from attn_course.checks._harness import (
     CheckFailed,
     Mistake,
@@ -35,6 +48,70 @@ _HALF = (torch.float16, torch.bfloat16)
 
 def _name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
+
+
+# ---------------------------------------------------------------------------------------------
+# The contracts of notebook 05: what each exercise must accept and return.
+
+FREQUENCIES_CONTRACT = Contract(
+    "rope_frequencies",
+    args=(),
+    axes=(Axis("d", (8, 2, 10), "one pair, and a width that is not a power of two"),),
+    returns=(Returns("frequencies", ("d/2",), dtype="float64"),),
+    notes=("float64 or float32; its generated widths join the hand-picked ones",),
+)
+"""Exercise 1 of 05: any even d."""
+
+ROPE_CONTRACT = Contract(
+    "apply_rope",
+    args=(
+        Arg("x", ("B", "H", "T", "d"), views=VIEW_KINDS, swap=(1, 2), slice_axis=-2, expand_axis=0),
+        Arg("positions", ("T",), views=("sliced", "expanded"), slice_axis=0, expand_axis=0),
+    ),
+    axes=(Axis("B", (2,)), Axis("H", (3,)), Axis("T", (5,)), Axis("d", (6,), "not a power of two")),
+    returns=(Returns("rotated", ("B", "H", "T", "d")),),
+    dtypes=(torch.float32, torch.float64, torch.float16, torch.bfloat16),
+)
+"""Exercise 2 of 05: x (..., T, d) in any layout and float dtype (its dtype kept), positions a view or not
+(one position expanded: every token at the same place), on x's device; positions=None on the meta device."""
+
+ROTARY_CONTRACT = Contract(
+    "RotaryMultiHeadAttention",
+    args=(
+        Arg("x", ("b", "t", "d_model"), views=VIEW_KINDS, swap=(0, 1)),
+        Arg("mask", ("b", "t", "t"), views=("transposed", "expanded", "sliced"), swap=(0, 1), slice_axis=-1),
+        Arg("positions", ("t",), views=("sliced", "expanded"), slice_axis=0),
+    ),
+    axes=(Axis("b", (2,)), Axis("t", (5,)), Axis("d_model", (18,), "3 heads of d_k = 6")),
+    returns=(Returns("output", ("b", "t", "d_model")),),
+    dtypes=(torch.float32, torch.float64),
+    notes=("a mask that broadcasts to (b, t, t): the expanded one is a (t, t) mask for the whole batch",),
+)
+"""Exercise 3 of 05's forward (is_causal=True with a mask and positions): each input alone a view (one kind
+each, a layer being dearer: x transposed, the mask expanded, one (t, t) mask for the batch, positions
+sliced), float64, the output in x's dtype on x's device; with no mask and no positions on the meta device."""
+
+
+def _rope_values(case: Case, arg: Arg) -> Callable[..., torch.Tensor]:
+    """Seeded numbers for x, scattered positions from 7 on, a mask keeping key 0."""
+    if arg.name == "positions":
+        return lambda *shape: torch.arange(math.prod(shape)).reshape(shape) * 3 + 7
+    if arg.name == "mask":
+        return _mask_keeping_key_0
+    return lambda *shape: randn(*shape, dtype=case.dtype)
+
+
+def _mask_keeping_key_0(*shape: int) -> torch.Tensor:
+    """About 60% of the keys, and key 0 for every query (the last axis is the keys in every view kind):
+    no row without a key, which the exercise leaves to the package's attention."""
+    mask = torch.rand(*shape) < 0.6
+    mask[..., 0] = True
+    return mask
+
+
+def _close_to_float32(actual: torch.Tensor, expected: torch.Tensor) -> bool:
+    """Agreement, where float32 arithmetic for float64 inputs is fine (torch.view_as_complex of x.float())."""
+    return is_close(actual, expected.float() if expected.dtype == torch.float64 else expected)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -104,6 +181,8 @@ def check_rope_frequencies(candidate: Callable[..., Any]) -> str:
     """θ_i = base^(-2i/d) for i = 0 … d/2 - 1, in float32 or float64."""
     mistakes = _frequency_mistakes()
     cases: list[tuple[int, float | None]] = [(8, None), (6, None), (64, None), (128, None), (16, 500.0)]
+    generated = [(c.size["d"], None) for c in size_cases(FREQUENCIES_CONTRACT)]
+    cases += [case for case in generated if case not in cases]
     for d, base in cases:
         kwargs = {} if base is None else {"base": base}
         shown = f"rope_frequencies({d}" + (f", base={base:g})" if base is not None else ")")
@@ -146,7 +225,7 @@ def check_rope_frequencies(candidate: Callable[..., Any]) -> str:
             kwargs=kwargs,
             diagnose=functools.partial(_diagnose_frequencies, d=d, base=base or 10000.0),
         )
-    return "d = 6, 8, 64, 128, base 10000 and 500"
+    return "d = 2, 6, 8, 10, 64, 128, base 10000 and 500"
 
 
 def _diagnose_frequencies(actual: torch.Tensor, expected: torch.Tensor, d: int, base: float) -> str | None:
@@ -361,9 +440,25 @@ def check_apply_rope(candidate: Callable[..., Any]) -> str:
     expect_gradients(
         "apply_rope", candidate, reference.apply_rope, [x], ("x",), kwargs={"positions": positions}
     )
+    exercise = Exercise(
+        "apply_rope",
+        lambda case: (candidate, reference.apply_rope),
+        positional=1,
+        alloc=_rope_values,
+        close=_close_to_float32,
+    )
+    generated = expect_contract_cases(ROPE_CONTRACT, exercise, contract_cases(ROPE_CONTRACT))
+    default_positions = Exercise(
+        "apply_rope",
+        lambda case: (candidate, reference.apply_rope),
+        positional=1,
+        extra=lambda case, tensors: {"positions": None},
+    )
+    generated += expect_inputs_device(ROPE_CONTRACT, default_positions)
     return (
-        "9 cases (batch axes, odd T, offset and scattered positions, base, 4 dtypes, a transposed view) and "
-        "gradients"
+        "9 cases (batch axes, odd T, offset and scattered positions, base, 4 dtypes, a transposed view), "
+        f"gradients, and {generated} cases from the exercise's contract (x or positions alone a view, "
+        "d = 6, each dtype kept, x's device)"
     )
 
 
@@ -673,10 +768,49 @@ def check_RotaryMultiHeadAttention(candidate: Callable[..., Any]) -> str:  # noq
         name, module, ref, [randn(2, 5, 16, dtype=torch.float32)], ("x",), kwargs={"positions": positions}
     )
     _expect_rotary_runs_on_cuda(candidate, signature)
+    generated = _expect_rotary_contract(candidate, signature)
     return (
         "9 cases (heads, causal, positions with gaps, masks (b, t, t), (t, t) and (b, 1, t), base, "
-        "bias=False) and gradients"
+        f"bias=False), gradients, and {generated} cases from the exercise's contract (3 heads of 6, x, the "
+        "mask or positions alone a view, float64, x's device)"
     )
+
+
+def _expect_rotary_contract(candidate: Callable[..., Any], signature: str) -> int:
+    """The contract's generated cases on one layer of 3 heads of d_k = 6, in each case's dtype; then
+    is_causal=True without mask or positions on the meta device (what it makes on the CPU meets x)."""
+    d_model, n_heads = ROTARY_CONTRACT.base_sizes()["d_model"], 3
+
+    def pair() -> tuple[nn.Module, nn.Module]:
+        ref = reference.RotaryMultiHeadAttention(d_model, n_heads)
+        module = call("RotaryMultiHeadAttention", candidate, d_model, n_heads, hint=signature)
+        _copy_parameters(module, ref, f"Your RotaryMultiHeadAttention({d_model}, {n_heads})")
+        return module, ref
+
+    module, ref = pair()
+
+    def functions(case: Case) -> tuple[Callable[..., Any], Callable[..., Any]]:
+        if case.changed == "meta":
+            learner, course = pair()
+            return learner.to("meta"), course.to("meta")
+        return module.to(case.dtype), ref.to(case.dtype)
+
+    exercise = Exercise(
+        "RotaryMultiHeadAttention.forward",
+        functions,
+        positional=1,
+        extra=lambda case, tensors: {"is_causal": True},
+        alloc=_rope_values,
+    )
+    cases = contract_cases(ROTARY_CONTRACT, one_kind_each=True)  # the mask expanded: one (t, t) for the batch
+    ran = expect_contract_cases(ROTARY_CONTRACT, exercise, cases)
+    bare = Exercise(
+        "RotaryMultiHeadAttention.forward",
+        functions,
+        positional=1,
+        extra=lambda case, tensors: {"mask": None, "positions": None, "is_causal": True},
+    )
+    return ran + expect_inputs_device(ROTARY_CONTRACT, bare)
 
 
 def _expect_mask_broadcasts(
