@@ -69,7 +69,7 @@ DEMONSTRATIONS: dict[str, frozenset[str]] = {
     }),
     "07_kv_cache": frozenset({
         "0dcecc50", "c0f9935a", "9efb07d7", "1a98e6ce", "5780aa3d", "43f77b28", "1386ffe2", "7520c99f",
-        "6762fddb", "2062fdc7", "60c25d83", "4c8c6a59", "9831df85",
+        "08c294fd", "ex4-colleague-test", "6762fddb", "2062fdc7", "60c25d83", "4c8c6a59", "9831df85",
     }),
     "08_triton_flash_attention": frozenset({
         "b5796fc3", "8ef0e7ff", "db9650df", "3bd1e38e", "99fc24b2", "36223e93", "b814607d", "fc31f0e2",
