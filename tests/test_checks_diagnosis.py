@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from learner_code import SCORES, learner
 
+import attn_course.checks
 from attn_course.checks import CheckFailed, check_dot_product_scores
 from attn_course.checks._diagnosis import LAYERS, Failure, diagnose_failure, primary, render
 from attn_course.checks._harness import Mistake, expect_close, is_close
@@ -64,3 +67,57 @@ def test_a_check_failure_carries_the_finding_its_message_is_about():
     assert "passes this check written `return (q @ k.transpose(-2, -1)).roll(0, dims=-1)`" in str(
         failure.value
     )
+
+
+def _gradients_failure(**overrides):
+    """A failure over a tuple of three results, as a backward check's (dq, dk, dv)."""
+    ones = torch.ones(2, 3)
+    fields = {
+        "actual": (ones, -2 * ones, 3 * ones),
+        "expected": (ones, 2 * ones, 3 * ones),
+        "what": "Your g(x)",
+        "called": "\n(Called as g(x).)",
+        "close": is_close,
+        "parts": ("da", "db", "dc"),
+    }
+    return Failure(**{**fields, **overrides})
+
+
+def test_a_tuple_of_results_runs_the_same_layers_as_a_tensor():
+    ones = torch.ones(2, 3)
+    negated = Mistake("negates db.", lambda: (ones, -2 * ones, 3 * ones))
+    failure = _gradients_failure(mistakes=[negated])
+    found = diagnose_failure(failure)
+    assert primary(found) == "known-mistake" and set(found) == {"known-mistake"}
+    assert render(failure, found) == "Your g(x) negates db.\n(Called as g(x).)"
+
+
+def test_only_the_parts_a_check_owns_are_compared():
+    ones = torch.ones(2, 3)
+    wrong_elsewhere = Mistake("negates db and drops da.", lambda: (0 * ones, -2 * ones, 0 * ones))
+    assert "known-mistake" not in diagnose_failure(_gradients_failure(mistakes=[wrong_elsewhere]))
+    found = diagnose_failure(_gradients_failure(mistakes=[wrong_elsewhere], owned=(1,)))
+    assert found["known-mistake"].evidence == ("negates db and drops da.",)
+
+
+def test_a_tuple_unnamed_is_located_by_the_check_with_its_hint():
+    failure = _gradients_failure(locate=lambda: "gives the wrong db: negated.", unnamed_hint="\nLook at db.")
+    found = diagnose_failure(failure, only=("known-mistake", "where-wrong"))
+    assert primary(found) == "where-wrong"
+    assert render(failure, found) == "Your g(x) gives the wrong db: negated.\nLook at db.\n(Called as g(x).)"
+    plain = _gradients_failure()  # no locate: the first wrong part, described
+    text = render(plain, diagnose_failure(plain, only=("where-wrong",)))
+    assert text.startswith("Your g(x) gives the wrong db: ")
+
+
+def test_no_check_wires_the_diagnosis_order_itself():
+    """The layers' own functions are called from `_diagnosis.py` alone: the order is written once."""
+    checks = Path(attn_course.checks.__file__).parent
+    for path in sorted(checks.glob("*.py")):
+        if path.name in ("_diagnosis.py", "_mutants.py", "_calls.py"):
+            continue
+        source = path.read_text()
+        for layer in ("name_by_mutation(", "misplaced_in(", "slips_message("):
+            if path.name == "_harness.py" and layer == "slips_message(":
+                continue  # narrow_slips says the narrowed slips again, as the renderer does
+            assert layer not in source, f"{path.name} calls {layer[:-1]}: diagnose through _diagnosis.fail"

@@ -11,17 +11,19 @@ tensor the forward saves for the backward.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 
 from attn_course import flash, reference
-from attn_course.checks._calls import misplaced_in
+from attn_course.checks._diagnosis import Failure, fail
 from attn_course.checks._harness import (
     CheckFailed,
+    Mistake,
     call,
     check,
     cuda_device,
@@ -33,8 +35,6 @@ from attn_course.checks._harness import (
     learner_raised,
     randn,
 )
-from attn_course.checks._mutants import last_candidate, name_by_mutation
-from attn_course.checks._repairs import foreign_step, name_by_repair, unquoted
 from attn_course.checks.flash import _FUSED, _OpRecorder
 
 Grads = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
@@ -318,6 +318,20 @@ def _grads_close(actual: Sequence[torch.Tensor], expected: Sequence[torch.Tensor
     return all(is_close(a, e.to(a.dtype)) for a, e in zip(actual, expected, strict=True))
 
 
+_LAYERS = ("known-mistake", "mutant", "repair", "misplaced-arguments", "where-wrong")
+"""The diagnosis layers a backward check runs on its gradients (in the pipeline's one order)."""
+
+_CAUSAL_PART = (
+    "\nThe cases with is_causal=False passed, so the mistake is in the causal part: the mask inside "
+    "the tiles that cross the diagonal (key j allowed when j <= i + T_k − T_q, the scores of the "
+    "others −inf before P = exp(S − lse)) or the blocks the loops skip."
+)
+
+
+def _close_part(actual: torch.Tensor, expected: torch.Tensor) -> bool:
+    return is_close(actual, expected.to(actual.dtype))
+
+
 def _diagnose(
     what: str,
     actual: Grads,
@@ -329,45 +343,33 @@ def _diagnose(
     called_as: str,
     plain_passed: bool = False,
     candidate: Any = None,
-) -> None:
-    """Raise naming the first slip whose gradients `actual` matches; else say where `actual` is wrong.
+    wiring: Sequence[Mistake] = (),
+) -> NoReturn:
+    """Raise naming the slips whose gradients `actual` matches; else say where `actual` is wrong.
 
-    `plain_passed`: the same function passed the cases without the causal mask. `candidate`: the
-    learner's function or class (else the one the check called last), read for misplaced arguments.
+    The one diagnosis pipeline (`_diagnosis.py`) on the tuple (dq, dk, dv): the `wiring` mistakes and
+    the `slips`, the reference's mutants, the learner's line changed once or their misplaced
+    arguments, and `_locate`. `plain_passed`: the same function passed the cases without the causal
+    mask. `candidate`: the learner's function or class (else the one the check called last), read for
+    misplaced arguments. `called_as=""` where `what` says how it was called.
     """
-    where = f"\n(Called as {called_as}.)"
-    for message, slip in slips:
-        try:
-            wrong = _slip_grads(slip, *inputs, is_causal, *blocks)
-        except RuntimeError:  # a slip that cannot run on these shapes (a transpose of a non-square tile)
-            continue
-        if not _grads_close(wrong, expected) and _grads_close(actual, wrong):
-            raise CheckFailed(f"{what} {message}{where}")
-    wrong_grads = [
-        i for i in range(len(expected)) if not is_close(actual[i], expected[i].to(actual[i].dtype))
+    simulated = [
+        Mistake(message, functools.partial(_slip_grads, slip, *inputs, is_causal, *blocks))
+        for message, slip in slips
     ]
-    derived = (
-        name_by_mutation(actual[wrong_grads[0]], expected[wrong_grads[0]], is_close) if wrong_grads else None
+    failure = Failure(
+        actual,
+        expected,
+        what,
+        f"\n(Called as {called_as}.)" if called_as else "",
+        _close_part,
+        [*wiring, *simulated],
+        parts=NAMES,
+        locate=lambda: _locate(actual, expected, inputs, is_causal, blocks),
+        candidate=candidate,
+        unnamed_hint=_CAUSAL_PART if is_causal and plain_passed else "",
     )
-    found = (
-        f"gives the wrong {NAMES[wrong_grads[0]]}: it {unquoted(derived)}"
-        if derived
-        else _locate(actual, expected, inputs, is_causal, blocks)
-    )
-    own_line = not derived or foreign_step(derived)  # the learner's line says more than a foreign step
-    misplaced = "" if derived else misplaced_in(candidate or last_candidate())  # names say what they mean
-    repair = name_by_repair(expected[wrong_grads[0]], is_close) if wrong_grads and own_line else None
-    if misplaced:
-        found += f"\n{misplaced}"
-    elif repair:
-        found += f"\n{repair}"
-    if is_causal and plain_passed and not (repair or misplaced):
-        found += (
-            "\nThe cases with is_causal=False passed, so the mistake is in the causal part: the mask inside "
-            "the tiles that cross the diagonal (key j allowed when j <= i + T_k − T_q, the scores of the "
-            "others −inf before P = exp(S − lse)) or the blocks the loops skip."
-        )
-    raise CheckFailed(f"{what} {found}{where}")
+    fail(failure, only=_LAYERS)
 
 
 def _locate(
@@ -755,29 +757,43 @@ def check_softmax_backward(candidate: Callable[..., Any]) -> str:
         (expected,) = torch.autograd.grad(torch.softmax(leaf, dim=dim), leaf, grad_p)
         if is_close(out, expected):
             continue
-        for message, kind in _SOFTMAX_SLIPS:
-            wrong = _softmax_slip(kind)(p, grad_p, dim)
-            if not is_close(wrong, expected) and is_close(out, wrong):
-                raise CheckFailed(f"{what} {message}")
-        if _elementwise(candidate, p, grad_p, dim, out):
-            raise CheckFailed(
-                f"{what} treats softmax as if each output depended on its own input only: each entry of "
-                "your dx moves with its own grad_p entry and no other, a diagonal Jacobian (p(1 − p) is "
-                "only its diagonal). Every p_j depends on every x_i, J = diag(p) − p pᵀ, so "
-                "dx = p ∘ (grad_p − D), D = Σ_j grad_p_j p_j per row, over dim (keepdim=True)."
-            )
-        repair = name_by_repair(expected, is_close)  # the learner's own line, changed once
-        shown = f"\n{repair}" if repair else ""
-        sums = out.detach().double().sum(dim=dim)
-        if not torch.allclose(sums, torch.zeros_like(sums), atol=1e-4):
-            raise CheckFailed(
-                f"{what} is wrong, and its entries do not sum to 0 along dim={dim}: a softmax's outputs sum "
-                "to 1 whatever x is, so the gradient of x must sum to 0 along the same axis. "
-                "dx = p ∘ (grad_p − D) does, with D = Σ_j grad_p_j p_j taken per row, over dim "
-                f"(keepdim=True). ({difference(out, expected)}){shown}"
-            )
-        raise CheckFailed(f"{what} is wrong: {describe_error(out, expected)}{shown}")
+        mistakes = [
+            Mistake(message, functools.partial(_softmax_slip(kind), p, grad_p, dim))
+            for message, kind in _SOFTMAX_SLIPS
+        ]
+        reading = functools.partial(_softmax_property, candidate, p, grad_p, dim)
+        failure = Failure(
+            out, expected, what, "", is_close, mistakes, diagnose=reading, own_line_with_property=True
+        )
+        fail(failure, only=("known-mistake", "property", "repair", "where-wrong"))
     return "4 shapes, dim=-1, 1 and 0, float32 and float64, against autograd"
+
+
+def _softmax_property(
+    candidate: Callable[..., Any],
+    p: torch.Tensor,
+    grad_p: torch.Tensor,
+    dim: int,
+    actual: torch.Tensor,
+    expected: torch.Tensor,
+) -> str | None:
+    """What property a wrong dx breaks: a diagonal Jacobian, or entries that do not sum to 0 (else None)."""
+    if _elementwise(candidate, p, grad_p, dim, actual):
+        return (
+            "treats softmax as if each output depended on its own input only: each entry of "
+            "your dx moves with its own grad_p entry and no other, a diagonal Jacobian (p(1 − p) is "
+            "only its diagonal). Every p_j depends on every x_i, J = diag(p) − p pᵀ, so "
+            "dx = p ∘ (grad_p − D), D = Σ_j grad_p_j p_j per row, over dim (keepdim=True)."
+        )
+    sums = actual.detach().double().sum(dim=dim)
+    if not torch.allclose(sums, torch.zeros_like(sums), atol=1e-4):
+        return (
+            f"is wrong, and its entries do not sum to 0 along dim={dim}: a softmax's outputs sum "
+            "to 1 whatever x is, so the gradient of x must sum to 0 along the same axis. "
+            "dx = p ∘ (grad_p − D) does, with D = Σ_j grad_p_j p_j taken per row, over dim "
+            f"(keepdim=True). ({difference(actual, expected)})"
+        )
+    return None
 
 
 def _elementwise(
@@ -1109,33 +1125,23 @@ def _compare_function(
         return
     q0, k0, v0 = q.detach(), k.detach(), v.detach()
     out0, lse0 = flash.flash_attention_forward(q0, k0, v0, is_causal=is_causal, block_size=block_size)
+
+    def wrong_order(order: tuple[int, int, int]) -> Callable[[], Grads]:
+        return lambda: (expected[order[0]], expected[order[1]], expected[order[2]])
+
+    order_message = (
+        "before {}: backward returns the gradients in the order of forward's arguments, "
+        "dq, dk, dv, None, None."
+    )
     wiring = [
-        (
+        Mistake(
             "passes is_causal=False to the backward (or none at all): keep the forward's is_causal on ctx "
             "(ctx.is_causal = is_causal) and hand it to flash_attention_backward.",
-            reference.flash_attention_backward(q0, k0, v0, out0, lse0, grad_out, False, block_size),
+            lambda: reference.flash_attention_backward(q0, k0, v0, out0, lse0, grad_out, False, block_size),
         ),
+        Mistake("returns dk " + order_message.format("dq"), wrong_order((1, 0, 2))),
+        Mistake("returns dv " + order_message.format("dk"), wrong_order((0, 2, 1))),
     ]
-    dq, dk, dv = expected
-    if dq.shape == dk.shape:
-        wiring.append(
-            (
-                "returns dk before dq: backward returns the gradients in the order of forward's "
-                "arguments, dq, dk, dv, None, None.",
-                (dk, dq, dv),
-            )
-        )
-    if dk.shape == dv.shape:
-        wiring.append(
-            (
-                "returns dv before dk: backward returns the gradients in the order of forward's "
-                "arguments, dq, dk, dv, None, None.",
-                (dq, dv, dk),
-            )
-        )
-    for message, wrong in wiring:
-        if not _grads_close(wrong, expected) and _grads_close(grads, wrong):
-            raise CheckFailed(f"The backward of {called} {message}")
     _diagnose(
         f"The backward of {called}",
         grads,
@@ -1144,8 +1150,9 @@ def _compare_function(
         (q0, k0, v0, grad_out),
         is_causal,
         (min(block_size, q.shape[-2]), min(block_size, t_k)),
-        called,
+        "",
         candidate=candidate,
+        wiring=wiring,
     )
 
 

@@ -14,10 +14,11 @@ every pair a kernel might use), and otherwise located (which gradient, which row
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 
@@ -37,7 +38,8 @@ from attn_course.checks._contracts import (
     view_cases,
     view_words,
 )
-from attn_course.checks._harness import CheckFailed, check
+from attn_course.checks._diagnosis import Failure, fail
+from attn_course.checks._harness import CheckFailed, Mistake, check
 from attn_course.checks._triton_harness import (
     Mode,
     expect_all_written,
@@ -542,58 +544,64 @@ def _name_mistake(
     blocks: tuple[int, int] | None = None,
     owned: tuple[int, ...] = (0, 1, 2),
     hint: str = "",
-) -> None:
-    """Raise naming the first known mistake `grads` matches on the `owned` gradients; else locate it.
+) -> NoReturn:
+    """Raise naming the known mistakes `grads` matches on the `owned` gradients; else locate it.
 
-    `blocks`: the kernel's (BLOCK_M, BLOCK_N) where the check chose them; else every pair of
-    `_BLOCK_SIZES` is tried. `hint` is added to a located (unnamed) mistake.
+    The one diagnosis pipeline (`_diagnosis.py`), narrowed to the known mistakes and `_locate`. The
+    tiled slips are tried with the kernel's (BLOCK_M, BLOCK_N) where the check chose them, `blocks`;
+    else with every pair of `_BLOCK_SIZES`. `hint` is added to a located (unnamed) mistake.
     """
     t_q, t_k, causal, strided = case[2], case[3], case[5], case[6]
 
-    def matches(slip: dict[str, Any], block_m: int, block_n: int) -> bool:
-        try:
-            wrong = _slip_grads(slip, *inputs, causal, block_m, block_n)
-        except RuntimeError:  # a slip that cannot run with these blocks (the lse of a key block's rows)
-            return False
-        return not all(close(wrong[i], expected[i], mode.gpu) for i in owned) and all(
-            close(grads[i], wrong[i], mode.gpu) for i in owned
-        )
+    def slip(message: str, knobs: dict[str, Any], block_m: int, block_n: int) -> Mistake:
+        return Mistake(message, functools.partial(_slip_grads, knobs, *inputs, causal, block_m, block_n))
 
-    block_free = [(message, slip) for message, slip in _COMMON_SLIPS if "transpose" not in str(slip)]
+    block_free = [(message, knobs) for message, knobs in _COMMON_SLIPS if "transpose" not in str(knobs)]
     if owned == (0, 1, 2):  # the wrapper: what it hands the kernels
         block_free += _wrapper_slips(inputs[0].shape[-1])
     # A dK/dV kernel launched by the check cannot drop a key block (the grid is the check's): what
     # looks like it is a query loop that never reaches those keys.
-    tiled = [(m, slip) for m, slip in _TILED_SLIPS if not (owned == (1, 2) and slip.get("tail") is False)]
-    for message, slip in block_free:
-        if matches(slip, t_q, t_k):
-            raise CheckFailed(f"{what} {message}\n(Called as {called}.)")
+    tiled = [(m, knobs) for m, knobs in _TILED_SLIPS if not (owned == (1, 2) and knobs.get("tail") is False)]
+    mistakes = [slip(message, knobs, t_q, t_k) for message, knobs in block_free]
     pairs = [blocks] if blocks is not None else itertools.product(_BLOCK_SIZES, repeat=2)
     for block_m, block_n in pairs:
         if blocks is None and (block_m >= 2 * max(t_q, 16) or block_n >= 2 * max(t_k, 16)):
             continue
-        for message, slip in tiled:
-            if matches(slip, block_m, block_n):
-                raise CheckFailed(f"{what} {message}\n(Called as {called}.)")
+        mistakes += [slip(message, knobs, block_m, block_n) for message, knobs in tiled]
     if strided:
-        q_c, k_c, v_c, grad_out_c = (
-            torch.as_strided(x, x.shape, torch.empty(x.shape).stride()) for x in inputs
+        mistakes.append(Mistake(_views_message(owned), functools.partial(_read_contiguous, inputs, causal)))
+    failure = Failure(
+        grads,
+        expected,
+        what,
+        f"\n(Called as {called}.)",
+        functools.partial(close, gpu=mode.gpu),
+        mistakes,
+        parts=NAMES,
+        owned=owned,
+        locate=lambda: _locate(grads, expected, inputs, causal, blocks or (32, 32), owned=owned),
+        unnamed_hint=hint,
+    )
+    fail(failure, only=("known-mistake", "where-wrong"))
+
+
+def _read_contiguous(inputs: Inputs, causal: bool) -> Grads:
+    """The gradients of q, k, v and grad_out read as if they were contiguous (their own strides ignored)."""
+    q_c, k_c, v_c, grad_out_c = (torch.as_strided(x, x.shape, torch.empty(x.shape).stride()) for x in inputs)
+    with torch.enable_grad():
+        return _autograd_grads(q_c, k_c, v_c, grad_out_c, causal)
+
+
+def _views_message(owned: tuple[int, ...]) -> str:
+    """What a backward that reads views as contiguous is told: by the wrapper, or by a kernel."""
+    return (
+        "is wrong for inputs that are views: q.transpose(1, 2) of a (B, T, H, d) tensor keeps its rows "
+        "(B, T, H, d) apart. "
+        + (
+            "Pass the strides of q, k, v and grad_out (and of dq, dk, dv) to the kernels, or call "
+            ".contiguous() first."
+            if owned == (0, 1, 2)
+            else "Step each pointer by its own tensor's strides: row i of q and dO at i * stride_qm "
+            "and i * stride_dom, key j of k and v at j * stride_kn and j * stride_vn."
         )
-        wrong = _autograd_grads(q_c, k_c, v_c, grad_out_c, causal)
-        if not all(close(wrong[i], expected[i], mode.gpu) for i in owned) and all(
-            close(grads[i], wrong[i], mode.gpu) for i in owned
-        ):
-            raise CheckFailed(
-                f"{what} is wrong for inputs that are views: q.transpose(1, 2) of a (B, T, H, d) tensor "
-                "keeps its rows (B, T, H, d) apart. "
-                + (
-                    "Pass the strides of q, k, v and grad_out (and of dq, dk, dv) to the kernels, or call "
-                    ".contiguous() first."
-                    if owned == (0, 1, 2)
-                    else "Step each pointer by its own tensor's strides: row i of q and dO at i * stride_qm "
-                    "and i * stride_dom, key j of k and v at j * stride_kn and j * stride_vn."
-                )
-                + f"\n(Called as {called}.)"
-            )
-    found = _locate(grads, expected, inputs, causal, blocks or (32, 32), owned=owned)
-    raise CheckFailed(f"{what} {found}{hint}\n(Called as {called}.)")
+    )
