@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import types
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,8 @@ from learner_code import SCORES, learner
 import attn_course.checks
 from attn_course.checks import CheckFailed, check_dot_product_scores
 from attn_course.checks._diagnosis import LAYERS, Failure, diagnose_failure, primary, render
-from attn_course.checks._harness import Mistake, expect_close, is_close
+from attn_course.checks._harness import Mistake, expect_close, is_close, library_dirs
+from attn_course.checks._upstream import learner_upstream
 
 
 def test_the_order_of_diagnosis_is_written_once():
@@ -121,3 +123,28 @@ def test_no_check_wires_the_diagnosis_order_itself():
             if path.name == "_harness.py" and layer == "slips_message(":
                 continue  # narrow_slips says the narrowed slips again, as the renderer does
             assert layer not in source, f"{path.name} calls {layer[:-1]}: diagnose through _diagnosis.fail"
+
+
+def test_an_earlier_exercise_is_found_in_each_namespace_that_holds_it(tmp_path):
+    """A learner's helpers in a copy of their globals: two namespaces equal as dicts, each swapped."""
+    learner_file = tmp_path / "learner.py"
+    learner_file.write_text(
+        "import torch\n\n"
+        "def causal_mask(t_q, t_k):\n"
+        "    return torch.ones(t_q, t_k, dtype=torch.bool).triu(1)\n\n"
+        "def mask_of(t):\n"
+        "    return causal_mask(t, t)\n"
+    )
+    first: dict = {}
+    exec(compile(learner_file.read_text(), str(learner_file), "exec"), first)
+    second = dict(first)  # equal to `first` as a dict, but another namespace
+    from_second = types.FunctionType(first["mask_of"].__code__, second, "mask_of")
+    caller_file = tmp_path / "caller.py"
+    caller_file.write_text(
+        "def attention(q, k, v, is_causal=False):\n    return mask_of(1), mask_of_too(1)\n"
+    )
+    third = {"mask_of": first["mask_of"], "mask_of_too": from_second}
+    exec(compile(caller_file.read_text(), str(caller_file), "exec"), third)
+    found = learner_upstream("attention", third["attention"], library_dirs())
+    assert len(found) == 2 and {id(namespace) for namespace, _ in found} == {id(first), id(second)}
+    assert [used for _, used in found] == ["causal_mask", "causal_mask"]
