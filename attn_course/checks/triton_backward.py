@@ -54,13 +54,15 @@ from attn_course.checks.backward import (
     _COMMON_SLIPS,
     _TILED_SLIPS,
     NAMES,
+    BackwardVariant,
     Grads,
     Inputs,
+    Slip,
     _autograd_grads,
     _AutogradCalls,
     _locate,
     _refuse_autograd,
-    _slip_grads,
+    _tiled_backward,
 )
 from attn_course.progress import has_passed
 
@@ -486,28 +488,28 @@ def _kernels_passed(candidate: Any) -> bool:
     return all(name in found and has_passed(name, found[name]) for name in (DKDV, DQ))
 
 
-def _wrapper_slips(d: int) -> list[tuple[str, dict[str, Any]]]:
+def _wrapper_slips(d: int) -> list[Slip]:
     """The wrapper's mistakes in what it gives the kernels: the scale, the lse, the tensor read as dO."""
     return [
         (
             f"gives the kernels sm_scale = 1/d ({1 / d:.4g}): the scale of S = QKᵀ/√d is 1 / math.sqrt(d) "
             f"({d**-0.5:.4g}), and the kernels use it for S, dQ and dK alike.",
-            dict(sm_scale=1 / d),
+            BackwardVariant(sm_scale=1 / d),
         ),
         (
             "gives the kernels sm_scale = 1: the scale of S = QKᵀ/√d is 1 / math.sqrt(d), and the kernels "
             "use it for S, dQ and dK alike.",
-            dict(sm_scale=1.0),
+            BackwardVariant(sm_scale=1.0),
         ),
         (
             "hands the kernels the lse already in base 2 (× log2 e): they take the forward's natural-log lse "
             "and do their own conversion, so pass lse.float() as it is.",
-            dict(lse_factor=math.log2(math.e)),
+            BackwardVariant(lse_factor=math.log2(math.e)),
         ),
         (
             "gives the dK/dV kernel the output where it reads dO: dV = Pᵀ dO and dP = dO Vᵀ need grad_out "
             "(the dQ kernel, given grad_out, is right).",
-            dict(do_for_kv="out"),
+            BackwardVariant(do_for_kv="out"),
         ),
     ]
 
@@ -553,21 +555,23 @@ def _name_mistake(
     """
     t_q, t_k, causal, strided = case[2], case[3], case[5], case[6]
 
-    def slip(message: str, knobs: dict[str, Any], block_m: int, block_n: int) -> Mistake:
-        return Mistake(message, functools.partial(_slip_grads, knobs, *inputs, causal, block_m, block_n))
+    def slip(message: str, variant: BackwardVariant, block_m: int, block_n: int) -> Mistake:
+        return Mistake(
+            message, functools.partial(_tiled_backward, *inputs, causal, block_m, block_n, variant)
+        )
 
-    block_free = [(message, knobs) for message, knobs in _COMMON_SLIPS if "transpose" not in str(knobs)]
+    block_free = [(message, variant) for message, variant in _COMMON_SLIPS if not variant.transposes]
     if owned == (0, 1, 2):  # the wrapper: what it hands the kernels
         block_free += _wrapper_slips(inputs[0].shape[-1])
     # A dK/dV kernel launched by the check cannot drop a key block (the grid is the check's): what
     # looks like it is a query loop that never reaches those keys.
-    tiled = [(m, knobs) for m, knobs in _TILED_SLIPS if not (owned == (1, 2) and knobs.get("tail") is False)]
-    mistakes = [slip(message, knobs, t_q, t_k) for message, knobs in block_free]
+    tiled = [(m, variant) for m, variant in _TILED_SLIPS if not (owned == (1, 2) and not variant.tail)]
+    mistakes = [slip(message, variant, t_q, t_k) for message, variant in block_free]
     pairs = [blocks] if blocks is not None else itertools.product(_BLOCK_SIZES, repeat=2)
     for block_m, block_n in pairs:
         if blocks is None and (block_m >= 2 * max(t_q, 16) or block_n >= 2 * max(t_k, 16)):
             continue
-        mistakes += [slip(message, knobs, block_m, block_n) for message, knobs in tiled]
+        mistakes += [slip(message, variant, block_m, block_n) for message, variant in tiled]
     if strided:
         mistakes.append(Mistake(_views_message(owned), functools.partial(_read_contiguous, inputs, causal)))
     failure = Failure(
