@@ -9,9 +9,11 @@ With their default knobs both compute the right answer (tests check that); each 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections.abc import Callable
+from dataclasses import dataclass, fields
 from typing import Any
 
 import torch
@@ -171,29 +173,10 @@ STREAMING_SOFTMAX_MISTAKES = [
 # tiled attention
 
 
-def tiled_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    *,
-    causal: bool,
-    block_m: int,
-    block_n: int,
-    scale: float | None = None,
-    rescale_acc: bool = True,
-    rescale_sum: bool = True,
-    tail: bool = True,
-    mask: str = "right",
-    bound: str = "last-query",
-    average_blocks: bool = False,
-    tile_softmax: bool = False,
-    padded_score_zero: bool = False,
-    rescale: str = "right",
-    normalise: bool = True,
-    guarded: bool = False,
-    local_in_every_tile: bool = False,
-) -> torch.Tensor:
-    """Attention over (block_m, block_n) tiles in float64, one knob per mistake; defaults are right.
+@dataclass(frozen=True)
+class TiledVariant:
+    """How one tiled attention is written: the right one with the defaults, each other value a named
+    mistake (`tiled_attention` computes what it gives; `tiled_attention_table` names each).
 
     mask (causal only): "right" (key j allowed when j <= i + T_k - T_q), "strict" (<), "top-left"
     (offset 0, for the loop bound too), "skip-diagonal" (only key blocks wholly allowed are visited),
@@ -207,10 +190,53 @@ def tiled_attention(
     count; tile_softmax: a softmax per tile, carried on as if it were exp(s - m); average_blocks: a
     softmax per key block, averaged; rescale: "right" (alpha = exp(m_old - m_new)), "inverted"
     (exp(m_new - m_old)) or "old-max" (p taken against the maximum before this block); normalise: False
-    returns acc without dividing;
-    guarded: a row that a mistake leaves with no key gives 0, as a kernel that divides by
-    tl.where(l == 0, 1, l) stores, instead of NaN.
+    returns acc without dividing; rescale_acc, rescale_sum: False leaves that one unrescaled; scale: the
+    scores' scale (1/√d when None); guarded: a row that a mistake leaves with no key gives 0, as a
+    kernel that divides by tl.where(l == 0, 1, l) stores, instead of NaN.
     """
+
+    scale: float | None = None
+    rescale_acc: bool = True
+    rescale_sum: bool = True
+    tail: bool = True
+    mask: str = "right"
+    bound: str = "last-query"
+    average_blocks: bool = False
+    tile_softmax: bool = False
+    padded_score_zero: bool = False
+    rescale: str = "right"
+    normalise: bool = True
+    guarded: bool = False
+    local_in_every_tile: bool = False
+
+    def knobs(self) -> dict[str, Any]:
+        """The fields that differ from the right variant, as keyword arguments of `tiled_attention`."""
+        right = TiledVariant()
+        return {
+            f.name: getattr(self, f.name)
+            for f in fields(self)
+            if getattr(self, f.name) != getattr(right, f.name)
+        }
+
+
+def tiled_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: bool,
+    block_m: int,
+    block_n: int,
+    variant: TiledVariant | None = None,
+    **knobs: Any,
+) -> torch.Tensor:
+    """Attention over (block_m, block_n) tiles in float64, written as `variant` (fields of `TiledVariant`
+    may also be given one by one, as keywords); the defaults are right."""
+    w = dataclasses.replace(variant or TiledVariant(), **knobs)
+    scale, mask, bound, rescale, tail = w.scale, w.mask, w.bound, w.rescale, w.tail
+    rescale_acc, rescale_sum, normalise, guarded = w.rescale_acc, w.rescale_sum, w.normalise, w.guarded
+    average_blocks, tile_softmax, padded_score_zero = w.average_blocks, w.tile_softmax, w.padded_score_zero
+    local_in_every_tile = w.local_in_every_tile
     q, k, v = (x.detach().to("cpu", torch.float64) for x in (q, k, v))
     t_q, d = q.shape[-2:]
     t_k = k.shape[-2]
@@ -278,13 +304,15 @@ def tiled_attention(
     return out
 
 
-_BLOCK_FREE = (
-    {"mask": "none"},
-    {"mask": "strict"},
-    {"mask": "strict", "guarded": True},
-    {"mask": "top-left"},
+_BLOCK_FREE = frozenset(
+    {
+        TiledVariant(mask="none"),
+        TiledVariant(mask="strict", guarded=True),
+        TiledVariant(mask="top-left"),
+    }
 )
-"""Knobs whose result does not depend on the block sizes."""
+"""Variants tried once, at any block sizes (their result does not depend on them). The unguarded strict
+mask does not either, but is tried per block shape, as it was when this was a list of knob dicts."""
 
 
 def tiled_attention_mistakes(
@@ -296,139 +324,151 @@ def tiled_attention_mistakes(
     None for all of them, False for those whose result does not depend on the block sizes (the
     causal mask's kind), True for the others (which a caller tries for each block shape).
     """
+    table = tiled_attention_variants(causal, python=python)
+    declared = {variant for _, variant in table}
     return [
-        Mistake(message, functools.partial(simulate, **knobs, **guard))
-        for knobs, message in tiled_attention_table(causal, python=python)
-        if blocked is None or (knobs in _BLOCK_FREE) != blocked
-        # each with and without notebook 06's given guard: a row the slip leaves with no key gives 0 or NaN
-        for guard in ([{}] if "guarded" in knobs else [{}, {"guarded": True}])
+        Mistake(message, functools.partial(simulate, **variant.knobs(), **guard))
+        for message, variant in table
+        if blocked is None or (variant in _BLOCK_FREE) != blocked
+        # each with and without notebook 06's given guard (a row the slip leaves with no key gives 0 or
+        # NaN), unless the table declares the guarded one itself
+        for guard in (
+            [{}] if dataclasses.replace(variant, guarded=True) in declared else [{}, {"guarded": True}]
+        )
     ]
 
 
 def tiled_attention_table(causal: bool, *, python: bool) -> list[tuple[dict[str, Any], str]]:
-    """(knobs of `tiled_attention`, message) of every named mistake, for causal or plain attention."""
+    """(knobs of `tiled_attention`, message) of every named mistake (`tiled_attention_variants`)."""
+    return [
+        (variant.knobs(), message) for message, variant in tiled_attention_variants(causal, python=python)
+    ]
+
+
+def tiled_attention_variants(causal: bool, *, python: bool) -> list[tuple[str, TiledVariant]]:
+    """(message, variant) of every named mistake of tiled attention, for causal or plain attention."""
     acc = "the output accumulator" if python else "the accumulator acc"
     total = "the running sum" if python else "the running sum l"
     bound = "(qs + block) + T_k - T_q" if python else "(pid_m + 1) * BLOCK_M + T_k - T_q"
-    table: list[tuple[dict[str, Any], str]] = [
+    table: list[tuple[str, TiledVariant]] = [
         (
-            {"rescale_acc": False},
             f"does not rescale {acc} when the running maximum grows: it holds sums of exp(s - m_old)·v, "
             "so multiply it by alpha = exp(m_old - m_new) before adding p @ v_block, exactly as you "
             "rescale the running sum.",
+            TiledVariant(rescale_acc=False),
         ),
         (
-            {"rescale_sum": False},
             f"does not rescale {total} (the softmax denominator) when the running maximum grows: "
             "multiply it by alpha = exp(m_old - m_new) before adding the block's p.sum(-1), as you do "
             "for the accumulator.",
+            TiledVariant(rescale_sum=False),
         ),
         (
-            {"rescale_acc": False, "rescale_sum": False},
             "rescales neither the running sum nor the accumulator when the maximum grows: terms "
             "computed with an old maximum must be multiplied by alpha = exp(m_old - m_new) before new "
             "ones are added.",
+            TiledVariant(rescale_acc=False, rescale_sum=False),
         ),
         (
-            {"rescale": "inverted"},
             "rescales the wrong way round: when the running maximum grows from m_old to m_new the old "
             "terms exp(s - m_old) become exp(s - m_new) = exp(s - m_old) · exp(m_old - m_new), so alpha "
             "= exp(m_old - m_new), a factor at most 1; you used exp(m_new - m_old) (which is inf while "
             "m_old is still -inf, hence NaN). The same NaN comes from p = exp(s - m_old) taken before "
             "the maximum is updated: compute m_new first, then p = exp(s - m_new).",
+            TiledVariant(rescale="inverted"),
         ),
         (
-            {"normalise": False},
             "never divides by the running sum: after the last key block the output of each query row is "
             "acc / l (the accumulated p @ v over the softmax's denominator).",
+            TiledVariant(normalise=False),
         ),
         (
-            {"tile_softmax": True},
             "normalises each tile's probabilities on their own (a softmax per tile): the running sum is "
             "the one normaliser, so a tile's p is exp(s - m_new), unnormalised, and acc / l divides once at "
             "the end.",
+            TiledVariant(tile_softmax=True),
         ),
         (
-            {"average_blocks": True},
             "averages a softmax per key block: each block's softmax sums to 1 on its own, so averaging "
             "them weighs a block of unimportant keys like a block of important ones. Keep a running "
             "maximum, sum and accumulator per query row across the blocks and divide once at the end.",
+            TiledVariant(average_blocks=True),
         ),
         (
-            {"tail": False},
             "drops the ragged last key block: when T_k is not a multiple of the block size the last "
             "block is shorter and still counts. Loop with range(0, T_k, block) and slice (or mask) it.",
+            TiledVariant(tail=False),
         ),
     ]
     if causal:  # the loop bounds first: a bound that stops early can look like a dropped tail
         return _causal_table(bound) + table
     table.append(
         (
-            {"padded_score_zero": True},
             "gives the keys past T_k in the last, ragged key block a score of 0, so they count in "
             "the softmax: masking their loads is not enough, also set their scores to -inf "
             "(tl.where(offs_n[None, :] < T_k, s, float('-inf'))).",
+            TiledVariant(padded_score_zero=True),
         )
     )
     return table
 
 
-def _causal_table(bound: str) -> list[tuple[dict[str, Any], str]]:
+def _causal_table(bound: str) -> list[tuple[str, TiledVariant]]:
     return [
         (
-            {"mask": "none"},
             "ignores is_causal=True: inside each block, mask with -inf the keys after the query's "
             "position (key j allowed when j <= i + T_k - T_q).",
+            TiledVariant(mask="none"),
         ),
         (
-            {"bound": "one-key-short"},
             "stops the causal key loop one key short: the block's last query, row qe - 1, may attend "
             "key qe - 1 + T_k - T_q, so the loop must run to one past that key, min(T_k, qe + T_k - T_q); "
             "a bound one short leaves that key out where it is the first key of a block.",
+            TiledVariant(bound="one-key-short"),
         ),
         *(
             (
-                {"mask": "strict", "guarded": guarded},
                 "masks the diagonal too: query i may attend key i + T_k - T_q, its own position. Keep "
                 "key j when j <= i + T_k - T_q (<=, not <), and let the key loop reach that key (a bound one "
                 "short of it leaves it out the same way).",
+                TiledVariant(mask="strict", guarded=guarded),
             )
             for guarded in (False, True)  # a row left with no key: NaN, or 0 where l is guarded
         ),
         (
-            {"mask": "top-left"},
             "aligns the causal mask top-left: with T_q != T_k the queries are the LAST T_q positions "
             "(bottom-right alignment, as in attention and causal_mask), so query i sits at position "
             "i + T_k - T_q and may attend key j when j <= i + T_k - T_q; the loop bound moves by "
             "T_k - T_q too.",
+            TiledVariant(mask="top-left"),
         ),
         (
-            {"bound": "first-query"},
             "stops the causal key loop at a bound computed from the block's FIRST query: the last "
             "query of the block, row qs + block - 1, sees keys up to qs + block - 1 + T_k - T_q, so "
             f"loop to min(T_k, {bound}). (It only shows when T_k - T_q is not a multiple of the block "
             "size.)",
+            TiledVariant(bound="first-query"),
         ),
         (
-            {"bound": "no-offset"},
             "stops the causal key loop at the block's own rows, without T_k - T_q: with more keys than "
             "queries the queries are the last T_q positions, so the block's last query sees keys up to "
             f"qs + block - 1 + T_k - T_q. Loop to min(T_k, {bound}).",
+            TiledVariant(bound="no-offset"),
         ),
         (
-            {"bound": "one-block-short"},
             "stops the causal loop one block early: the key block that holds the diagonal is never "
             "visited. The block's last query sees keys up to its row + T_k - T_q, so loop to "
             f"min(T_k, {bound}).",
+            TiledVariant(bound="one-block-short"),
         ),
         *(
             (
-                {"mask": local, "local_in_every_tile": everywhere},
                 "tests the causal condition on the tile's own row and column numbers (0, 1, … within "
                 f"the tile){extra} instead of the positions they stand for: in the tile of query block qs "
                 "and key block ks, row r is query qs + r, at position qs + r + T_k - T_q, and column c is "
                 "key ks + c; keep the key when ks + c <= qs + r + T_k - T_q (rows from "
                 "torch.arange(qs, qe), columns from torch.arange(ks, ke)).",
+                TiledVariant(mask=local, local_in_every_tile=everywhere),
             )
             for local, extra in (
                 ("tile-local", ""),
@@ -437,10 +477,10 @@ def _causal_table(bound: str) -> list[tuple[dict[str, Any], str]]:
             for everywhere in (False, True)  # the test in the tiles that cross the diagonal, or in all
         ),
         (
-            {"mask": "blocks-only"},
             "skips the blocks above the diagonal but does not mask inside the blocks that cross it: a "
             "block holding the diagonal still contains keys after some of its queries; mask them with "
             "-inf (key j allowed when j <= i + T_k - T_q).",
+            TiledVariant(mask="blocks-only"),
         ),
     ]
 
