@@ -24,32 +24,43 @@ from attn_course.checks._harness import Mistake
 # streaming softmax
 
 
-def streaming_softmax(
-    x: torch.Tensor,
-    block_size: int,
-    *,
-    rescale: str = "right",
-    block_max: bool = False,
-    tail: bool = True,
-    start_max: float = -math.inf,
-    masked_lanes_zero: bool = False,
-    subtract_max: bool = True,
-    update_max: bool = True,
-    safe_max: bool = True,
-    carry_max: bool = True,
-    one_pass: bool = False,
-) -> torch.Tensor:
-    """softmax(x) over the last axis, read `block_size` entries at a time, with one knob per mistake.
+@dataclass(frozen=True)
+class StreamingVariant:
+    """How one streaming softmax is written: the right one with the defaults, each other value a named
+    mistake (`streaming_softmax` computes what it gives; `STREAMING_SOFTMAX_VARIANTS` names each).
 
-    rescale: "right" (sum · exp(m_old - m_new)), "none" or "inverted" (· exp(m_new - m_old));
-    block_max: each block's exponentials taken against its own maximum; tail: False drops the ragged
-    last block; start_max: where the running maximum starts (0.0 is a mistake for negative rows);
-    masked_lanes_zero: the last block padded with 0 that counts; subtract_max: False uses exp(x);
-    update_max: False never stores the new maximum (m stays at its start); safe_max: False subtracts
-    a maximum that is still -inf after a block of -inf (exp(-inf - (-inf)) is NaN); carry_max: False
-    takes each block's maximum alone as the running one (m_new = block max, not max(m, block max));
-    one_pass: each block written as soon as it is read, with the running maximum and sum so far.
+    rescale: "right" (sum · exp(m_old - m_new)), "none", "inverted" (· exp(m_new - m_old)) or
+    "inverted-guarded" (the same with its inf set to 0); block_max: each block's exponentials taken
+    against its own maximum; tail: False drops the ragged last block; start_max: where the running
+    maximum starts (0.0 is a mistake for negative rows); masked_lanes_zero: the last block padded with 0
+    that counts; subtract_max: False uses exp(x); update_max: False never stores the new maximum (m stays
+    at its start); safe_max: False subtracts a maximum that is still -inf after a block of -inf
+    (exp(-inf - (-inf)) is NaN); carry_max: False takes each block's maximum alone as the running one
+    (m_new = block max, not max(m, block max)); one_pass: each block written as soon as it is read, with
+    the running maximum and sum so far.
     """
+
+    rescale: str = "right"
+    block_max: bool = False
+    tail: bool = True
+    start_max: float = -math.inf
+    masked_lanes_zero: bool = False
+    subtract_max: bool = True
+    update_max: bool = True
+    safe_max: bool = True
+    carry_max: bool = True
+    one_pass: bool = False
+
+
+def streaming_softmax(
+    x: torch.Tensor, block_size: int, variant: StreamingVariant | None = None, **knobs: Any
+) -> torch.Tensor:
+    """softmax(x) over the last axis, read `block_size` entries at a time, written as `variant` (fields
+    of `StreamingVariant` may also be given one by one, as keywords); the defaults are right."""
+    w = dataclasses.replace(variant or StreamingVariant(), **knobs)
+    rescale, block_max, tail, start_max, one_pass = w.rescale, w.block_max, w.tail, w.start_max, w.one_pass
+    masked_lanes_zero, subtract_max, update_max = w.masked_lanes_zero, w.subtract_max, w.update_max
+    safe_max, carry_max = w.safe_max, w.carry_max
     # without the maximum, overflow is the mistake: compute in x's dtype, as the learner's code does
     x64 = x.detach().to("cpu", torch.float64 if subtract_max else x.dtype)
     n = x64.shape[-1]
@@ -97,75 +108,81 @@ CARRY_MAX_MESSAGE = (
     "far below an earlier block's makes exp(x - m) overflow."
 )
 
-STREAMING_SOFTMAX_MISTAKES = [
-    Mistake(
+STREAMING_SOFTMAX_VARIANTS: list[tuple[str, StreamingVariant]] = [
+    (
         "writes each block as soon as it reads it, with the maximum and sum of the blocks seen so far: "
         "only the last block sees the whole row. Finish the first pass over every block (the row's "
         "maximum m and sum l), then a second pass writes exp(x - m) / l.",
-        lambda x, block_size: streaming_softmax(x, block_size, one_pass=True),
+        StreamingVariant(one_pass=True),
     ),
-    Mistake(
+    (
         "starts the running maximum at 0 instead of -inf: for a row whose entries are all negative the "
         "maximum never moves, so exp(x - 0) can underflow to 0 (and 0 / 0 is NaN) for very negative rows. "
         "Start it at float('-inf').",
-        lambda x, block_size: streaming_softmax(x, block_size, start_max=0.0),
+        StreamingVariant(start_max=0.0),
     ),
-    Mistake(
+    (
         "does not rescale the running sum when the maximum grows: the exponentials summed so far were "
         "taken relative to the old maximum, so before adding a new block multiply the sum by "
         "exp(m_old - m_new), then add exp(block - m_new).sum().",
-        lambda x, block_size: streaming_softmax(x, block_size, rescale="none"),
+        StreamingVariant(rescale="none"),
     ),
-    Mistake(
+    (
         "rescales the running sum the wrong way round: when the maximum grows from m_old to m_new the "
         "old terms exp(x - m_old) become exp(x - m_new) = exp(x - m_old) · exp(m_old - m_new), a factor "
         "below 1; you multiplied by exp(m_new - m_old).",
-        lambda x, block_size: streaming_softmax(x, block_size, rescale="inverted"),
+        StreamingVariant(rescale="inverted"),
     ),
-    Mistake(
+    (
         "rescales the running sum the wrong way round: when the maximum grows from m_old to m_new the "
         "old terms exp(x - m_old) become exp(x - m_new) = exp(x - m_old) · exp(m_old - m_new), a factor "
         "below 1; you multiplied by exp(m_new - m_old).",
-        lambda x, block_size: streaming_softmax(x, block_size, rescale="inverted-guarded"),
+        StreamingVariant(rescale="inverted-guarded"),
     ),
-    Mistake(
+    (
         "uses each block's own maximum and never brings the blocks to a common one: terms exp(x - m_b) "
         "of different blocks cannot be added. Keep one running maximum per row, rescale the running sum "
         "when it grows, and normalise every entry with the final maximum: exp(x - m) / denom.",
-        lambda x, block_size: streaming_softmax(x, block_size, block_max=True),
+        StreamingVariant(block_max=True),
     ),
-    Mistake(
+    (
         "drops the ragged last block: when the length is not a multiple of block_size the last block is "
         "shorter, and it counts too. Loop with range(0, n, block_size) and mask or slice that block "
         "(x[..., start:start + block_size] simply stops at the end).",
-        lambda x, block_size: streaming_softmax(x, block_size, tail=False),
+        StreamingVariant(tail=False),
     ),
-    Mistake(
+    (
         "counts the padding of the last block (a kernel's masked lanes) as entries of value 0: they "
         "enter the maximum and add exp(0 - m) to the sum. Padded or masked positions must count as "
         "-inf (in Triton, tl.load(..., mask=cols < n_cols, other=float('-inf'))), so that they add "
         "exp(-inf) = 0.",
-        lambda x, block_size: streaming_softmax(x, block_size, masked_lanes_zero=True),
+        StreamingVariant(masked_lanes_zero=True),
     ),
-    Mistake(
+    (
         "never updates the running maximum (m = m_new after each block): m stays where it started, "
         "-inf, so each block's sum replaces the previous ones, and the final exp(x - m) is inf. "
         "Keep m_new as the new running maximum at the end of every block.",
-        lambda x, block_size: streaming_softmax(x, block_size, update_max=False),
+        StreamingVariant(update_max=False),
     ),
-    Mistake(
+    (
         "does not subtract the maximum: exp(x) overflows for large scores and underflows for very "
         "negative ones. Keep a running maximum m and sum exp(x - m).",
-        lambda x, block_size: streaming_softmax(x, block_size, subtract_max=False),
+        StreamingVariant(subtract_max=False),
     ),
-    Mistake(
+    (
         SAFE_MAX_MESSAGE,
-        lambda x, block_size: streaming_softmax(x, block_size, safe_max=False),
+        StreamingVariant(safe_max=False),
     ),
-    Mistake(
+    (
         CARRY_MAX_MESSAGE,
-        lambda x, block_size: streaming_softmax(x, block_size, carry_max=False),
+        StreamingVariant(carry_max=False),
     ),
+]
+"""(message, variant) of every named mistake of a streaming softmax."""
+
+STREAMING_SOFTMAX_MISTAKES = [
+    Mistake(message, functools.partial(streaming_softmax, variant=variant))
+    for message, variant in STREAMING_SOFTMAX_VARIANTS
 ]
 """Every named mistake of a streaming softmax, shared by `online_softmax` and `triton_softmax`."""
 
