@@ -566,53 +566,56 @@ def tiled_lse(
 
 
 def tiled_lse_mistakes(simulate: Callable[..., torch.Tensor]) -> list[Mistake]:
-    """The named mistakes of the log-sum-exp; `simulate(kind=...)` computes one on the check's inputs."""
+    """The named mistakes of the log-sum-exp; `simulate(kind=...)` computes one on the check's inputs.
+
+    Declared as (message, variant), as every simulator's mistakes are: here the variant is one `kind`.
+    """
     table = [
         (
-            "last-block",
             "is the log-sum-exp of the last key block only: the lse of a row is m + log(l) with the "
             "final running maximum m and running sum l over ALL key blocks, computed once after the "
             "key loop, not m + log(p.sum(-1)) of the block just visited.",
+            "last-block",
         ),
         (
-            "max-only",
             "is the running maximum m without the log of the sum: the log-sum-exp of a row is "
             "m + log(l), with l the running sum of exp(s - m).",
+            "max-only",
         ),
         (
-            "log2",
             "mixes natural log and log2: m is a maximum of natural-log scores, so add log(l) "
             "(torch.log), not log2(l). The lse is in natural-log units: torch.logsumexp(scores, -1).",
+            "log2",
         ),
         (
-            "base2",
             "is in base 2 (it is the natural log-sum-exp times log2(e)): with exp2 and log2(e) folded "
             "into the scale, m and log2(l) are base-2 quantities; return (m + log2(l)) / log2(e), i.e. "
             "multiply by ln 2, so that lse = torch.logsumexp(scores, -1) in natural log.",
+            "base2",
         ),
         (
-            "unscaled",
             "is the log-sum-exp of the scores without the 1/√d scale: the lse is that of the scaled "
             "scores q @ kᵀ / √d that the softmax uses, m + log(l) with m their running maximum.",
+            "unscaled",
         ),
         (
-            "unmasked",
             "counts the keys the causal mask hides: the lse is that of the scores the softmax sees, "
             "so take it over the same masked scores (m + log(l) of the masked tile loop), not over "
             "every key.",
+            "unmasked",
         ),
         (
-            "block-rows",
             "writes each query block's lse to the rows counted from 0 within the block: store it at "
             "the block's absolute rows, lse[..., qs:qe].",
+            "block-rows",
         ),
     ]
     table.append(
         (
-            "log-sum-only",
             "is log(l) alone, without the running maximum: l sums exp(s - m), so the log-sum-exp of "
             "the scores is m + log(l), the maximum added back.",
+            "log-sum-only",
         )
     )
-    table.insert(5, ("unscaled-max", table[4][1]))
-    return [Mistake(message, functools.partial(simulate, kind=kind)) for kind, message in table]
+    table.insert(5, (table[4][0], "unscaled-max"))
+    return [Mistake(message, functools.partial(simulate, kind=kind)) for message, kind in table]
