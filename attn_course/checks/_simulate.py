@@ -3,8 +3,11 @@
 `streaming_softmax` is a softmax that reads a row in blocks (notebook 06's `online_softmax`, notebook
 08's softmax kernel); `tiled_attention` is attention over (block_m, block_n) tiles with a running
 maximum, sum and accumulator (notebook 06's `flash_attention`, notebook 08's FlashAttention kernel).
-With their default knobs both compute the right answer (tests check that); each knob is one mistake.
-`STREAMING_SOFTMAX_MISTAKES` and `tiled_attention_mistakes` name them, for every check that streams.
+How the code is written is a frozen dataclass of named variants (`StreamingVariant`, `TiledVariant`)
+whose defaults compute the right answer (tests check that); each other value is one mistake. Every
+mistake is declared one way, `(message, variant)` (`STREAMING_SOFTMAX_VARIANTS`,
+`tiled_attention_variants`, `tiled_lse_mistakes`' table); `STREAMING_SOFTMAX_MISTAKES` and
+`tiled_attention_mistakes` turn them into `Mistake`s for every check that streams.
 """
 
 from __future__ import annotations
