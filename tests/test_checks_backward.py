@@ -614,6 +614,14 @@ def _finding(check, candidate, capsys):
             "known-mistake",
             "returns dk before dq",
         ),
+        (  # the Function's own wiring, named alone: not also the backward's slip that computes the same
+            check_FlashAttentionFunction,
+            _function(
+                FORWARD, BACKWARD.replace("ctx.is_causal, ctx.block_size)", "block_size=ctx.block_size)")
+            ),
+            "known-mistake",
+            ") passes is_causal=False to the backward",
+        ),
     ],
 )
 def test_each_backward_failure_carries_the_id_of_its_finding(check, candidate, finding, phrase, capsys):

@@ -94,6 +94,19 @@ def test_a_tuple_of_results_runs_the_same_layers_as_a_tensor():
     assert render(failure, found) == "Your g(x) negates db.\n(Called as g(x).)"
 
 
+def test_a_check_may_name_only_the_first_slip_of_its_ordered_table():
+    ones = torch.ones(2, 3)
+    first, second = (
+        Mistake(words, lambda: (ones, -2 * ones, 3 * ones)) for words in ("negates db.", "flips db.")
+    )
+    assert diagnose_failure(_gradients_failure(mistakes=[first, second]))["known-mistake"].evidence == (
+        "negates db.",
+        "flips db.",
+    )
+    failure = _gradients_failure(mistakes=[first, second], first_slip_only=True)
+    assert diagnose_failure(failure)["known-mistake"].evidence == ("negates db.",)
+
+
 def test_only_the_parts_a_check_owns_are_compared():
     ones = torch.ones(2, 3)
     wrong_elsewhere = Mistake("negates db and drops da.", lambda: (0 * ones, -2 * ones, 0 * ones))

@@ -82,6 +82,10 @@ class Failure:
     wrong part's `describe_error`."""
     candidate: Any = None
     """The learner's function or class, read for misplaced arguments; None for the one called last."""
+    first_slip_only: bool = False
+    """Name the first known mistake that gives the learner's result, without trying the rest: for a table
+    ordered most specific first whose every simulation is costly (notebook 09's tiled backwards, whose
+    FlashAttentionFunction wiring comes before the slips of the backward it calls)."""
     unnamed_hint: str = ""
     """For a tuple: what to look at ("\n..."), said where no known mistake matched and neither the
     learner's misplaced arguments nor their line changed once is shown."""
@@ -166,6 +170,8 @@ def _known_mistakes(failure: Failure, found: Found) -> Finding | None:
                 continue
         if not failure.agree(wrong, expected) and failure.agree(failure.actual, wrong):
             matching.append(mistake.message)
+            if failure.first_slip_only:
+                break
     slips = tuple(dict.fromkeys(matching))
     return Finding("known-mistake", "", slips) if slips else None
 

@@ -386,6 +386,7 @@ def _diagnose(
         parts=NAMES,
         locate=lambda: _locate(actual, expected, inputs, is_causal, blocks),
         candidate=candidate,
+        first_slip_only=True,
         unnamed_hint=_CAUSAL_PART if is_causal and plain_passed else "",
     )
     fail(failure, only=_LAYERS)
@@ -782,7 +783,15 @@ def check_softmax_backward(candidate: Callable[..., Any]) -> str:
         ]
         reading = functools.partial(_softmax_property, candidate, p, grad_p, dim)
         failure = Failure(
-            out, expected, what, "", is_close, mistakes, diagnose=reading, own_line_with_property=True
+            out,
+            expected,
+            what,
+            "",
+            is_close,
+            mistakes,
+            diagnose=reading,
+            own_line_with_property=True,
+            first_slip_only=True,
         )
         fail(failure, only=("known-mistake", "property", "repair", "where-wrong"))
     return "4 shapes, dim=-1, 1 and 0, float32 and float64, against autograd"

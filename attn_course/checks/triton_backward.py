@@ -584,6 +584,7 @@ def _name_mistake(
         parts=NAMES,
         owned=owned,
         locate=lambda: _locate(grads, expected, inputs, causal, blocks or (32, 32), owned=owned),
+        first_slip_only=True,
         unnamed_hint=hint,
     )
     fail(failure, only=("known-mistake", "where-wrong"))
