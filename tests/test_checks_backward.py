@@ -19,14 +19,15 @@ from triton_variants import variant
 from attn_course import flash
 from attn_course.attention import attention
 from attn_course.backward import attention_backward, softmax_backward
-from attn_course.checks import backward as backward_checks
 from attn_course.checks import (
+    CheckFailed,
     check_attention_backward,
     check_flash_attention_backward,
     check_FlashAttentionFunction,
     check_softmax_backward,
     check_triton_flash_attention_backward,
 )
+from attn_course.checks import backward as backward_checks
 
 
 @pytest.fixture(scope="module")
@@ -579,3 +580,67 @@ def test_flash_attention_function_accepts_right_answers(candidate, capsys):
 )
 def test_flash_attention_function_names_each_mistake(candidate, phrase, capsys):
     assert_rejected(check_FlashAttentionFunction, candidate, phrase, capsys)
+
+
+# ---------------------------------------------------------------------------------------------
+# The findings of the one diagnosis pipeline, by id beside the words
+
+
+def _finding(check, candidate, capsys):
+    with pytest.raises(CheckFailed) as failure:
+        check(candidate)
+    capsys.readouterr()
+    return failure.value.finding, str(failure.value)
+
+
+@pytest.mark.parametrize(
+    ("check", "candidate", "finding", "phrase"),
+    [
+        (check_softmax_backward, lambda p, grad_p, dim=-1: p * grad_p, "known-mistake", "multiplies grad_p"),
+        (check_softmax_backward, lambda p, grad_p, dim=-1: grad_p * (p - p**2), "property", "its own input"),
+        (check_attention_backward, _with(d_term=False), "known-mistake", "leaves out the D term"),
+        (
+            check_attention_backward,
+            lambda q, k, v, grad_out, is_causal=False: (lambda g: (g[0], g[1], 2 * g[2]))(
+                attention_backward(q, k, v, grad_out, is_causal)
+            ),
+            "where-wrong",
+            "gives the wrong dv (dq and dk are right)",
+        ),
+        (check_attention_backward, attention_backward_of_the_sum, "where-wrong", "an upstream gradient of 1"),
+        (
+            check_FlashAttentionFunction,
+            _function(FORWARD, BACKWARD.replace("return dq, dk, dv", "return dk, dq, dv")),
+            "known-mistake",
+            "returns dk before dq",
+        ),
+        (  # the Function's own wiring, named alone: not also the backward's slip that computes the same
+            check_FlashAttentionFunction,
+            _function(
+                FORWARD, BACKWARD.replace("ctx.is_causal, ctx.block_size)", "block_size=ctx.block_size)")
+            ),
+            "known-mistake",
+            ") passes is_causal=False to the backward",
+        ),
+    ],
+)
+def test_each_backward_failure_carries_the_id_of_its_finding(check, candidate, finding, phrase, capsys):
+    got, message = _finding(check, candidate, capsys)
+    assert (got, phrase in message) == (finding, True), message
+
+
+@pytest.mark.parametrize(
+    ("name", "finding"),
+    [("no scale in dQ", "known-mistake"), ("dv halved: located", "where-wrong")],
+)
+def test_flash_attention_backward_failures_carry_their_finding(name, finding, folder, capsys):
+    pairs, phrase = FLASH_REJECTED[name]
+    candidate = variant(FLASH_BACKWARD, folder, "flash_attention_backward", *pairs)
+    got, message = _finding(check_flash_attention_backward, candidate, capsys)
+    assert (got, phrase in message) == (finding, True), message
+
+
+def test_a_function_whose_call_the_message_names_says_it_once(capsys):
+    candidate = _function(FORWARD, BACKWARD.replace("return dq, dk, dv", "return dq * 3, dk, dv"))
+    _, message = _finding(check_FlashAttentionFunction, candidate, capsys)
+    assert message.startswith("The backward of FlashAttentionFunction.apply(") and "(Called as" not in message

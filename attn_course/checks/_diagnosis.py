@@ -18,6 +18,11 @@ The order, and why:
    read and no mutant found, or where the mutant's step is not one of the learner's.
 5. `misplaced-arguments`, `equal-argument`, `non-finite`, `where-wrong`: what is observed, first
    found first, when nothing above named the idea.
+
+A result may be a tuple of tensors (the gradients dq, dk, dv: `Failure.parts` names them). The same
+layers run on it, in the same order: a known mistake gives the whole tuple, a mutant and a repair
+aim at the first wrong part, and `where-wrong` is the check's own locating of which parts are wrong
+and where (`Failure.locate`), said beside the learner's misplaced arguments or line.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from __future__ import annotations
 import contextvars
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import torch
 
@@ -34,21 +39,24 @@ from attn_course.checks._mutants import last_candidate, name_by_mutation
 from attn_course.checks._nan_origin import nan_origin
 from attn_course.checks._repairs import foreign_step, name_by_repair, unquoted
 
+if TYPE_CHECKING:
+    from attn_course.checks._harness import CheckFailed, Mistake
+
 
 @dataclass(frozen=True)
 class Failure:
     """One failed comparison: everything a layer may read, passed to each explicitly."""
 
-    actual: torch.Tensor
-    """What the learner's code gave."""
-    expected: torch.Tensor
-    """What the right computation gives."""
+    actual: Any
+    """What the learner's code gave: a tensor, or a tuple of tensors named by `parts`."""
+    expected: Any
+    """What the right computation gives, of the same kind."""
     what: str
     """What was compared, as the message opens ("Your softmax(x, dim=-1)")."""
     called: str
     """How it was called, as the message ends ("\\n(Called as ...)"), or ""."""
     close: Callable[[torch.Tensor, torch.Tensor], bool]
-    """Whether two results agree."""
+    """Whether two results agree (for a tuple, two of its parts)."""
     mistakes: Sequence[Any] = ()
     """The check's known mistakes (`Mistake`), each computing what that slip gives."""
     args: Sequence[Any] = ()
@@ -64,6 +72,38 @@ class Failure:
     own_line_with_property: bool = False
     """Show the learner's line changed once after a property too (where the check's readings are coarse,
     as rotary_window_attention's, which sees keys after a query but not a mask_mod's parameters swapped)."""
+    parts: tuple[str, ...] = ()
+    """For a tuple of results, the name of each part ("dq", "dk", "dv"); () where the result is a tensor."""
+    owned: tuple[int, ...] = ()
+    """For a tuple: the parts the code under check computes (every part when empty); only they are
+    compared (a Triton kernel of notebook 09 computes dq, or dk and dv)."""
+    locate: Callable[[], str] | None = None
+    """For a tuple: which parts are wrong and where, in words (`where-wrong`), or None for the first
+    wrong part's `describe_error`."""
+    candidate: Any = None
+    """The learner's function or class, read for misplaced arguments; None for the one called last."""
+    first_slip_only: bool = False
+    """Name the first known mistake that gives the learner's result, without trying the rest: for a table
+    ordered most specific first whose every simulation is costly (notebook 09's tiled backwards, whose
+    FlashAttentionFunction wiring comes before the slips of the backward it calls)."""
+    unnamed_hint: str = ""
+    """For a tuple: what to look at ("\n..."), said where no known mistake matched and neither the
+    learner's misplaced arguments nor their line changed once is shown."""
+
+    def indices(self) -> tuple[int, ...]:
+        """The compared parts of a tuple (() for a tensor)."""
+        return self.owned or tuple(range(len(self.parts)))
+
+    def agree(self, actual: Any, expected: Any) -> bool:
+        """Whether two results agree: the tensors, or every compared part of the tuples."""
+        if not self.parts:
+            return self.close(actual, expected)
+        return all(self.close(actual[i], expected[i]) for i in self.indices())
+
+    def first_wrong(self) -> int | None:
+        """The first compared part of a tuple where the learner's result is wrong (None for a tensor)."""
+        wrong = (i for i in self.indices() if not self.close(self.actual[i], self.expected[i]))
+        return next(wrong, None)
 
 
 @dataclass(frozen=True)
@@ -96,9 +136,26 @@ class Layer:
     runs_when: Callable[[Failure, Found], bool]
 
 
+def _same_shape(failure: Failure, wrong: Any) -> bool:
+    """Whether a mistake's result is shaped like the right one (each compared part of a tuple)."""
+    expected = failure.expected
+    if not failure.parts:
+        return isinstance(wrong, torch.Tensor) and wrong.shape == expected.shape
+    return (
+        isinstance(wrong, tuple | list)
+        and len(wrong) == len(expected)
+        and all(
+            isinstance(wrong[i], torch.Tensor) and wrong[i].shape == expected[i].shape
+            for i in failure.indices()
+        )
+    )
+
+
 def _known_mistakes(failure: Failure, found: Found) -> Finding | None:
     expected = failure.expected
-    reference_finite = ~torch.isnan(expected.detach().cpu()) if expected.is_floating_point() else None
+    reference_finite = (
+        ~torch.isnan(expected.detach().cpu()) if not failure.parts and expected.is_floating_point() else None
+    )
     matching: list[str] = []
     for mistake in failure.mistakes:
         try:
@@ -106,13 +163,15 @@ def _known_mistakes(failure: Failure, found: Found) -> Finding | None:
                 wrong = mistake.implementation(*failure.args, **failure.kwargs)
         except Exception:  # noqa: BLE001 - a mistake that cannot even run on these inputs is not this one
             continue
-        if not isinstance(wrong, torch.Tensor) or wrong.shape != expected.shape:
+        if not _same_shape(failure, wrong):
             continue
         if failure.nan_means_unknown and reference_finite is not None:
             if (torch.isnan(wrong.detach().cpu()) & reference_finite).any():
                 continue
-        if not failure.close(wrong, expected) and failure.close(failure.actual, wrong):
+        if not failure.agree(wrong, expected) and failure.agree(failure.actual, wrong):
             matching.append(mistake.message)
+            if failure.first_slip_only:
+                break
     slips = tuple(dict.fromkeys(matching))
     return Finding("known-mistake", "", slips) if slips else None
 
@@ -125,25 +184,42 @@ def _property(failure: Failure, found: Found) -> Finding | None:
     return Finding("property", text) if text else None
 
 
+def _compared(failure: Failure) -> tuple[torch.Tensor, torch.Tensor, str] | None:
+    """(learner's, right, "") for a tensor; for a tuple its first wrong part and "gives the wrong dq: "."""
+    if not failure.parts:
+        return failure.actual, failure.expected, ""
+    i = failure.first_wrong()
+    if i is None:
+        return None
+    return failure.actual[i], failure.expected[i], f"gives the wrong {failure.parts[i]}: it "
+
+
 def _mutant(failure: Failure, found: Found) -> Finding | None:
-    derived = name_by_mutation(failure.actual, failure.expected, failure.close)
-    return Finding("mutant", unquoted(derived), (derived,)) if derived else None
+    compared = _compared(failure)
+    if compared is None:
+        return None
+    actual, expected, opening = compared
+    derived = name_by_mutation(actual, expected, failure.close)
+    return Finding("mutant", opening + unquoted(derived), (derived,)) if derived else None
 
 
 def _repair(failure: Failure, found: Found) -> Finding | None:
-    text = name_by_repair(failure.expected, failure.close)
+    compared = _compared(failure)
+    text = name_by_repair(compared[1], failure.close) if compared is not None else None
     return Finding("repair", text) if text else None
 
 
 def _misplaced_arguments(failure: Failure, found: Found) -> Finding | None:
-    candidate = last_candidate()
+    candidate = failure.candidate or last_candidate()
     text = misplaced_in(candidate) if candidate is not None else ""
-    return Finding("misplaced-arguments", f"is wrong. {text}") if text else None
+    return Finding("misplaced-arguments", f"is wrong. {text}", (text,)) if text else None
 
 
 def _equal_argument(failure: Failure, found: Found) -> Finding | None:
     from attn_course.checks._harness import equal_argument
 
+    if failure.parts:
+        return None  # a tensor's observation
     text = equal_argument(failure.actual, failure.expected)
     return Finding("equal-argument", text) if text else None
 
@@ -152,7 +228,7 @@ def _non_finite(failure: Failure, found: Found) -> Finding | None:
     from attn_course.checks._harness import library_dirs, where_nonfinite
 
     actual, expected = failure.actual, failure.expected
-    if not (
+    if failure.parts or not (
         actual.is_floating_point() and not torch.isfinite(actual).all() and torch.isfinite(expected).all()
     ):
         return None
@@ -170,7 +246,14 @@ def _non_finite(failure: Failure, found: Found) -> Finding | None:
 def _where_wrong(failure: Failure, found: Found) -> Finding | None:
     from attn_course.checks._harness import describe_error
 
-    return Finding("where-wrong", f"is wrong: {describe_error(failure.actual, failure.expected)}")
+    if failure.locate is not None:
+        return Finding("where-wrong", failure.locate())
+    compared = _compared(failure)
+    if compared is None:
+        return None
+    actual, expected, opening = compared
+    text = opening.removesuffix("it ") if opening else "is wrong: "
+    return Finding("where-wrong", text + describe_error(actual, expected))
 
 
 def _named(found: Found) -> bool:
@@ -200,7 +283,11 @@ LAYERS: tuple[Layer, ...] = (
         "equal-argument", _equal_argument, lambda failure, found: not _named(found) and not _observed(found)
     ),
     Layer("non-finite", _non_finite, lambda failure, found: not _named(found) and not _observed(found)),
-    Layer("where-wrong", _where_wrong, lambda failure, found: not _named(found) and not _observed(found)),
+    Layer(  # a tuple's parts are located beside the learner's misplaced arguments
+        "where-wrong",
+        _where_wrong,
+        lambda failure, found: not _named(found) and (bool(failure.parts) or not _observed(found)),
+    ),
 )
 """The order of diagnosis, written once."""
 
@@ -232,7 +319,73 @@ def render(failure: Failure, found: Found) -> str:
     if "property" in found:  # the check's own reading first; a one-change mutant that gives the same says how
         after = f"\nIt {mutant.text}" if mutant else f"\n{repair.text}" if repair else ""
         return f"{what} {found['property'].text}{after}{called}"
+    if failure.parts:  # a tuple: the mutant or which parts are wrong, then the learner's names or line
+        misplaced = found.get("misplaced-arguments")
+        head = mutant or found["where-wrong"]
+        after = f"\n{misplaced.evidence[0]}" if misplaced else f"\n{repair.text}" if repair else ""
+        return f"{what} {head.text}{after or failure.unnamed_hint}{called}"
     if mutant:  # in the learner's own line too, where the reference's step is not one of theirs
         return f"{what} {mutant.text}" + (f"\n{repair.text}" if repair else "") + called
     tail = f"\n{repair.text}{called}" if repair else called  # the learner's own line, after what is wrong
     return f"{what} {found[primary(found)].text}{tail}"
+
+
+def fail(failure: Failure, only: Sequence[str] | None = None) -> NoReturn:
+    """Diagnose `failure` (the layers of `only`, in `LAYERS`' order); raise `CheckFailed` with the message."""
+    from attn_course.checks._harness import CheckFailed
+
+    found = diagnose_failure(failure, only)
+    slips = found["known-mistake"].evidence if "known-mistake" in found else ()
+    raise CheckFailed(
+        render(failure, found), slips=slips, framing=(failure.what, failure.called), finding=primary(found)
+    )
+
+
+def narrow_slips(
+    failure: CheckFailed, cases: Sequence[tuple[Sequence[Mistake], Any, Callable[[], Any]]]
+) -> CheckFailed:
+    """`failure` with only the slips that also give the learner's result on every other case.
+
+    Each case is (its mistakes, bound to its inputs, its expected result, a call that gives the learner's
+    result there). A
+    slip is kept where the mistake of the same message gives what the learner gives in every case
+    (the right answer where the learner's is right); with one left it is named, with none the
+    failure stays as it was.
+    """
+    from attn_course.checks._harness import CheckFailed, is_close, slips_message
+
+    if len(failure.slips) < 2:
+        return failure
+    kept = list(failure.slips)
+    for mistakes, expected, learners in cases:
+        if len(kept) == 1:
+            break  # the others are refuted: no need to run the rest
+        try:
+            actual = learners()
+        except Exception:  # noqa: BLE001 - a case the learner's code cannot run says nothing here
+            continue
+        if not isinstance(actual, torch.Tensor) or actual.shape != expected.shape:
+            continue
+        for message in list(kept):
+            gives = not any(mistake.message == message for mistake in mistakes)  # no evidence here
+            for mistake in mistakes:
+                if mistake.message != message:
+                    continue
+                try:
+                    with torch.no_grad():
+                        wrong = mistake.implementation()
+                except Exception:  # noqa: BLE001 - a simulation that cannot run here is not evidence
+                    continue
+                gives = gives or (
+                    isinstance(wrong, torch.Tensor)
+                    and wrong.shape == actual.shape
+                    and is_close(actual, wrong)
+                )
+            if not gives:
+                kept.remove(message)
+    if not kept or kept == list(failure.slips):
+        return failure
+    what, where = failure.framing
+    return CheckFailed(
+        slips_message(what, kept, where), failure.upstream, tuple(kept), failure.framing, failure.finding
+    )

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from attn_course.checks._calls import misplaced_arguments
+from attn_course.checks._diagnosis import narrow_slips  # noqa: F401 - where the checks found it before
 from attn_course.checks._mutants import (
     call_arguments,
     forget_calls,
@@ -1036,7 +1037,7 @@ def expect_close(
     """
     if close(actual, expected):
         return
-    from attn_course.checks._diagnosis import Failure, diagnose_failure, primary, render
+    from attn_course.checks._diagnosis import Failure, fail
 
     kwargs = kwargs or {}
     shown = called_as if called_as is not None else describe_args(args, kwargs)
@@ -1054,11 +1055,7 @@ def expect_close(
         nonfinite_hint,
         own_line_with_property,
     )
-    found = diagnose_failure(failure, only)
-    slips = found["known-mistake"].evidence if "known-mistake" in found else ()
-    raise CheckFailed(
-        render(failure, found), slips=slips, framing=(failure.what, failure.called), finding=primary(found)
-    )
+    fail(failure, only)
 
 
 def slips_message(what: str, slips: Sequence[str], where: str = "") -> str:
@@ -1069,54 +1066,6 @@ def slips_message(what: str, slips: Sequence[str], where: str = "") -> str:
     return (
         f"{what} is wrong in the way each of these {len(slips)} slips would be, so this check cannot "
         f"tell which one is yours:\n{either}{where}"
-    )
-
-
-def narrow_slips(
-    failure: CheckFailed, cases: Sequence[tuple[Sequence[Mistake], Any, Callable[[], Any]]]
-) -> CheckFailed:
-    """`failure` with only the slips that also give the learner's result on every other case.
-
-    Each case is (its mistakes, bound to its inputs, its expected result, a call that gives the learner's
-    result there). A
-    slip is kept where the mistake of the same message gives what the learner gives in every case
-    (the right answer where the learner's is right); with one left it is named, with none the
-    failure stays as it was.
-    """
-    if len(failure.slips) < 2:
-        return failure
-    kept = list(failure.slips)
-    for mistakes, expected, learners in cases:
-        if len(kept) == 1:
-            break  # the others are refuted: no need to run the rest
-        try:
-            actual = learners()
-        except Exception:  # noqa: BLE001 - a case the learner's code cannot run says nothing here
-            continue
-        if not isinstance(actual, torch.Tensor) or actual.shape != expected.shape:
-            continue
-        for message in list(kept):
-            gives = not any(mistake.message == message for mistake in mistakes)  # no evidence here
-            for mistake in mistakes:
-                if mistake.message != message:
-                    continue
-                try:
-                    with torch.no_grad():
-                        wrong = mistake.implementation()
-                except Exception:  # noqa: BLE001 - a simulation that cannot run here is not evidence
-                    continue
-                gives = gives or (
-                    isinstance(wrong, torch.Tensor)
-                    and wrong.shape == actual.shape
-                    and is_close(actual, wrong)
-                )
-            if not gives:
-                kept.remove(message)
-    if not kept or kept == list(failure.slips):
-        return failure
-    what, where = failure.framing
-    return CheckFailed(
-        slips_message(what, kept, where), failure.upstream, tuple(kept), failure.framing, failure.finding
     )
 
 

@@ -3,15 +3,20 @@
 `streaming_softmax` is a softmax that reads a row in blocks (notebook 06's `online_softmax`, notebook
 08's softmax kernel); `tiled_attention` is attention over (block_m, block_n) tiles with a running
 maximum, sum and accumulator (notebook 06's `flash_attention`, notebook 08's FlashAttention kernel).
-With their default knobs both compute the right answer (tests check that); each knob is one mistake.
-`STREAMING_SOFTMAX_MISTAKES` and `tiled_attention_mistakes` name them, for every check that streams.
+How the code is written is a frozen dataclass of named variants (`StreamingVariant`, `TiledVariant`)
+whose defaults compute the right answer (tests check that); each other value is one mistake. Every
+mistake is declared one way, `(message, variant)` (`STREAMING_SOFTMAX_VARIANTS`,
+`tiled_attention_variants`, `tiled_lse_mistakes`' table); `STREAMING_SOFTMAX_MISTAKES` and
+`tiled_attention_mistakes` turn them into `Mistake`s for every check that streams.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections.abc import Callable
+from dataclasses import dataclass, fields
 from typing import Any
 
 import torch
@@ -23,33 +28,44 @@ from attn_course.checks._memo import remembered
 # streaming softmax
 
 
+@dataclass(frozen=True)
+class StreamingVariant:
+    """How one streaming softmax is written: the right one with the defaults, each other value a named
+    mistake (`streaming_softmax` computes what it gives; `STREAMING_SOFTMAX_VARIANTS` names each).
+
+    rescale: "right" (sum · exp(m_old - m_new)), "none", "inverted" (· exp(m_new - m_old)) or
+    "inverted-guarded" (the same with its inf set to 0); block_max: each block's exponentials taken
+    against its own maximum; tail: False drops the ragged last block; start_max: where the running
+    maximum starts (0.0 is a mistake for negative rows); masked_lanes_zero: the last block padded with 0
+    that counts; subtract_max: False uses exp(x); update_max: False never stores the new maximum (m stays
+    at its start); safe_max: False subtracts a maximum that is still -inf after a block of -inf
+    (exp(-inf - (-inf)) is NaN); carry_max: False takes each block's maximum alone as the running one
+    (m_new = block max, not max(m, block max)); one_pass: each block written as soon as it is read, with
+    the running maximum and sum so far.
+    """
+
+    rescale: str = "right"
+    block_max: bool = False
+    tail: bool = True
+    start_max: float = -math.inf
+    masked_lanes_zero: bool = False
+    subtract_max: bool = True
+    update_max: bool = True
+    safe_max: bool = True
+    carry_max: bool = True
+    one_pass: bool = False
+
+
 @remembered
 def streaming_softmax(
-    x: torch.Tensor,
-    block_size: int,
-    *,
-    rescale: str = "right",
-    block_max: bool = False,
-    tail: bool = True,
-    start_max: float = -math.inf,
-    masked_lanes_zero: bool = False,
-    subtract_max: bool = True,
-    update_max: bool = True,
-    safe_max: bool = True,
-    carry_max: bool = True,
-    one_pass: bool = False,
+    x: torch.Tensor, block_size: int, variant: StreamingVariant | None = None, **knobs: Any
 ) -> torch.Tensor:
-    """softmax(x) over the last axis, read `block_size` entries at a time, with one knob per mistake.
-
-    rescale: "right" (sum · exp(m_old - m_new)), "none" or "inverted" (· exp(m_new - m_old));
-    block_max: each block's exponentials taken against its own maximum; tail: False drops the ragged
-    last block; start_max: where the running maximum starts (0.0 is a mistake for negative rows);
-    masked_lanes_zero: the last block padded with 0 that counts; subtract_max: False uses exp(x);
-    update_max: False never stores the new maximum (m stays at its start); safe_max: False subtracts
-    a maximum that is still -inf after a block of -inf (exp(-inf - (-inf)) is NaN); carry_max: False
-    takes each block's maximum alone as the running one (m_new = block max, not max(m, block max));
-    one_pass: each block written as soon as it is read, with the running maximum and sum so far.
-    """
+    """softmax(x) over the last axis, read `block_size` entries at a time, written as `variant` (fields
+    of `StreamingVariant` may also be given one by one, as keywords); the defaults are right."""
+    w = dataclasses.replace(variant or StreamingVariant(), **knobs)
+    rescale, block_max, tail, start_max, one_pass = w.rescale, w.block_max, w.tail, w.start_max, w.one_pass
+    masked_lanes_zero, subtract_max, update_max = w.masked_lanes_zero, w.subtract_max, w.update_max
+    safe_max, carry_max = w.safe_max, w.carry_max
     # without the maximum, overflow is the mistake: compute in x's dtype, as the learner's code does
     x64 = x.detach().to("cpu", torch.float64 if subtract_max else x.dtype)
     n = x64.shape[-1]
@@ -97,75 +113,81 @@ CARRY_MAX_MESSAGE = (
     "far below an earlier block's makes exp(x - m) overflow."
 )
 
-STREAMING_SOFTMAX_MISTAKES = [
-    Mistake(
+STREAMING_SOFTMAX_VARIANTS: list[tuple[str, StreamingVariant]] = [
+    (
         "writes each block as soon as it reads it, with the maximum and sum of the blocks seen so far: "
         "only the last block sees the whole row. Finish the first pass over every block (the row's "
         "maximum m and sum l), then a second pass writes exp(x - m) / l.",
-        lambda x, block_size: streaming_softmax(x, block_size, one_pass=True),
+        StreamingVariant(one_pass=True),
     ),
-    Mistake(
+    (
         "starts the running maximum at 0 instead of -inf: for a row whose entries are all negative the "
         "maximum never moves, so exp(x - 0) can underflow to 0 (and 0 / 0 is NaN) for very negative rows. "
         "Start it at float('-inf').",
-        lambda x, block_size: streaming_softmax(x, block_size, start_max=0.0),
+        StreamingVariant(start_max=0.0),
     ),
-    Mistake(
+    (
         "does not rescale the running sum when the maximum grows: the exponentials summed so far were "
         "taken relative to the old maximum, so before adding a new block multiply the sum by "
         "exp(m_old - m_new), then add exp(block - m_new).sum().",
-        lambda x, block_size: streaming_softmax(x, block_size, rescale="none"),
+        StreamingVariant(rescale="none"),
     ),
-    Mistake(
+    (
         "rescales the running sum the wrong way round: when the maximum grows from m_old to m_new the "
         "old terms exp(x - m_old) become exp(x - m_new) = exp(x - m_old) · exp(m_old - m_new), a factor "
         "below 1; you multiplied by exp(m_new - m_old).",
-        lambda x, block_size: streaming_softmax(x, block_size, rescale="inverted"),
+        StreamingVariant(rescale="inverted"),
     ),
-    Mistake(
+    (
         "rescales the running sum the wrong way round: when the maximum grows from m_old to m_new the "
         "old terms exp(x - m_old) become exp(x - m_new) = exp(x - m_old) · exp(m_old - m_new), a factor "
         "below 1; you multiplied by exp(m_new - m_old).",
-        lambda x, block_size: streaming_softmax(x, block_size, rescale="inverted-guarded"),
+        StreamingVariant(rescale="inverted-guarded"),
     ),
-    Mistake(
+    (
         "uses each block's own maximum and never brings the blocks to a common one: terms exp(x - m_b) "
         "of different blocks cannot be added. Keep one running maximum per row, rescale the running sum "
         "when it grows, and normalise every entry with the final maximum: exp(x - m) / denom.",
-        lambda x, block_size: streaming_softmax(x, block_size, block_max=True),
+        StreamingVariant(block_max=True),
     ),
-    Mistake(
+    (
         "drops the ragged last block: when the length is not a multiple of block_size the last block is "
         "shorter, and it counts too. Loop with range(0, n, block_size) and mask or slice that block "
         "(x[..., start:start + block_size] simply stops at the end).",
-        lambda x, block_size: streaming_softmax(x, block_size, tail=False),
+        StreamingVariant(tail=False),
     ),
-    Mistake(
+    (
         "counts the padding of the last block (a kernel's masked lanes) as entries of value 0: they "
         "enter the maximum and add exp(0 - m) to the sum. Padded or masked positions must count as "
         "-inf (in Triton, tl.load(..., mask=cols < n_cols, other=float('-inf'))), so that they add "
         "exp(-inf) = 0.",
-        lambda x, block_size: streaming_softmax(x, block_size, masked_lanes_zero=True),
+        StreamingVariant(masked_lanes_zero=True),
     ),
-    Mistake(
+    (
         "never updates the running maximum (m = m_new after each block): m stays where it started, "
         "-inf, so each block's sum replaces the previous ones, and the final exp(x - m) is inf. "
         "Keep m_new as the new running maximum at the end of every block.",
-        lambda x, block_size: streaming_softmax(x, block_size, update_max=False),
+        StreamingVariant(update_max=False),
     ),
-    Mistake(
+    (
         "does not subtract the maximum: exp(x) overflows for large scores and underflows for very "
         "negative ones. Keep a running maximum m and sum exp(x - m).",
-        lambda x, block_size: streaming_softmax(x, block_size, subtract_max=False),
+        StreamingVariant(subtract_max=False),
     ),
-    Mistake(
+    (
         SAFE_MAX_MESSAGE,
-        lambda x, block_size: streaming_softmax(x, block_size, safe_max=False),
+        StreamingVariant(safe_max=False),
     ),
-    Mistake(
+    (
         CARRY_MAX_MESSAGE,
-        lambda x, block_size: streaming_softmax(x, block_size, carry_max=False),
+        StreamingVariant(carry_max=False),
     ),
+]
+"""(message, variant) of every named mistake of a streaming softmax."""
+
+STREAMING_SOFTMAX_MISTAKES = [
+    Mistake(message, functools.partial(streaming_softmax, variant=variant))
+    for message, variant in STREAMING_SOFTMAX_VARIANTS
 ]
 """Every named mistake of a streaming softmax, shared by `online_softmax` and `triton_softmax`."""
 
@@ -173,30 +195,10 @@ STREAMING_SOFTMAX_MISTAKES = [
 # tiled attention
 
 
-@remembered
-def tiled_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    *,
-    causal: bool,
-    block_m: int,
-    block_n: int,
-    scale: float | None = None,
-    rescale_acc: bool = True,
-    rescale_sum: bool = True,
-    tail: bool = True,
-    mask: str = "right",
-    bound: str = "last-query",
-    average_blocks: bool = False,
-    tile_softmax: bool = False,
-    padded_score_zero: bool = False,
-    rescale: str = "right",
-    normalise: bool = True,
-    guarded: bool = False,
-    local_in_every_tile: bool = False,
-) -> torch.Tensor:
-    """Attention over (block_m, block_n) tiles in float64, one knob per mistake; defaults are right.
+@dataclass(frozen=True)
+class TiledVariant:
+    """How one tiled attention is written: the right one with the defaults, each other value a named
+    mistake (`tiled_attention` computes what it gives; `tiled_attention_table` names each).
 
     mask (causal only): "right" (key j allowed when j <= i + T_k - T_q), "strict" (<), "top-left"
     (offset 0, for the loop bound too), "skip-diagonal" (only key blocks wholly allowed are visited),
@@ -210,10 +212,54 @@ def tiled_attention(
     count; tile_softmax: a softmax per tile, carried on as if it were exp(s - m); average_blocks: a
     softmax per key block, averaged; rescale: "right" (alpha = exp(m_old - m_new)), "inverted"
     (exp(m_new - m_old)) or "old-max" (p taken against the maximum before this block); normalise: False
-    returns acc without dividing;
-    guarded: a row that a mistake leaves with no key gives 0, as a kernel that divides by
-    tl.where(l == 0, 1, l) stores, instead of NaN.
+    returns acc without dividing; rescale_acc, rescale_sum: False leaves that one unrescaled; scale: the
+    scores' scale (1/√d when None); guarded: a row that a mistake leaves with no key gives 0, as a
+    kernel that divides by tl.where(l == 0, 1, l) stores, instead of NaN.
     """
+
+    scale: float | None = None
+    rescale_acc: bool = True
+    rescale_sum: bool = True
+    tail: bool = True
+    mask: str = "right"
+    bound: str = "last-query"
+    average_blocks: bool = False
+    tile_softmax: bool = False
+    padded_score_zero: bool = False
+    rescale: str = "right"
+    normalise: bool = True
+    guarded: bool = False
+    local_in_every_tile: bool = False
+
+    def knobs(self) -> dict[str, Any]:
+        """The fields that differ from the right variant, as keyword arguments of `tiled_attention`."""
+        right = TiledVariant()
+        return {
+            f.name: getattr(self, f.name)
+            for f in fields(self)
+            if getattr(self, f.name) != getattr(right, f.name)
+        }
+
+
+@remembered
+def tiled_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: bool,
+    block_m: int,
+    block_n: int,
+    variant: TiledVariant | None = None,
+    **knobs: Any,
+) -> torch.Tensor:
+    """Attention over (block_m, block_n) tiles in float64, written as `variant` (fields of `TiledVariant`
+    may also be given one by one, as keywords); the defaults are right."""
+    w = dataclasses.replace(variant or TiledVariant(), **knobs)
+    scale, mask, bound, rescale, tail = w.scale, w.mask, w.bound, w.rescale, w.tail
+    rescale_acc, rescale_sum, normalise, guarded = w.rescale_acc, w.rescale_sum, w.normalise, w.guarded
+    average_blocks, tile_softmax, padded_score_zero = w.average_blocks, w.tile_softmax, w.padded_score_zero
+    local_in_every_tile = w.local_in_every_tile
     q, k, v = (x.detach().to("cpu", torch.float64) for x in (q, k, v))
     t_q, d = q.shape[-2:]
     t_k = k.shape[-2]
@@ -281,13 +327,15 @@ def tiled_attention(
     return out
 
 
-_BLOCK_FREE = (
-    {"mask": "none"},
-    {"mask": "strict"},
-    {"mask": "strict", "guarded": True},
-    {"mask": "top-left"},
+_BLOCK_FREE = frozenset(
+    {
+        TiledVariant(mask="none"),
+        TiledVariant(mask="strict", guarded=True),
+        TiledVariant(mask="top-left"),
+    }
 )
-"""Knobs whose result does not depend on the block sizes."""
+"""Variants tried once, at any block sizes (their result does not depend on them). The unguarded strict
+mask does not either, but is tried per block shape, as it was when this was a list of knob dicts."""
 
 
 def tiled_attention_mistakes(
@@ -299,139 +347,151 @@ def tiled_attention_mistakes(
     None for all of them, False for those whose result does not depend on the block sizes (the
     causal mask's kind), True for the others (which a caller tries for each block shape).
     """
+    table = tiled_attention_variants(causal, python=python)
+    declared = {variant for _, variant in table}
     return [
-        Mistake(message, functools.partial(simulate, **knobs, **guard))
-        for knobs, message in tiled_attention_table(causal, python=python)
-        if blocked is None or (knobs in _BLOCK_FREE) != blocked
-        # each with and without notebook 06's given guard: a row the slip leaves with no key gives 0 or NaN
-        for guard in ([{}] if "guarded" in knobs else [{}, {"guarded": True}])
+        Mistake(message, functools.partial(simulate, **variant.knobs(), **guard))
+        for message, variant in table
+        if blocked is None or (variant in _BLOCK_FREE) != blocked
+        # each with and without notebook 06's given guard (a row the slip leaves with no key gives 0 or
+        # NaN), unless the table declares the guarded one itself
+        for guard in (
+            [{}] if dataclasses.replace(variant, guarded=True) in declared else [{}, {"guarded": True}]
+        )
     ]
 
 
 def tiled_attention_table(causal: bool, *, python: bool) -> list[tuple[dict[str, Any], str]]:
-    """(knobs of `tiled_attention`, message) of every named mistake, for causal or plain attention."""
+    """(knobs of `tiled_attention`, message) of every named mistake (`tiled_attention_variants`)."""
+    return [
+        (variant.knobs(), message) for message, variant in tiled_attention_variants(causal, python=python)
+    ]
+
+
+def tiled_attention_variants(causal: bool, *, python: bool) -> list[tuple[str, TiledVariant]]:
+    """(message, variant) of every named mistake of tiled attention, for causal or plain attention."""
     acc = "the output accumulator" if python else "the accumulator acc"
     total = "the running sum" if python else "the running sum l"
     bound = "(qs + block) + T_k - T_q" if python else "(pid_m + 1) * BLOCK_M + T_k - T_q"
-    table: list[tuple[dict[str, Any], str]] = [
+    table: list[tuple[str, TiledVariant]] = [
         (
-            {"rescale_acc": False},
             f"does not rescale {acc} when the running maximum grows: it holds sums of exp(s - m_old)·v, "
             "so multiply it by alpha = exp(m_old - m_new) before adding p @ v_block, exactly as you "
             "rescale the running sum.",
+            TiledVariant(rescale_acc=False),
         ),
         (
-            {"rescale_sum": False},
             f"does not rescale {total} (the softmax denominator) when the running maximum grows: "
             "multiply it by alpha = exp(m_old - m_new) before adding the block's p.sum(-1), as you do "
             "for the accumulator.",
+            TiledVariant(rescale_sum=False),
         ),
         (
-            {"rescale_acc": False, "rescale_sum": False},
             "rescales neither the running sum nor the accumulator when the maximum grows: terms "
             "computed with an old maximum must be multiplied by alpha = exp(m_old - m_new) before new "
             "ones are added.",
+            TiledVariant(rescale_acc=False, rescale_sum=False),
         ),
         (
-            {"rescale": "inverted"},
             "rescales the wrong way round: when the running maximum grows from m_old to m_new the old "
             "terms exp(s - m_old) become exp(s - m_new) = exp(s - m_old) · exp(m_old - m_new), so alpha "
             "= exp(m_old - m_new), a factor at most 1; you used exp(m_new - m_old) (which is inf while "
             "m_old is still -inf, hence NaN). The same NaN comes from p = exp(s - m_old) taken before "
             "the maximum is updated: compute m_new first, then p = exp(s - m_new).",
+            TiledVariant(rescale="inverted"),
         ),
         (
-            {"normalise": False},
             "never divides by the running sum: after the last key block the output of each query row is "
             "acc / l (the accumulated p @ v over the softmax's denominator).",
+            TiledVariant(normalise=False),
         ),
         (
-            {"tile_softmax": True},
             "normalises each tile's probabilities on their own (a softmax per tile): the running sum is "
             "the one normaliser, so a tile's p is exp(s - m_new), unnormalised, and acc / l divides once at "
             "the end.",
+            TiledVariant(tile_softmax=True),
         ),
         (
-            {"average_blocks": True},
             "averages a softmax per key block: each block's softmax sums to 1 on its own, so averaging "
             "them weighs a block of unimportant keys like a block of important ones. Keep a running "
             "maximum, sum and accumulator per query row across the blocks and divide once at the end.",
+            TiledVariant(average_blocks=True),
         ),
         (
-            {"tail": False},
             "drops the ragged last key block: when T_k is not a multiple of the block size the last "
             "block is shorter and still counts. Loop with range(0, T_k, block) and slice (or mask) it.",
+            TiledVariant(tail=False),
         ),
     ]
     if causal:  # the loop bounds first: a bound that stops early can look like a dropped tail
         return _causal_table(bound) + table
     table.append(
         (
-            {"padded_score_zero": True},
             "gives the keys past T_k in the last, ragged key block a score of 0, so they count in "
             "the softmax: masking their loads is not enough, also set their scores to -inf "
             "(tl.where(offs_n[None, :] < T_k, s, float('-inf'))).",
+            TiledVariant(padded_score_zero=True),
         )
     )
     return table
 
 
-def _causal_table(bound: str) -> list[tuple[dict[str, Any], str]]:
+def _causal_table(bound: str) -> list[tuple[str, TiledVariant]]:
     return [
         (
-            {"mask": "none"},
             "ignores is_causal=True: inside each block, mask with -inf the keys after the query's "
             "position (key j allowed when j <= i + T_k - T_q).",
+            TiledVariant(mask="none"),
         ),
         (
-            {"bound": "one-key-short"},
             "stops the causal key loop one key short: the block's last query, row qe - 1, may attend "
             "key qe - 1 + T_k - T_q, so the loop must run to one past that key, min(T_k, qe + T_k - T_q); "
             "a bound one short leaves that key out where it is the first key of a block.",
+            TiledVariant(bound="one-key-short"),
         ),
         *(
             (
-                {"mask": "strict", "guarded": guarded},
                 "masks the diagonal too: query i may attend key i + T_k - T_q, its own position. Keep "
                 "key j when j <= i + T_k - T_q (<=, not <), and let the key loop reach that key (a bound one "
                 "short of it leaves it out the same way).",
+                TiledVariant(mask="strict", guarded=guarded),
             )
             for guarded in (False, True)  # a row left with no key: NaN, or 0 where l is guarded
         ),
         (
-            {"mask": "top-left"},
             "aligns the causal mask top-left: with T_q != T_k the queries are the LAST T_q positions "
             "(bottom-right alignment, as in attention and causal_mask), so query i sits at position "
             "i + T_k - T_q and may attend key j when j <= i + T_k - T_q; the loop bound moves by "
             "T_k - T_q too.",
+            TiledVariant(mask="top-left"),
         ),
         (
-            {"bound": "first-query"},
             "stops the causal key loop at a bound computed from the block's FIRST query: the last "
             "query of the block, row qs + block - 1, sees keys up to qs + block - 1 + T_k - T_q, so "
             f"loop to min(T_k, {bound}). (It only shows when T_k - T_q is not a multiple of the block "
             "size.)",
+            TiledVariant(bound="first-query"),
         ),
         (
-            {"bound": "no-offset"},
             "stops the causal key loop at the block's own rows, without T_k - T_q: with more keys than "
             "queries the queries are the last T_q positions, so the block's last query sees keys up to "
             f"qs + block - 1 + T_k - T_q. Loop to min(T_k, {bound}).",
+            TiledVariant(bound="no-offset"),
         ),
         (
-            {"bound": "one-block-short"},
             "stops the causal loop one block early: the key block that holds the diagonal is never "
             "visited. The block's last query sees keys up to its row + T_k - T_q, so loop to "
             f"min(T_k, {bound}).",
+            TiledVariant(bound="one-block-short"),
         ),
         *(
             (
-                {"mask": local, "local_in_every_tile": everywhere},
                 "tests the causal condition on the tile's own row and column numbers (0, 1, … within "
                 f"the tile){extra} instead of the positions they stand for: in the tile of query block qs "
                 "and key block ks, row r is query qs + r, at position qs + r + T_k - T_q, and column c is "
                 "key ks + c; keep the key when ks + c <= qs + r + T_k - T_q (rows from "
                 "torch.arange(qs, qe), columns from torch.arange(ks, ke)).",
+                TiledVariant(mask=local, local_in_every_tile=everywhere),
             )
             for local, extra in (
                 ("tile-local", ""),
@@ -440,10 +500,10 @@ def _causal_table(bound: str) -> list[tuple[dict[str, Any], str]]:
             for everywhere in (False, True)  # the test in the tiles that cross the diagonal, or in all
         ),
         (
-            {"mask": "blocks-only"},
             "skips the blocks above the diagonal but does not mask inside the blocks that cross it: a "
             "block holding the diagonal still contains keys after some of its queries; mask them with "
             "-inf (key j allowed when j <= i + T_k - T_q).",
+            TiledVariant(mask="blocks-only"),
         ),
     ]
 
@@ -513,53 +573,56 @@ def tiled_lse(
 
 
 def tiled_lse_mistakes(simulate: Callable[..., torch.Tensor]) -> list[Mistake]:
-    """The named mistakes of the log-sum-exp; `simulate(kind=...)` computes one on the check's inputs."""
+    """The named mistakes of the log-sum-exp; `simulate(kind=...)` computes one on the check's inputs.
+
+    Declared as (message, variant), as every simulator's mistakes are: here the variant is one `kind`.
+    """
     table = [
         (
-            "last-block",
             "is the log-sum-exp of the last key block only: the lse of a row is m + log(l) with the "
             "final running maximum m and running sum l over ALL key blocks, computed once after the "
             "key loop, not m + log(p.sum(-1)) of the block just visited.",
+            "last-block",
         ),
         (
-            "max-only",
             "is the running maximum m without the log of the sum: the log-sum-exp of a row is "
             "m + log(l), with l the running sum of exp(s - m).",
+            "max-only",
         ),
         (
-            "log2",
             "mixes natural log and log2: m is a maximum of natural-log scores, so add log(l) "
             "(torch.log), not log2(l). The lse is in natural-log units: torch.logsumexp(scores, -1).",
+            "log2",
         ),
         (
-            "base2",
             "is in base 2 (it is the natural log-sum-exp times log2(e)): with exp2 and log2(e) folded "
             "into the scale, m and log2(l) are base-2 quantities; return (m + log2(l)) / log2(e), i.e. "
             "multiply by ln 2, so that lse = torch.logsumexp(scores, -1) in natural log.",
+            "base2",
         ),
         (
-            "unscaled",
             "is the log-sum-exp of the scores without the 1/√d scale: the lse is that of the scaled "
             "scores q @ kᵀ / √d that the softmax uses, m + log(l) with m their running maximum.",
+            "unscaled",
         ),
         (
-            "unmasked",
             "counts the keys the causal mask hides: the lse is that of the scores the softmax sees, "
             "so take it over the same masked scores (m + log(l) of the masked tile loop), not over "
             "every key.",
+            "unmasked",
         ),
         (
-            "block-rows",
             "writes each query block's lse to the rows counted from 0 within the block: store it at "
             "the block's absolute rows, lse[..., qs:qe].",
+            "block-rows",
         ),
     ]
     table.append(
         (
-            "log-sum-only",
             "is log(l) alone, without the running maximum: l sums exp(s - m), so the log-sum-exp of "
             "the scores is m + log(l), the maximum added back.",
+            "log-sum-only",
         )
     )
-    table.insert(5, ("unscaled-max", table[4][1]))
-    return [Mistake(message, functools.partial(simulate, kind=kind)) for kind, message in table]
+    table.insert(5, (table[4][0], "unscaled-max"))
+    return [Mistake(message, functools.partial(simulate, kind=kind)) for message, kind in table]

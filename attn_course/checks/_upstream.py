@@ -104,7 +104,9 @@ def learner_upstream(
                 value = namespace.get(used)
                 if value is None or not _is_learners(value, library_dirs):
                     continue
-                if used in earlier and (namespace, used) not in [(n, u) for n, u in found]:
+                # The same namespace is the same object: `==` would compare two dicts' contents (equal
+                # for a copy of the learner's globals, and ambiguous where they hold tensors).
+                if used in earlier and not any(n is namespace and u == used for n, u in found):
                     found.append((namespace, used))
                 todo.append(value)
     order = earlier_exercises(name)

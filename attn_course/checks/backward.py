@@ -11,17 +11,20 @@ tensor the forward saves for the backward.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, NoReturn
 
 import torch
 
 from attn_course import flash, reference
-from attn_course.checks._calls import misplaced_in
+from attn_course.checks._diagnosis import Failure, fail
 from attn_course.checks._harness import (
     CheckFailed,
+    Mistake,
     call,
     check,
     cuda_device,
@@ -34,8 +37,6 @@ from attn_course.checks._harness import (
     randn,
 )
 from attn_course.checks._memo import remembered
-from attn_course.checks._mutants import last_candidate, name_by_mutation
-from attn_course.checks._repairs import foreign_step, name_by_repair, unquoted
 from attn_course.checks.flash import _FUSED, _OpRecorder
 
 Grads = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
@@ -47,6 +48,59 @@ NAMES = ("dq", "dk", "dv")
 # What a backward with one mistake computes
 
 
+@dataclass(frozen=True)
+class BackwardVariant:
+    """How one tiled backward is written: the right one with the defaults, each other value a named slip.
+
+    `_tiled_backward` computes what a variant gives; the slip tables below pair each with its message.
+    """
+
+    delta: str = "out"
+    """D: "out" (rowsum(dO ∘ O), right), "none" (dS = P ∘ dP), "tile" (rowsum(dP ∘ P) of this tile only),
+    "dp" (rowsum(dP), without P), "over-queries" (dP ∘ P summed over the queries)."""
+    probs: str = "lse"
+    """P: "lse" (exp(S - lse), right), "tile-max" (exp(S - the tile's row max)), "tile-softmax" (a softmax
+    within each tile), "raw" (exp(S))."""
+    lse_rows: str = "query"
+    """Whose lse a tile subtracts: "query" (right) or "key" (the key block's rows)."""
+    scale_q: str = "once"
+    """The 1/√d of dQ: "once" (right), "none" or "twice"."""
+    scale_k: str = "once"
+    """The 1/√d of dK: "once" (right), "none" or "twice"."""
+    mask: str = "right"
+    """The causal mask: "right", "none" (not in the recomputation, every block visited), "blocks-only"
+    (blocks above the diagonal skipped, none masked inside), "top-left" (j <= i), "top-left-all" (j <= i
+    in the forward too), "ignored" (no mask in the forward either)."""
+    accumulate_q: bool = True
+    """False: each key block's dQ replaces the earlier ones'."""
+    accumulate_kv: bool = True
+    """False: each query block's dK and dV replace the earlier ones'."""
+    transpose_ds: bool = False
+    """True: dS transposed the wrong way round."""
+    transpose_p: bool = True
+    """False: dV = P dO."""
+    tail: bool = True
+    """False: the ragged last key block dropped."""
+    recompute_scale: bool = True
+    """False: the scores recomputed without 1/√d."""
+    skip_offset: bool = True
+    """False: key blocks skipped after the query block's last row without T_k - T_q."""
+    sm_scale: float | None = None
+    """The scale a wrapper gives the kernels for S, dQ and dK (1/√d when None)."""
+    lse_factor: float = 1.0
+    """A factor a wrapper puts on the lse it hands the kernels."""
+    do_for_kv: str = "grad_out"
+    """What the dK/dV pass reads as dO: "grad_out" (right) or "out"."""
+
+    @property
+    def transposes(self) -> bool:
+        """Whether a tile is transposed the wrong way (a slip that runs only where tiles are square)."""
+        return self.transpose_ds or not self.transpose_p
+
+
+_RIGHT = BackwardVariant()
+
+
 @remembered
 def _tiled_backward(
     q: torch.Tensor,
@@ -56,39 +110,19 @@ def _tiled_backward(
     is_causal: bool,
     block_m: int,
     block_n: int,
-    *,
-    delta: str = "out",
-    probs: str = "lse",
-    lse_rows: str = "query",
-    scale_q: float = 1.0,
-    scale_k: float = 1.0,
-    mask: str = "right",
-    accumulate_q: bool = True,
-    accumulate_kv: bool = True,
-    transpose_ds: bool = False,
-    transpose_p: bool = True,
-    tail: bool = True,
-    recompute_scale: bool = True,
-    skip_offset: bool = True,
-    sm_scale: float | None = None,
-    lse_factor: float = 1.0,
-    do_for_kv: str = "grad_out",
+    variant: BackwardVariant = _RIGHT,
 ) -> Grads:
-    """(dq, dk, dv) of a tiled backward (key blocks outside, query blocks inside) with the given slips.
+    """(dq, dk, dv) of a tiled backward (key blocks outside, query blocks inside) written as `variant`.
 
-    delta: "out" (rowsum(dO ∘ O), right), "none" (dS = P ∘ dP), "tile" (rowsum(dP ∘ P) of this tile
-    only), "dp" (rowsum(dP), without P). probs: "lse" (exp(S - lse), right), "tile-max" (exp(S - the
-    tile's row max)), "tile-softmax" (a softmax within each tile), "raw" (exp(S)). lse_rows: "query"
-    (right) or "key" (the lse of the key block's rows). scale_q, scale_k: factors on top of the right
-    1/√d of dQ and dK. mask: "right",
-    "none" (no mask in the recomputation, every block visited), "blocks-only" (blocks above the
-    diagonal skipped, none masked inside), "top-left" (j <= i), "top-left-all" (j <= i in the forward
-    too), "ignored" (no mask in the forward either).
-    The wrapper's slips, what it hands the kernels: sm_scale (the scale the kernels use for S, dQ
-    and dK, 1/√d when None), lse_factor (the lse multiplied by it), do_for_kv ("grad_out", or "out":
-    the output given to the dK/dV pass in dO's place).
     With one block each way it is the naive backward.
     """
+    delta, probs, lse_rows, mask = variant.delta, variant.probs, variant.lse_rows, variant.mask
+    accumulate_q, accumulate_kv, tail = variant.accumulate_q, variant.accumulate_kv, variant.tail
+    transpose_ds, transpose_p, do_for_kv = variant.transpose_ds, variant.transpose_p, variant.do_for_kv
+    recompute_scale, skip_offset = variant.recompute_scale, variant.skip_offset
+    sm_scale, lse_factor = variant.sm_scale, variant.lse_factor
+    factors = {"once": 1.0, "none": math.sqrt(q.shape[-1]), "twice": 1 / math.sqrt(q.shape[-1])}
+    scale_q, scale_k = factors[variant.scale_q], factors[variant.scale_k]
     q, k, v, grad_out = (x.detach().to("cpu", torch.float64) for x in (q, k, v, grad_out))
     is_causal = is_causal and mask != "ignored"
     t_q, d = q.shape[-2:]
@@ -161,30 +195,33 @@ def _tiled_backward(
     return dq, dk, dv
 
 
-Slip = tuple[str, dict[str, Any]]
-"""(message, keyword arguments of `_tiled_backward`)."""
+Slip = tuple[str, BackwardVariant]
+"""(message, how the backward with that slip is written)."""
 
 _SCALE_SLIPS: list[Slip] = [
     (
         "forgets the 1/√d scale in dQ: S = QKᵀ/√d, so dQ = dS K / √d (the scale of the forward comes back "
         "in the backward).",
-        dict(scale_q=None),
+        BackwardVariant(scale_q="none"),
     ),
-    ("forgets the 1/√d scale in dK: S = QKᵀ/√d, so dK = dSᵀ Q / √d.", dict(scale_k=None)),
+    ("forgets the 1/√d scale in dK: S = QKᵀ/√d, so dK = dSᵀ Q / √d.", BackwardVariant(scale_k="none")),
     (
         "forgets the 1/√d scale in both dQ and dK: S = QKᵀ/√d, so dQ = dS K / √d and dK = dSᵀ Q / √d.",
-        dict(scale_q=None, scale_k=None),
+        BackwardVariant(scale_q="none", scale_k="none"),
     ),
     (
         "applies the 1/√d scale twice in dQ: once is enough, dQ = dS K / √d (dS is the gradient of the "
         "scaled scores, so it carries no scale of its own).",
-        dict(scale_q="twice"),
+        BackwardVariant(scale_q="twice"),
     ),
-    ("applies the 1/√d scale twice in dK: once is enough, dK = dSᵀ Q / √d.", dict(scale_k="twice")),
+    (
+        "applies the 1/√d scale twice in dK: once is enough, dK = dSᵀ Q / √d.",
+        BackwardVariant(scale_k="twice"),
+    ),
     (
         "applies the 1/√d scale twice in dQ and dK: dS is the gradient of the scaled scores S = QKᵀ/√d, "
         "so dQ = dS K / √d and dK = dSᵀ Q / √d, each scaled once.",
-        dict(scale_q="twice", scale_k="twice"),
+        BackwardVariant(scale_q="twice", scale_k="twice"),
     ),
 ]
 
@@ -192,51 +229,51 @@ _COMMON_SLIPS: list[Slip] = [
     (
         "leaves out the D term: dS = P ∘ (dP − D) with D_i = Σ_j dP_ij P_ij, one number per query row "
         "(softmax's backward), not P ∘ dP.",
-        dict(delta="none"),
+        BackwardVariant(delta="none"),
     ),
     (
         "subtracts rowsum(dP) instead of rowsum(dP ∘ P): D_i = Σ_j P_ij dP_ij weighs each entry of dP by its "
         "probability.",
-        dict(delta="dp"),
+        BackwardVariant(delta="dp"),
     ),
     (
         "sums dP ∘ P over the queries (dim=-2): D_i = Σ_j dP_ij P_ij is one number per query row, a sum "
         "over the keys, dim=-1 (keepdim=True).",
-        dict(delta="over-queries"),
+        BackwardVariant(delta="over-queries"),
     ),
     (
         "recomputes the scores without the 1/√d scale before P = exp(S − lse): the lse belongs to the "
         "scaled scores, S = Q Kᵀ / √d.",
-        dict(recompute_scale=False),
+        BackwardVariant(recompute_scale=False),
     ),
     *_SCALE_SLIPS,
     (
         "transposes dS the wrong way round: dQ = dS K (dS is (T_q, T_k)) and dK = dSᵀ Q.",
-        dict(transpose_ds=True),
+        BackwardVariant(transpose_ds=True),
     ),
     (
         "computes dV = P dO: the values' gradient collects over the queries, dV = Pᵀ dO (transpose P).",
-        dict(transpose_p=False),
+        BackwardVariant(transpose_p=False),
     ),
     (
         "ignores is_causal: with is_causal=True the probabilities are the causal ones, the scores of keys "
         "j > i + T_k − T_q set to −inf before the softmax (then their P, and their dS, are 0).",
-        dict(mask="ignored"),
+        BackwardVariant(mask="ignored"),
     ),
     (
         "ignores is_causal in the backward: the probabilities must be the forward's, with the scores of keys "
         "j > i + T_k − T_q set to −inf before the exp (then their P, and their dS, are 0).",
-        dict(mask="none"),
+        BackwardVariant(mask="none"),
     ),
     (
         "aligns the causal mask top-left: with T_q ≠ T_k query i sits at position i + T_k − T_q and may see "
         "keys j <= i + T_k − T_q (bottom-right, as in the forward).",
-        dict(mask="top-left"),
+        BackwardVariant(mask="top-left"),
     ),
     (
         "aligns the causal mask top-left: with T_q ≠ T_k the queries are the last T_q positions, so query i "
         "may see keys j <= i + T_k − T_q (bottom-right, as `attention` and `causal_mask` do).",
-        dict(mask="top-left-all"),
+        BackwardVariant(mask="top-left-all"),
     ),
 ]
 
@@ -245,79 +282,75 @@ _TILED_SLIPS: list[Slip] = [
         "skips the key blocks after the query block's last row without the offset T_k − T_q: with "
         "T_q < T_k query i sees keys up to i + T_k − T_q, so a block is skipped only when "
         "ks > qe − 1 + T_k − T_q.",
-        dict(skip_offset=False),
+        BackwardVariant(skip_offset=False),
     ),
     (
         "computes D from the tile's dP ∘ P: that sums over one key block only. D_i = Σ_j dP_ij P_ij over "
         "all keys, which equals rowsum(dO ∘ O): compute it once, before the loops, as "
         "(grad_out * out).sum(-1).",
-        dict(delta="tile"),
+        BackwardVariant(delta="tile"),
     ),
     (
         "uses the unnormalised exp(S − m) (the tile's row maximum) instead of the probabilities: "
         "P = exp(S − lse), with the log-sum-exp the forward returned for each query row.",
-        dict(probs="tile-max"),
+        BackwardVariant(probs="tile-max"),
     ),
     (
         "uses exp(S) instead of the probabilities: P = exp(S − lse), with the log-sum-exp the forward "
         "returned for each query row.",
-        dict(probs="raw"),
+        BackwardVariant(probs="raw"),
     ),
     (
         "normalises P within each tile (a softmax over the tile's keys): each row of a tile then sums "
         "to 1, but a query's probabilities sum to 1 over ALL its keys. P = exp(S − lse), with the "
         "log-sum-exp the forward returned for each query row, which already holds the whole row's sum.",
-        dict(probs="tile-softmax"),
+        BackwardVariant(probs="tile-softmax"),
     ),
     (
         "uses the lse of the key block's rows: the lse belongs to the queries, so the tile needs "
         "lse[..., qs:qe] (the query block's rows), as grad_out and D do.",
-        dict(lse_rows="key"),
+        BackwardVariant(lse_rows="key"),
     ),
     (
         "applies the causal mask in the forward but not in the recomputation: inside a tile that crosses "
         "the diagonal, set the scores of keys j > i + T_k − T_q to −inf before P = exp(S − lse), or those "
         "keys get gradients the forward never gave them weight for.",
-        dict(mask="blocks-only"),
+        BackwardVariant(mask="blocks-only"),
     ),
     (
         "does not accumulate dQ over the key blocks: each key block adds its dS K to the query block's rows "
         "(dq[..., qs:qe, :] += ...), it does not replace what the earlier key blocks gave.",
-        dict(accumulate_q=False),
+        BackwardVariant(accumulate_q=False),
     ),
     (
         "does not accumulate dK and dV over the query blocks: each query block adds its dSᵀ Q and Pᵀ dO to "
         "the key block's accumulators (dk_block += ...), it does not replace them.",
-        dict(accumulate_kv=False),
+        BackwardVariant(accumulate_kv=False),
     ),
     (
         "drops the ragged last key block: when T_k is not a multiple of block_size the last block is shorter "
         "and still counts. Loop with range(0, T_k, block_size).",
-        dict(tail=False),
+        BackwardVariant(tail=False),
     ),
 ]
 
 
-def _slip_grads(
-    slip: dict[str, Any],
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    grad_out: torch.Tensor,
-    is_causal: bool,
-    block_m: int,
-    block_n: int,
-) -> Grads:
-    d = q.shape[-1]
-    factors = {None: math.sqrt(d), "twice": 1 / math.sqrt(d), 1.0: 1.0}
-    kwargs = dict(slip)
-    for key in ("scale_q", "scale_k"):
-        kwargs[key] = factors[kwargs.get(key, 1.0)]
-    return _tiled_backward(q, k, v, grad_out, is_causal, block_m, block_n, **kwargs)
-
-
 def _grads_close(actual: Sequence[torch.Tensor], expected: Sequence[torch.Tensor]) -> bool:
     return all(is_close(a, e.to(a.dtype)) for a, e in zip(actual, expected, strict=True))
+
+
+_LAYERS = ("known-mistake", "mutant", "repair", "misplaced-arguments", "where-wrong")
+"""The diagnosis layers a backward check runs on its gradients (in the pipeline's one order)."""
+
+_CAUSAL_PART = (
+    "\nThe cases with is_causal=False passed, so the mistake is in the causal part: the mask inside "
+    "the tiles that cross the diagonal (key j allowed when j <= i + T_k − T_q, the scores of the "
+    "others −inf before P = exp(S − lse)) or the blocks the loops skip."
+)
+
+
+def _close_part(actual: torch.Tensor, expected: torch.Tensor) -> bool:
+    return is_close(actual, expected.to(actual.dtype))
 
 
 def _diagnose(
@@ -331,45 +364,34 @@ def _diagnose(
     called_as: str,
     plain_passed: bool = False,
     candidate: Any = None,
-) -> None:
-    """Raise naming the first slip whose gradients `actual` matches; else say where `actual` is wrong.
+    wiring: Sequence[Mistake] = (),
+) -> NoReturn:
+    """Raise naming the slips whose gradients `actual` matches; else say where `actual` is wrong.
 
-    `plain_passed`: the same function passed the cases without the causal mask. `candidate`: the
-    learner's function or class (else the one the check called last), read for misplaced arguments.
+    The one diagnosis pipeline (`_diagnosis.py`) on the tuple (dq, dk, dv): the `wiring` mistakes and
+    the `slips`, the reference's mutants, the learner's line changed once or their misplaced
+    arguments, and `_locate`. `plain_passed`: the same function passed the cases without the causal
+    mask. `candidate`: the learner's function or class (else the one the check called last), read for
+    misplaced arguments. `called_as=""` where `what` says how it was called.
     """
-    where = f"\n(Called as {called_as}.)"
-    for message, slip in slips:
-        try:
-            wrong = _slip_grads(slip, *inputs, is_causal, *blocks)
-        except RuntimeError:  # a slip that cannot run on these shapes (a transpose of a non-square tile)
-            continue
-        if not _grads_close(wrong, expected) and _grads_close(actual, wrong):
-            raise CheckFailed(f"{what} {message}{where}")
-    wrong_grads = [
-        i for i in range(len(expected)) if not is_close(actual[i], expected[i].to(actual[i].dtype))
+    simulated = [
+        Mistake(message, functools.partial(_tiled_backward, *inputs, is_causal, *blocks, slip))
+        for message, slip in slips
     ]
-    derived = (
-        name_by_mutation(actual[wrong_grads[0]], expected[wrong_grads[0]], is_close) if wrong_grads else None
+    failure = Failure(
+        actual,
+        expected,
+        what,
+        f"\n(Called as {called_as}.)" if called_as else "",
+        _close_part,
+        [*wiring, *simulated],
+        parts=NAMES,
+        locate=lambda: _locate(actual, expected, inputs, is_causal, blocks),
+        candidate=candidate,
+        first_slip_only=True,
+        unnamed_hint=_CAUSAL_PART if is_causal and plain_passed else "",
     )
-    found = (
-        f"gives the wrong {NAMES[wrong_grads[0]]}: it {unquoted(derived)}"
-        if derived
-        else _locate(actual, expected, inputs, is_causal, blocks)
-    )
-    own_line = not derived or foreign_step(derived)  # the learner's line says more than a foreign step
-    misplaced = "" if derived else misplaced_in(candidate or last_candidate())  # names say what they mean
-    repair = name_by_repair(expected[wrong_grads[0]], is_close) if wrong_grads and own_line else None
-    if misplaced:
-        found += f"\n{misplaced}"
-    elif repair:
-        found += f"\n{repair}"
-    if is_causal and plain_passed and not (repair or misplaced):
-        found += (
-            "\nThe cases with is_causal=False passed, so the mistake is in the causal part: the mask inside "
-            "the tiles that cross the diagonal (key j allowed when j <= i + T_k − T_q, the scores of the "
-            "others −inf before P = exp(S − lse)) or the blocks the loops skip."
-        )
-    raise CheckFailed(f"{what} {found}{where}")
+    fail(failure, only=_LAYERS)
 
 
 def _locate(
@@ -757,29 +779,51 @@ def check_softmax_backward(candidate: Callable[..., Any]) -> str:
         (expected,) = torch.autograd.grad(torch.softmax(leaf, dim=dim), leaf, grad_p)
         if is_close(out, expected):
             continue
-        for message, kind in _SOFTMAX_SLIPS:
-            wrong = _softmax_slip(kind)(p, grad_p, dim)
-            if not is_close(wrong, expected) and is_close(out, wrong):
-                raise CheckFailed(f"{what} {message}")
-        if _elementwise(candidate, p, grad_p, dim, out):
-            raise CheckFailed(
-                f"{what} treats softmax as if each output depended on its own input only: each entry of "
-                "your dx moves with its own grad_p entry and no other, a diagonal Jacobian (p(1 − p) is "
-                "only its diagonal). Every p_j depends on every x_i, J = diag(p) − p pᵀ, so "
-                "dx = p ∘ (grad_p − D), D = Σ_j grad_p_j p_j per row, over dim (keepdim=True)."
-            )
-        repair = name_by_repair(expected, is_close)  # the learner's own line, changed once
-        shown = f"\n{repair}" if repair else ""
-        sums = out.detach().double().sum(dim=dim)
-        if not torch.allclose(sums, torch.zeros_like(sums), atol=1e-4):
-            raise CheckFailed(
-                f"{what} is wrong, and its entries do not sum to 0 along dim={dim}: a softmax's outputs sum "
-                "to 1 whatever x is, so the gradient of x must sum to 0 along the same axis. "
-                "dx = p ∘ (grad_p − D) does, with D = Σ_j grad_p_j p_j taken per row, over dim "
-                f"(keepdim=True). ({difference(out, expected)}){shown}"
-            )
-        raise CheckFailed(f"{what} is wrong: {describe_error(out, expected)}{shown}")
+        mistakes = [
+            Mistake(message, functools.partial(_softmax_slip(kind), p, grad_p, dim))
+            for message, kind in _SOFTMAX_SLIPS
+        ]
+        reading = functools.partial(_softmax_property, candidate, p, grad_p, dim)
+        failure = Failure(
+            out,
+            expected,
+            what,
+            "",
+            is_close,
+            mistakes,
+            diagnose=reading,
+            own_line_with_property=True,
+            first_slip_only=True,
+        )
+        fail(failure, only=("known-mistake", "property", "repair", "where-wrong"))
     return "4 shapes, dim=-1, 1 and 0, float32 and float64, against autograd"
+
+
+def _softmax_property(
+    candidate: Callable[..., Any],
+    p: torch.Tensor,
+    grad_p: torch.Tensor,
+    dim: int,
+    actual: torch.Tensor,
+    expected: torch.Tensor,
+) -> str | None:
+    """What property a wrong dx breaks: a diagonal Jacobian, or entries that do not sum to 0 (else None)."""
+    if _elementwise(candidate, p, grad_p, dim, actual):
+        return (
+            "treats softmax as if each output depended on its own input only: each entry of "
+            "your dx moves with its own grad_p entry and no other, a diagonal Jacobian (p(1 − p) is "
+            "only its diagonal). Every p_j depends on every x_i, J = diag(p) − p pᵀ, so "
+            "dx = p ∘ (grad_p − D), D = Σ_j grad_p_j p_j per row, over dim (keepdim=True)."
+        )
+    sums = actual.detach().double().sum(dim=dim)
+    if not torch.allclose(sums, torch.zeros_like(sums), atol=1e-4):
+        return (
+            f"is wrong, and its entries do not sum to 0 along dim={dim}: a softmax's outputs sum "
+            "to 1 whatever x is, so the gradient of x must sum to 0 along the same axis. "
+            "dx = p ∘ (grad_p − D) does, with D = Σ_j grad_p_j p_j taken per row, over dim "
+            f"(keepdim=True). ({difference(actual, expected)})"
+        )
+    return None
 
 
 def _elementwise(
@@ -1111,33 +1155,23 @@ def _compare_function(
         return
     q0, k0, v0 = q.detach(), k.detach(), v.detach()
     out0, lse0 = flash.flash_attention_forward(q0, k0, v0, is_causal=is_causal, block_size=block_size)
+
+    def wrong_order(order: tuple[int, int, int]) -> Callable[[], Grads]:
+        return lambda: (expected[order[0]], expected[order[1]], expected[order[2]])
+
+    order_message = (
+        "before {}: backward returns the gradients in the order of forward's arguments, "
+        "dq, dk, dv, None, None."
+    )
     wiring = [
-        (
+        Mistake(
             "passes is_causal=False to the backward (or none at all): keep the forward's is_causal on ctx "
             "(ctx.is_causal = is_causal) and hand it to flash_attention_backward.",
-            reference.flash_attention_backward(q0, k0, v0, out0, lse0, grad_out, False, block_size),
+            lambda: reference.flash_attention_backward(q0, k0, v0, out0, lse0, grad_out, False, block_size),
         ),
+        Mistake("returns dk " + order_message.format("dq"), wrong_order((1, 0, 2))),
+        Mistake("returns dv " + order_message.format("dk"), wrong_order((0, 2, 1))),
     ]
-    dq, dk, dv = expected
-    if dq.shape == dk.shape:
-        wiring.append(
-            (
-                "returns dk before dq: backward returns the gradients in the order of forward's "
-                "arguments, dq, dk, dv, None, None.",
-                (dk, dq, dv),
-            )
-        )
-    if dk.shape == dv.shape:
-        wiring.append(
-            (
-                "returns dv before dk: backward returns the gradients in the order of forward's "
-                "arguments, dq, dk, dv, None, None.",
-                (dq, dv, dk),
-            )
-        )
-    for message, wrong in wiring:
-        if not _grads_close(wrong, expected) and _grads_close(grads, wrong):
-            raise CheckFailed(f"The backward of {called} {message}")
     _diagnose(
         f"The backward of {called}",
         grads,
@@ -1146,8 +1180,9 @@ def _compare_function(
         (q0, k0, v0, grad_out),
         is_causal,
         (min(block_size, q.shape[-2]), min(block_size, t_k)),
-        called,
+        "",
         candidate=candidate,
+        wiring=wiring,
     )
 
 

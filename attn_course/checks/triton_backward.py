@@ -14,10 +14,11 @@ every pair a kernel might use), and otherwise located (which gradient, which row
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 
@@ -37,7 +38,8 @@ from attn_course.checks._contracts import (
     view_cases,
     view_words,
 )
-from attn_course.checks._harness import CheckFailed, check
+from attn_course.checks._diagnosis import Failure, fail
+from attn_course.checks._harness import CheckFailed, Mistake, check
 from attn_course.checks._triton_harness import (
     Mode,
     expect_all_written,
@@ -52,13 +54,15 @@ from attn_course.checks.backward import (
     _COMMON_SLIPS,
     _TILED_SLIPS,
     NAMES,
+    BackwardVariant,
     Grads,
     Inputs,
+    Slip,
     _autograd_grads,
     _AutogradCalls,
     _locate,
     _refuse_autograd,
-    _slip_grads,
+    _tiled_backward,
 )
 from attn_course.progress import has_passed
 
@@ -484,28 +488,28 @@ def _kernels_passed(candidate: Any) -> bool:
     return all(name in found and has_passed(name, found[name]) for name in (DKDV, DQ))
 
 
-def _wrapper_slips(d: int) -> list[tuple[str, dict[str, Any]]]:
+def _wrapper_slips(d: int) -> list[Slip]:
     """The wrapper's mistakes in what it gives the kernels: the scale, the lse, the tensor read as dO."""
     return [
         (
             f"gives the kernels sm_scale = 1/d ({1 / d:.4g}): the scale of S = QKᵀ/√d is 1 / math.sqrt(d) "
             f"({d**-0.5:.4g}), and the kernels use it for S, dQ and dK alike.",
-            dict(sm_scale=1 / d),
+            BackwardVariant(sm_scale=1 / d),
         ),
         (
             "gives the kernels sm_scale = 1: the scale of S = QKᵀ/√d is 1 / math.sqrt(d), and the kernels "
             "use it for S, dQ and dK alike.",
-            dict(sm_scale=1.0),
+            BackwardVariant(sm_scale=1.0),
         ),
         (
             "hands the kernels the lse already in base 2 (× log2 e): they take the forward's natural-log lse "
             "and do their own conversion, so pass lse.float() as it is.",
-            dict(lse_factor=math.log2(math.e)),
+            BackwardVariant(lse_factor=math.log2(math.e)),
         ),
         (
             "gives the dK/dV kernel the output where it reads dO: dV = Pᵀ dO and dP = dO Vᵀ need grad_out "
             "(the dQ kernel, given grad_out, is right).",
-            dict(do_for_kv="out"),
+            BackwardVariant(do_for_kv="out"),
         ),
     ]
 
@@ -542,58 +546,67 @@ def _name_mistake(
     blocks: tuple[int, int] | None = None,
     owned: tuple[int, ...] = (0, 1, 2),
     hint: str = "",
-) -> None:
-    """Raise naming the first known mistake `grads` matches on the `owned` gradients; else locate it.
+) -> NoReturn:
+    """Raise naming the known mistakes `grads` matches on the `owned` gradients; else locate it.
 
-    `blocks`: the kernel's (BLOCK_M, BLOCK_N) where the check chose them; else every pair of
-    `_BLOCK_SIZES` is tried. `hint` is added to a located (unnamed) mistake.
+    The one diagnosis pipeline (`_diagnosis.py`), narrowed to the known mistakes and `_locate`. The
+    tiled slips are tried with the kernel's (BLOCK_M, BLOCK_N) where the check chose them, `blocks`;
+    else with every pair of `_BLOCK_SIZES`. `hint` is added to a located (unnamed) mistake.
     """
     t_q, t_k, causal, strided = case[2], case[3], case[5], case[6]
 
-    def matches(slip: dict[str, Any], block_m: int, block_n: int) -> bool:
-        try:
-            wrong = _slip_grads(slip, *inputs, causal, block_m, block_n)
-        except RuntimeError:  # a slip that cannot run with these blocks (the lse of a key block's rows)
-            return False
-        return not all(close(wrong[i], expected[i], mode.gpu) for i in owned) and all(
-            close(grads[i], wrong[i], mode.gpu) for i in owned
+    def slip(message: str, variant: BackwardVariant, block_m: int, block_n: int) -> Mistake:
+        return Mistake(
+            message, functools.partial(_tiled_backward, *inputs, causal, block_m, block_n, variant)
         )
 
-    block_free = [(message, slip) for message, slip in _COMMON_SLIPS if "transpose" not in str(slip)]
+    block_free = [(message, variant) for message, variant in _COMMON_SLIPS if not variant.transposes]
     if owned == (0, 1, 2):  # the wrapper: what it hands the kernels
         block_free += _wrapper_slips(inputs[0].shape[-1])
     # A dK/dV kernel launched by the check cannot drop a key block (the grid is the check's): what
     # looks like it is a query loop that never reaches those keys.
-    tiled = [(m, slip) for m, slip in _TILED_SLIPS if not (owned == (1, 2) and slip.get("tail") is False)]
-    for message, slip in block_free:
-        if matches(slip, t_q, t_k):
-            raise CheckFailed(f"{what} {message}\n(Called as {called}.)")
+    tiled = [(m, variant) for m, variant in _TILED_SLIPS if not (owned == (1, 2) and not variant.tail)]
+    mistakes = [slip(message, variant, t_q, t_k) for message, variant in block_free]
     pairs = [blocks] if blocks is not None else itertools.product(_BLOCK_SIZES, repeat=2)
     for block_m, block_n in pairs:
         if blocks is None and (block_m >= 2 * max(t_q, 16) or block_n >= 2 * max(t_k, 16)):
             continue
-        for message, slip in tiled:
-            if matches(slip, block_m, block_n):
-                raise CheckFailed(f"{what} {message}\n(Called as {called}.)")
+        mistakes += [slip(message, variant, block_m, block_n) for message, variant in tiled]
     if strided:
-        q_c, k_c, v_c, grad_out_c = (
-            torch.as_strided(x, x.shape, torch.empty(x.shape).stride()) for x in inputs
+        mistakes.append(Mistake(_views_message(owned), functools.partial(_read_contiguous, inputs, causal)))
+    failure = Failure(
+        grads,
+        expected,
+        what,
+        f"\n(Called as {called}.)",
+        functools.partial(close, gpu=mode.gpu),
+        mistakes,
+        parts=NAMES,
+        owned=owned,
+        locate=lambda: _locate(grads, expected, inputs, causal, blocks or (32, 32), owned=owned),
+        first_slip_only=True,
+        unnamed_hint=hint,
+    )
+    fail(failure, only=("known-mistake", "where-wrong"))
+
+
+def _read_contiguous(inputs: Inputs, causal: bool) -> Grads:
+    """The gradients of q, k, v and grad_out read as if they were contiguous (their own strides ignored)."""
+    q_c, k_c, v_c, grad_out_c = (torch.as_strided(x, x.shape, torch.empty(x.shape).stride()) for x in inputs)
+    with torch.enable_grad():
+        return _autograd_grads(q_c, k_c, v_c, grad_out_c, causal)
+
+
+def _views_message(owned: tuple[int, ...]) -> str:
+    """What a backward that reads views as contiguous is told: by the wrapper, or by a kernel."""
+    return (
+        "is wrong for inputs that are views: q.transpose(1, 2) of a (B, T, H, d) tensor keeps its rows "
+        "(B, T, H, d) apart. "
+        + (
+            "Pass the strides of q, k, v and grad_out (and of dq, dk, dv) to the kernels, or call "
+            ".contiguous() first."
+            if owned == (0, 1, 2)
+            else "Step each pointer by its own tensor's strides: row i of q and dO at i * stride_qm "
+            "and i * stride_dom, key j of k and v at j * stride_kn and j * stride_vn."
         )
-        wrong = _autograd_grads(q_c, k_c, v_c, grad_out_c, causal)
-        if not all(close(wrong[i], expected[i], mode.gpu) for i in owned) and all(
-            close(grads[i], wrong[i], mode.gpu) for i in owned
-        ):
-            raise CheckFailed(
-                f"{what} is wrong for inputs that are views: q.transpose(1, 2) of a (B, T, H, d) tensor "
-                "keeps its rows (B, T, H, d) apart. "
-                + (
-                    "Pass the strides of q, k, v and grad_out (and of dq, dk, dv) to the kernels, or call "
-                    ".contiguous() first."
-                    if owned == (0, 1, 2)
-                    else "Step each pointer by its own tensor's strides: row i of q and dO at i * stride_qm "
-                    "and i * stride_dom, key j of k and v at j * stride_kn and j * stride_vn."
-                )
-                + f"\n(Called as {called}.)"
-            )
-    found = _locate(grads, expected, inputs, causal, blocks or (32, 32), owned=owned)
-    raise CheckFailed(f"{what} {found}{hint}\n(Called as {called}.)")
+    )
