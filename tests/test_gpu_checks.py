@@ -96,7 +96,19 @@ DEVICE_CASES = {  # exercise: (learner-like version that forgets the device, wha
     "cached_attention": (cached_attention_cpu_positions, "Create new tensors (positions) on x.device"),
     "flash_attention_backward": (flash_backward_query_blocks_outside, "Create new tensors (dq, dk, dv"),
 }
-CAUGHT_ON_THE_CPU_TOO = {"causal_mask": "pass device=device"}  # by the meta device
+CAUGHT_ON_THE_CPU_TOO = {  # by the meta device: the contracts' run with the inputs on it (issue 44)
+    "causal_mask": "pass device=device",
+    **{
+        name: "Make every new tensor on the inputs' device"
+        for name in (
+            "scaled_dot_product_attention",
+            "padding_mask",
+            "attention",
+            "MultiHeadAttention",
+            "apply_rope",
+        )
+    },
+}
 
 
 def _check(name: str):

@@ -443,3 +443,11 @@ def test_the_shipped_notebooks_tag_exactly_the_exercise_and_check_cells(path):
     assert len(checks) == len(EXERCISES[path.stem]) and len(exercises) >= len(checks)
     tagged = [cell.id for cell in student.cells if RUN_ON_TAG in cell.metadata.get("tags", [])]
     assert tagged == [cell.id for cell in code if cell.id in {*exercises, *checks}]
+
+
+def test_an_optional_region_becomes_a_comment_that_runs():
+    """08's helpers: a learner whose design needs none leaves the cell, and Run All goes on past it."""
+    source = "# helpers\n### BEGIN SOLUTION (optional)\ndef helper(x):\n    return x\n### END SOLUTION"
+    stripped, regions = strip_solutions(source, "code", "nb, cell 0")
+    assert regions == 1 and "raise" not in stripped and "def helper" not in stripped
+    exec(compile(stripped, "cell", "exec"), {})  # runs: nothing to raise

@@ -55,6 +55,10 @@ CODE_STUB = (
     "{indent}" + STUB_MARK + "\n"
     '{indent}raise NotImplementedError("Exercise: replace this line with your code.")'
 )
+OPTIONAL = " (optional)"
+"""After BEGIN: a region the learner may leave empty (helpers their design may not need), so its stub is
+a comment only: a `raise` there would stop a Run All in a cell no check follows."""
+OPTIONAL_STUB = "{indent}" + STUB_MARK + " (if your design needs any; none? leave this cell as it is)"
 MARKDOWN_STUB = "*Your answer here.*"
 KERNELSPEC = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
 LANGUAGE_INFO: dict[str, Any] = {
@@ -66,7 +70,7 @@ LANGUAGE_INFO: dict[str, Any] = {
     "pygments_lexer": "ipython3",
 }
 """The language_info the python3 kernel (ipykernel) reports, less its Python's version."""
-_MARKER = re.compile(r"^(?P<indent>\s*)(?P<marker>### (BEGIN|END) SOLUTION)\s*$")
+_MARKER = re.compile(r"^(?P<indent>\s*)(?P<marker>### (BEGIN|END) SOLUTION)(?P<optional> \(optional\))?\s*$")
 RUN_ON_TAG = "raises-exception"
 """The cell tag that lets Run All go on past an error in the cell (JupyterLab, Jupyter Notebook, VS
 Code, nbclient); nbval lets such a cell fail."""
@@ -134,7 +138,8 @@ def strip_solutions(source: str, cell_type: str, where: str) -> tuple[str, int]:
                 )
             inside_since = number
             regions += 1
-            out.append(CODE_STUB.format(indent=match["indent"]) if cell_type == "code" else MARKDOWN_STUB)
+            stub = OPTIONAL_STUB if match["optional"] else CODE_STUB
+            out.append(stub.format(indent=match["indent"]) if cell_type == "code" else MARKDOWN_STUB)
         elif match and match["marker"] == END:
             if inside_since is None:
                 raise MarkerError(f"{where}, line {number}: {END} without a {BEGIN} before it")
