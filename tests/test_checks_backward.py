@@ -14,6 +14,7 @@ import torch
 from backward_variants import FLASH_BACKWARD
 from check_assertions import assert_accepted, assert_rejected, cpu_standing_in_for_cuda
 from einops import einsum
+from learner_code import learner
 from triton_variants import variant
 
 from attn_course import flash
@@ -60,27 +61,54 @@ def test_softmax_backward_accepts_right_answers(candidate, capsys):
     assert_accepted(check_softmax_backward, candidate, capsys)
 
 
-@pytest.mark.parametrize(
-    ("candidate", "phrase"),
-    [
-        (not_implemented, "not implemented yet"),
-        (lambda p, grad_p, dim=-1: p * grad_p, "multiplies grad_p by p and stops"),
-        (lambda p, grad_p, dim=-1: p * (grad_p - grad_p.sum(dim, keepdim=True)), "plain sum of grad_p"),
-        (
-            lambda p, grad_p, dim=-1: grad_p - (grad_p * p).sum(dim, keepdim=True),
-            "forgets the outer factor p",
-        ),
-        (lambda p, grad_p, dim=-1: p * (grad_p - (grad_p * p).sum(-1, keepdim=True)), "instead of the `dim`"),
-        (lambda p, grad_p, dim=-1: p * (grad_p - (grad_p * p).sum(dim)), "keepdim=True"),
-        (lambda p, grad_p, dim=-1: (grad_p * p).sum(dim), "one number per row"),
-        (lambda p, grad_p, dim=-1: grad_p * (p - p**2), "as if each output depended on its own input only"),
-        (
-            lambda p, grad_p, dim=-1: torch.where(p > 0.5, p * grad_p, p * (1 - p) * grad_p),
-            "its own input only",
-        ),
-    ],
-)
-def test_softmax_backward_names_each_mistake(candidate, phrase, capsys):
+SOFTMAX_BACKWARD = """
+def softmax_backward(p, grad_p, dim=-1):
+    D = (grad_p * p).sum(dim=dim, keepdim=True)
+    dx = p * (grad_p - D)
+    return dx
+"""
+"""A learner's softmax_backward, as the solution cell is written."""
+
+_SOFTMAX_D = "D = (grad_p * p).sum(dim=dim, keepdim=True)"
+
+SOFTMAX_BACKWARD_WRONG = {
+    "not implemented": ([(_SOFTMAX_D, "raise NotImplementedError")], "not implemented yet"),
+    "p times grad_p, no D": (
+        [("dx = p * (grad_p - D)", "dx = p * grad_p")],
+        "multiplies grad_p by p and stops",
+    ),
+    "D without p": (
+        [(_SOFTMAX_D, "D = grad_p.sum(dim=dim, keepdim=True)")],
+        "subtracts the plain sum of grad_p",
+    ),
+    "no outer p": ([("dx = p * (grad_p - D)", "dx = grad_p - D")], "forgets the outer factor p"),
+    "D over the last axis": (
+        [(_SOFTMAX_D, "D = (grad_p * p).sum(dim=-1, keepdim=True)")],
+        "sums over the last axis instead of the `dim` it was given",
+    ),
+    "no keepdim": ([(_SOFTMAX_D, "D = (grad_p * p).sum(dim=dim)")], "keepdim=True"),
+    "returns D": ([("return dx", "return D.squeeze(dim)")], "one number per row"),
+    "the diagonal only": (
+        [("dx = p * (grad_p - D)", "dx = grad_p * (p - p**2)")],
+        "as if each output depended on its own input only",
+    ),
+    "p(1 - p) for the small p": (
+        [("dx = p * (grad_p - D)", "dx = torch.where(p > 0.5, p * grad_p, p * (1 - p) * grad_p)")],
+        "its own input only",
+    ),
+}
+"""Wrong softmax_backwards written as learners write them (edits of SOFTMAX_BACKWARD), each with the
+phrase the check's message must contain."""
+
+
+def test_the_learners_softmax_backward_is_right(capsys):
+    assert_accepted(check_softmax_backward, learner(SOFTMAX_BACKWARD, "softmax_backward"), capsys)
+
+
+@pytest.mark.parametrize("name", SOFTMAX_BACKWARD_WRONG)
+def test_softmax_backward_names_each_mistake(name, capsys):
+    edits, phrase = SOFTMAX_BACKWARD_WRONG[name]
+    candidate = learner(SOFTMAX_BACKWARD, "softmax_backward", *edits)
     assert_rejected(check_softmax_backward, candidate, phrase, capsys)
 
 
@@ -414,6 +442,61 @@ def test_gradients_of_another_upstream_gradient_are_named(capsys):
     )
 
 
+ATTENTION_BACKWARD = """
+from attn_course.attention import attention
+
+
+def attention_backward(q, k, v, grad_out, is_causal=False):
+    scale = 1 / math.sqrt(q.shape[-1])
+    out, p = attention(q, k, v, is_causal=is_causal)
+    dv = p.transpose(-1, -2) @ grad_out
+    dp = grad_out @ v.transpose(-1, -2)
+    D = (grad_out * out).sum(dim=-1, keepdim=True)
+    ds = p * (dp - D)
+    dq = ds @ k * scale
+    dk = ds.transpose(-1, -2) @ q * scale
+    return dq, dk, dv
+"""
+"""A learner's attention_backward, with D = rowsum(dO ∘ O) as the notebook derives it."""
+
+_D = "D = (grad_out * out).sum(dim=-1, keepdim=True)"
+
+ATTENTION_BACKWARD_WRONG = {
+    "D from dP alone": (
+        [(_D, "D = dp.sum(dim=-1, keepdim=True)")],
+        "subtracts rowsum(dP) instead of rowsum(dP ∘ P)",
+    ),
+    "dV = P dO": (
+        [("dv = p.transpose(-1, -2) @ grad_out", "dv = p @ grad_out")],
+        "computes dV = P dO: the values' gradient collects over the queries",
+    ),
+    "D from the output alone": (
+        [(_D, "D = out.sum(dim=-1, keepdim=True)")],
+        "rowsum(O): dO is left out of dO ∘ O",
+    ),
+    "D added": ([("ds = p * (dp - D)", "ds = p * (dp + D)")], "−rowsum(dO ∘ O): its sign is flipped"),
+    "D scaled like the scores": ([(_D, f"{_D} * scale")], "rowsum(dO ∘ O)/√d: D carries no scale"),
+    "D divided by the scale": ([(_D, f"{_D} / scale")], "rowsum(dO ∘ O)·√d: D carries no scale"),
+    "the gradient of out.sum()": (
+        [("    dv = p.transpose", "    grad_out = torch.ones_like(out)\n    dv = p.transpose")],
+        "1 everywhere (torch.ones_like)",
+    ),
+}
+"""Wrong attention_backwards written as learners write them (edits of ATTENTION_BACKWARD), each with
+the phrase the check's message must contain."""
+
+
+def test_the_learners_attention_backward_is_right(capsys):
+    assert_accepted(check_attention_backward, learner(ATTENTION_BACKWARD, "attention_backward"), capsys)
+
+
+@pytest.mark.parametrize("name", ATTENTION_BACKWARD_WRONG)
+def test_attention_backward_names_each_learners_mistake(name, capsys):
+    edits, phrase = ATTENTION_BACKWARD_WRONG[name]
+    candidate = learner(ATTENTION_BACKWARD, "attention_backward", *edits)
+    assert_rejected(check_attention_backward, candidate, phrase, capsys)
+
+
 def flash_backward_through_naive_attention(q, k, v, out, lse, grad_out, is_causal=False, block_size=64):
     return attention_backward(q, k, v, grad_out, is_causal)
 
@@ -494,90 +577,93 @@ def test_flash_attention_function_accepts_right_answers(candidate, capsys):
     assert_accepted(check_FlashAttentionFunction, candidate, capsys)
 
 
-@pytest.mark.parametrize(
-    ("candidate", "phrase"),
-    [
-        (flash.flash_attention, "subclasses torch.autograd.Function"),
-        (_function("raise NotImplementedError", "raise NotImplementedError"), "not implemented yet"),
-        (_function(FORWARD, "raise NotImplementedError"), "is not implemented yet"),
-        (
-            _function(FORWARD.replace("return out", "return out, lse"), BACKWARD),
-            "returned a tuple of 2 items",
-        ),
-        (
-            _function(
-                FORWARD.replace(
-                    "ctx.save_for_backward(q, k, v, out, lse)",
-                    "p = attention(q, k, v, is_causal=is_causal)[1]\n"
-                    "ctx.save_for_backward(q, k, v, out, lse, p)",
-                ),
-                BACKWARD,
+FUNCTION_WRONG = [
+    (flash.flash_attention, "subclasses torch.autograd.Function"),
+    (_function("raise NotImplementedError", "raise NotImplementedError"), "not implemented yet"),
+    (_function(FORWARD, "raise NotImplementedError"), "is not implemented yet"),
+    (
+        _function(FORWARD.replace("return out", "return out, lse"), BACKWARD),
+        "returned a tuple of 2 items",
+    ),
+    (
+        _function(
+            FORWARD.replace(
+                "ctx.save_for_backward(q, k, v, out, lse)",
+                "p = attention(q, k, v, is_causal=is_causal)[1]\nctx.save_for_backward(q, k, v, out, lse, p)",
             ),
-            "as large as the whole T_q × T_k matrix",
+            BACKWARD,
         ),
-        (
-            _function(
-                FORWARD.replace(
-                    "ctx.save_for_backward(q, k, v, out, lse)",
-                    "ctx.save_for_backward(q, k, v, out)\nctx.lse = lse",
-                ),
-                BACKWARD.replace(
-                    "q, k, v, out, lse = ctx.saved_tensors", "q, k, v, out = ctx.saved_tensors\nlse = ctx.lse"
-                ),
+        "as large as the whole T_q × T_k matrix",
+    ),
+    (
+        _function(
+            FORWARD.replace(
+                "ctx.save_for_backward(q, k, v, out, lse)",
+                "ctx.save_for_backward(q, k, v, out)\nctx.lse = lse",
             ),
-            "keeps a tensor on ctx.lse",
-        ),
-        (
-            _function(FORWARD, BACKWARD.replace("return dq, dk, dv, None, None", "return dq, dk, dv")),
-            "one gradient per argument of forward",
-        ),
-        (
-            _function(
-                FORWARD, BACKWARD.replace("ctx.is_causal, ctx.block_size)", "block_size=ctx.block_size)")
+            BACKWARD.replace(
+                "q, k, v, out, lse = ctx.saved_tensors", "q, k, v, out = ctx.saved_tensors\nlse = ctx.lse"
             ),
-            "passes is_causal=False to the backward",
         ),
-        (
-            _function(FORWARD, BACKWARD.replace("ctx.is_causal, ctx.block_size)", "ctx.block_size)")),
-            "Pass it by name, block_size=ctx.block_size, and give `is_causal` its own value",
-        ),
-        (
-            _function(FORWARD, BACKWARD.replace("return dq, dk, dv", "return dk, dq, dv")),
-            "returns dk before dq",
-        ),
-        (
-            _function(
-                FORWARD,
-                BACKWARD.replace(
-                    "q, k, v, out, lse = ctx.saved_tensors", "q, v, k, out, lse = ctx.saved_tensors"
-                ),
+        "keeps a tensor on ctx.lse",
+    ),
+    (
+        _function(FORWARD, BACKWARD.replace("return dq, dk, dv, None, None", "return dq, dk, dv")),
+        "one gradient per argument of forward",
+    ),
+    (
+        _function(FORWARD, BACKWARD.replace("ctx.is_causal, ctx.block_size)", "block_size=ctx.block_size)")),
+        "passes is_causal=False to the backward",
+    ),
+    (
+        _function(FORWARD, BACKWARD.replace("ctx.is_causal, ctx.block_size)", "ctx.block_size)")),
+        "Pass it by name, block_size=ctx.block_size, and give `is_causal` its own value",
+    ),
+    (
+        _function(FORWARD, BACKWARD.replace("return dq, dk, dv", "return dk, dq, dv")),
+        "returns dk before dq",
+    ),
+    (
+        _function(FORWARD, BACKWARD.replace("return dq, dk, dv", "return dq, dv, dk")),
+        "returns dv before dk",
+    ),
+    (
+        _function(
+            FORWARD,
+            BACKWARD.replace(
+                "q, k, v, out, lse = ctx.saved_tensors", "q, v, k, out, lse = ctx.saved_tensors"
             ),
-            "passes this check written `",
         ),
-        (
-            _function(
-                FORWARD,
-                BACKWARD.replace("dq, dk, dv = flash", "dq, dk, dv = flash").replace(
-                    "return dq, dk, dv", "return dq * 3, dk, dv"
-                ),
+        "passes this check written `",
+    ),
+    (
+        _function(
+            FORWARD,
+            BACKWARD.replace("dq, dk, dv = flash", "dq, dk, dv = flash").replace(
+                "return dq, dk, dv", "return dq * 3, dk, dv"
             ),
-            "gives the wrong dq",
         ),
-        # The learner's own backward raising inside autograd is their mistake, named at their line.
-        (
-            _function(FORWARD, BACKWARD.replace("q, k, v, out, lse = ", "q, k, v, out = ")),
-            "raised ValueError: too many values to unpack (expected 4) at line 10 of your code",
-        ),
-        (
-            _function(FORWARD, BACKWARD.replace("return dq, dk, dv, None", "return dq + lse, dk, dv, None")),
-            "`lse` (2, 2, 12) lacks axes that `dq` (2, 2, 12, 4) has",
-        ),
-        (
-            _function(FORWARD, BACKWARD.replace("return dq, dk, dv, None", "return dq, dk.sum(0), dv, None")),
-            "backward's gradient number 2 has shape (2, 12, 4), but a gradient has the shape of its input",
-        ),
-    ],
-)
+        "gives the wrong dq",
+    ),
+    # The learner's own backward raising inside autograd is their mistake, named at their line.
+    (
+        _function(FORWARD, BACKWARD.replace("q, k, v, out, lse = ", "q, k, v, out = ")),
+        "raised ValueError: too many values to unpack (expected 4) at line 10 of your code",
+    ),
+    (
+        _function(FORWARD, BACKWARD.replace("return dq, dk, dv, None", "return dq + lse, dk, dv, None")),
+        "`lse` (2, 2, 12) lacks axes that `dq` (2, 2, 12, 4) has",
+    ),
+    (
+        _function(FORWARD, BACKWARD.replace("return dq, dk, dv, None", "return dq, dk.sum(0), dv, None")),
+        "backward's gradient number 2 has shape (2, 12, 4), but a gradient has the shape of its input",
+    ),
+]
+"""Wrong FlashAttentionFunctions written as learners write them (edits of FORWARD and BACKWARD), each
+with the phrase the check's message must contain."""
+
+
+@pytest.mark.parametrize(("candidate", "phrase"), FUNCTION_WRONG)
 def test_flash_attention_function_names_each_mistake(candidate, phrase, capsys):
     assert_rejected(check_FlashAttentionFunction, candidate, phrase, capsys)
 

@@ -1159,18 +1159,22 @@ def _compare_function(
     def wrong_order(order: tuple[int, int, int]) -> Callable[[], Grads]:
         return lambda: (expected[order[0]], expected[order[1]], expected[order[2]])
 
-    order_message = (
-        "before {}: backward returns the gradients in the order of forward's arguments, "
-        "dq, dk, dv, None, None."
-    )
     wiring = [
         Mistake(
             "passes is_causal=False to the backward (or none at all): keep the forward's is_causal on ctx "
             "(ctx.is_causal = is_causal) and hand it to flash_attention_backward.",
             lambda: reference.flash_attention_backward(q0, k0, v0, out0, lse0, grad_out, False, block_size),
         ),
-        Mistake("returns dk " + order_message.format("dq"), wrong_order((1, 0, 2))),
-        Mistake("returns dv " + order_message.format("dk"), wrong_order((0, 2, 1))),
+        Mistake(
+            "returns dk before dq: backward returns the gradients in the order of forward's arguments, "
+            "dq, dk, dv, None, None.",
+            wrong_order((1, 0, 2)),
+        ),
+        Mistake(
+            "returns dv before dk: backward returns the gradients in the order of forward's arguments, "
+            "dq, dk, dv, None, None.",
+            wrong_order((0, 2, 1)),
+        ),
     ]
     _diagnose(
         f"The backward of {called}",
