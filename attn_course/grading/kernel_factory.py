@@ -25,6 +25,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import types
 from pathlib import Path
@@ -69,13 +70,28 @@ def prepare_grader(package_parent: str) -> None:
         sys.modules.update(learner)
 
 
-def _child(request: dict, server: socket.socket, connection: socket.socket) -> None:
+def _die_with_the_factory(factory: int) -> None:
+    """Have Linux kill this kernel when the factory goes: the factory goes when its grader does, and a
+    stand-in killed before it learned this kernel's pid cannot kill it (elsewhere: nothing)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            return
+    if os.getppid() != factory:  # the factory went before the setting took effect
+        os._exit(0)
+
+
+def _child(request: dict, server: socket.socket, connection: socket.socket, factory: int) -> None:
     """Become the requested kernel (never returns)."""
     try:
         server.close()
         connection.close()
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         os.setsid()
+        _die_with_the_factory(factory)
         memory = int(request["memory"])
         if memory > 0:
             resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
@@ -107,6 +123,15 @@ def serve(path: str, package_parent: str | None = None) -> None:
     Exits when the process that started it is gone (a grader or Dask worker killed without closing it).
     """
     parent = os.getppid()
+    preloaded = threading.Event()
+
+    def exit_with_the_parent() -> None:  # while preloading, which takes seconds on a busy machine
+        while not preloaded.wait(0.25):
+            if os.getppid() != parent:
+                os._exit(0)
+
+    watcher = threading.Thread(target=exit_with_the_parent, daemon=True)
+    watcher.start()
     for name in PRELOAD:
         try:
             __import__(name)
@@ -114,11 +139,13 @@ def serve(path: str, package_parent: str | None = None) -> None:
             continue
     if package_parent:
         prepare_grader(package_parent)
+    preloaded.set()
+    watcher.join()  # no thread but this one when kernels are forked
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # forked kernels are reaped automatically
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(path)
     server.listen(16)
-    server.settimeout(2.0)
+    server.settimeout(0.5)
     print("ready", flush=True)
     while True:
         try:
@@ -130,9 +157,10 @@ def serve(path: str, package_parent: str | None = None) -> None:
         connection.settimeout(None)
         with connection:
             request = json.loads(connection.makefile("r").readline())
+            factory = os.getpid()
             pid = os.fork()
             if pid == 0:
-                _child(request, server, connection)
+                _child(request, server, connection, factory)
             connection.sendall(f"{pid}\n".encode())
 
 
@@ -186,6 +214,9 @@ def request_kernel(path: str, connection_file: str, memory: int) -> int:
 
 def stand_in(path: str, connection_file: str, memory: int) -> None:
     """Launcher side: get a kernel, write its pid beside the connection file, live as long as it does."""
+    stopping: list[int] = []  # a signal before the kernel's pid is known: acted on once it is
+    signal.signal(signal.SIGINT, lambda signum, frame: stopping.append(signum))
+    signal.signal(signal.SIGTERM, lambda signum, frame: stopping.append(signum))
     pid = request_kernel(path, connection_file, memory)
     Path(connection_file + ".kernel-pid").write_text(str(pid))
 
@@ -199,6 +230,8 @@ def stand_in(path: str, connection_file: str, memory: int) -> None:
 
     signal.signal(signal.SIGINT, forward)
     signal.signal(signal.SIGTERM, forward)
+    for signum in stopping:
+        forward(signum, None)
     while True:
         try:
             os.kill(pid, 0)
