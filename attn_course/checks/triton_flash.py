@@ -491,6 +491,8 @@ class _FlashCase:
     causal: bool
     strided: bool = False
     """q, k and v as transposes of (B, T, H, d) tensors: not contiguous."""
+    lse: bool = True
+    """Whether the log-sum-exp is compared too (a second, return_lse=True call)."""
 
     def describe(self) -> str:
         """The shape in words, for messages."""
@@ -506,8 +508,11 @@ _FLASH_CASES = (
     _FlashCase(1, 2, 50, 50, 32, True),
     _FlashCase(1, 1, 20, 90, 32, True),  # T_k - T_q over two key blocks: a bound without it shows
     _FlashCase(1, 1, 20, 50, 32, True),
-    _FlashCase(1, 1, 300, 300, 32, False),
-    _FlashCase(1, 1, 260, 260, 16, True),
+    # The two shapes of many blocks hold three quarters of the tiles: their second, return_lse=True
+    # call would double the check's interpreted time, and every lse mistake shows on the shapes of
+    # two or three query blocks above them (absolute rows, a ragged last block, rows with no key).
+    _FlashCase(1, 1, 300, 300, 32, False, lse=False),
+    _FlashCase(1, 1, 260, 260, 16, True, lse=False),
     _FlashCase(2, 2, 24, 56, 16, True),
     _FlashCase(2, 2, 40, 72, 16, False),
     _FlashCase(2, 2, 40, 40, 32, True, strided=True),
@@ -708,8 +713,8 @@ def _diagnose_contract_case(
 def check_triton_flash_attention(candidate: Callable[..., Any]) -> str:
     """The learner's FlashAttention kernel against SDPA: ragged, causal, T_q ≠ T_k and strided inputs.
 
-    For each input, once the output is right, call again with return_lse=True and compare the
-    log-sum-exp with `tiled_lse`.
+    For each input but the two of many blocks, once the output is right, call again with
+    return_lse=True and compare the log-sum-exp with `tiled_lse`.
     """
     return expect_flash_attention(candidate, "triton_flash_attention")
 
@@ -759,7 +764,8 @@ def expect_flash_attention(candidate: Callable[..., Any], name: str) -> str:
             explain=functools.partial(_expect_keys_visited, trace, q, k, case, blocks),
         )  # fmt: skip
         _expect_no_blocks_above_diagonal(trace, q, k, case)
-        _compare_lse(name, candidate, mode, case, q, k, v, out, blocks)
+        if case.lse:
+            _compare_lse(name, candidate, mode, case, q, k, v, out, blocks)
     generated = _expect_contract_cases(name, candidate, mode, blocks_seen)
     detail = (
         f" in blocks of {' and '.join(f'{m}×{n}' for m, n in sorted(blocks_seen))}" if blocks_seen else ""
@@ -767,7 +773,7 @@ def expect_flash_attention(candidate: Callable[..., Any], name: str) -> str:
     where = "interpreted on the CPU, every load traced" if mode.traced else mode.gpu_where
     return (
         f"matches attention on {len(_FLASH_CASES)} shapes (ragged, causal, T_q < T_k, strided){detail}, "
-        f"and with return_lse=True the log-sum-exp of every row; then on {generated} more from the "
+        f"and with return_lse=True the log-sum-exp of every row of {sum(c.lse for c in _FLASH_CASES)} of them; then on {generated} more from the "
         "exercise's contract (one block and one, T_q > T_k with rows that see no key, 3 heads, each of "
         f"q, k and v alone a view: q expanded, k transposed, v sliced); {where}."
     )
