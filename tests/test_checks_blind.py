@@ -32,6 +32,9 @@ exercise, blind to A-G) was measured once after the fixes made from G (main at 7
 the fixes made from H (main at 2a4672f: 159/160 caught, the one left accepted on purpose; 155 named, 97%,
 every notebook at 90% or more; 34 of 35 alternatives accepted).
 
+The sets are data for one runner per set and notebook (`-k 07_kv_cache` runs one notebook's edits of
+every set), about 300 tests where there were 3,000, one per edit.
+
 Set A is the one to fix checks by: when a check learns to catch a mistake listed in UNCAUGHT or
 to accept an alternative listed in REFUSED, its xfail turns into a failure here, and the entry
 comes out of the set. NAMED_*_FIRST_RUN stays as it was measured; a later measurement is
@@ -40,12 +43,14 @@ recorded beside it.
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
+import io
 import json
 from pathlib import Path
 
 import pytest
 from blind_compare import CASES, TOLERANCE, differs
-from check_assertions import assert_accepted
 from learner_mistakes_blind_a import ALTERNATIVES_A, HOLDOUT_A, load
 from learner_mistakes_blind_b import ALTERNATIVES_B, HOLDOUT_B
 from learner_mistakes_blind_c import ALTERNATIVES_C, HOLDOUT_C
@@ -361,56 +366,116 @@ def _check(exercise):
     return getattr(attn_course.checks, f"check_{exercise}")
 
 
-def _params(kind):
-    for name, (mistakes, alternatives, uncaught, refused, _) in SETS.items():
-        edits, known = (mistakes, uncaught) if kind == "mistake" else (alternatives, refused)
-        for index, edit in enumerate(edits):
-            marks = [pytest.mark.xfail(strict=True, reason=known[index])] if index in known else []
-            yield pytest.param(edit, id=f"{name}{index}-{edit.exercise}", marks=marks)
+NOTEBOOK = {name: stem for stem, names in EXERCISES.items() for name in names}
 
 
-def _needs_triton(edit):
-    if edit.exercise in TRITON:
-        pytest.importorskip("triton")
+def _units():
+    """(set, notebook) pairs: each set's edits are run one notebook at a time, as data for one runner
+    per pair (about 300 tests, not one per edit): `-k 07_kv_cache` runs one notebook's."""
+    for name, (mistakes, alternatives, *_) in SETS.items():
+        for stem in EXERCISES:
+            if any(NOTEBOOK[edit.exercise] == stem for edit in (*mistakes, *alternatives)):
+                yield pytest.param(name, stem, id=f"{name}-{stem}")
 
 
-@pytest.mark.parametrize("mistake", list(_params("mistake")))
-def test_every_blind_mistake_is_caught(mistake, folder, capsys, monkeypatch):
-    _needs_triton(mistake)
+STALE = {
+    ("A", "mistake", 88): "notebook 09's Exercise 5 split into three steps: the edit's text is in no cell",
+    ("B", "mistake", 86): "notebook 09's Exercise 5 split into three steps: the edit's text is in no cell",
+    ("B", "alternative", 33): "alibi_score_mod now follows the paper's rule for every head count: the "
+    "edit's slopes line is in no cell",
+}
+"""Edits whose `old` text the solution cell no longer holds (open items of issue 27), skipped by the
+runners below; `test_the_stale_edits_still_find_no_text` fails once one is re-targeted."""
+
+
+def _edits(edits, stem, name="", kind=""):
+    """(index in the set, edit) for the edits of notebook `stem`; Triton's skipped without Triton,
+    the stale ones always."""
+    for index, edit in enumerate(edits):
+        if NOTEBOOK[edit.exercise] == stem and (name, kind, index) not in STALE:
+            if edit.exercise in TRITON and importlib.util.find_spec("triton") is None:
+                continue
+            yield index, edit
+
+
+def _run_check(edit, folder):
+    """(the CheckFailed it raised or None, what it printed) for `edit` through its exercise's check."""
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
+        try:
+            _check(edit.exercise)(load(edit, folder))
+        except CheckFailed as failure:
+            return failure, printed.getvalue()
+    return None, printed.getvalue()
+
+
+@pytest.mark.parametrize(("name", "stem"), list(_units()))
+def test_every_blind_mistake_is_caught(name, stem, folder, monkeypatch):
+    """Each mistake raises CheckFailed, not the checker's own error, with no traceback and no output;
+    exactly the ones the set lists as uncaught pass."""
+    mistakes, _, uncaught, _, _ = SETS[name]
     # Whether it is caught does not depend on the naming layers, which run only after a check failed
     # (their messages are measured by tests/blind_measure.py and recorded in NAMED_*): off, for time.
     monkeypatch.setattr(_mutants, "BUDGET", 0)
     monkeypatch.setattr(_repairs, "BUDGET", 0)
-    with pytest.raises(CheckFailed) as failure:
-        _check(mistake.exercise)(load(mistake, folder))
-    assert not isinstance(failure.value, CheckerError)
-    assert failure.value.__cause__ is None and failure.value.__suppress_context__
-    captured = capsys.readouterr()
-    assert captured.out == "" and captured.err == ""
+    passed, problems = set(), []
+    for index, mistake in _edits(mistakes, stem, name, "mistake"):
+        failure, printed = _run_check(mistake, folder)
+        if failure is None:
+            passed.add(index)
+        elif isinstance(failure, CheckerError):
+            problems.append(f"{name}{index} {mistake.idea}: the checker's own error: {failure}")
+        elif failure.__cause__ is not None or not failure.__suppress_context__:
+            problems.append(f"{name}{index} {mistake.idea}: the message carries a traceback")
+        elif printed:
+            problems.append(f"{name}{index} {mistake.idea}: the check printed {printed!r}")
+    listed = {index for index, _ in _edits(mistakes, stem, name, "mistake") if index in uncaught}
+    problems += [f"{name}{i} {mistakes[i].idea}: passed its check" for i in sorted(passed - listed)]
+    now_caught = sorted(listed - passed)
+    problems += [f"{name}{i} {mistakes[i].idea}: listed as uncaught, now caught" for i in now_caught]
+    assert not problems, "\n".join(problems)
 
 
-@pytest.mark.parametrize("alternative", list(_params("alternative")))
-def test_every_blind_alternative_passes(alternative, folder, capsys):
-    _needs_triton(alternative)
-    assert_accepted(_check(alternative.exercise), load(alternative, folder), capsys)
+@pytest.mark.parametrize(("name", "stem"), list(_units()))
+def test_every_blind_alternative_passes(name, stem, folder):
+    """Each alternative passes with one pass line; exactly the ones the set lists as refused do not."""
+    _, alternatives, _, refused, _ = SETS[name]
+    failed, problems = set(), []
+    for index, alternative in _edits(alternatives, stem, name, "alternative"):
+        failure, printed = _run_check(alternative, folder)
+        check = f"check_{alternative.exercise}"
+        if failure is not None:
+            failed.add(index)
+        elif not printed.startswith(f"{check} passed: ") or printed.count("\n") != 1:
+            problems.append(f"{name}{index} {alternative.idea}: printed {printed!r}, not one pass line")
+    listed = {index for index, _ in _edits(alternatives, stem, name, "alternative") if index in refused}
+    problems += [f"{name}{i} {alternatives[i].idea}: refused" for i in sorted(failed - listed)]
+    now_passes = sorted(listed - failed)
+    problems += [f"{name}{i} {alternatives[i].idea}: listed as refused, now passes" for i in now_passes]
+    assert not problems, "\n".join(problems)
 
 
-def _all_edits():
-    for name, (mistakes, alternatives, *_) in SETS.items():
-        for kind, edits in (("mistake", mistakes), ("alternative", alternatives)):
-            for index, edit in enumerate(edits):
-                yield pytest.param(kind, edit, id=f"{name}-{kind}{index}-{edit.exercise}")
+@pytest.mark.parametrize(("name", "stem"), list(_units()))
+def test_each_mistake_is_wrong_and_each_alternative_right_against_the_reference(name, stem, folder):
+    mistakes, alternatives, *_ = SETS[name]
+    problems = []
+    for kind, edits in (("mistake", mistakes), ("alternative", alternatives)):
+        for index, edit in _edits(edits, stem, name, kind):
+            atol, rtol = TOLERANCE.get(edit.exercise, (1e-5, 1e-4))
+            found = differs(edit.exercise, load(edit, folder), atol, rtol)
+            if kind == "mistake" and found is None:
+                problems.append(f"{name} mistake {index} {edit.idea}: agrees with the reference everywhere")
+            elif kind == "alternative" and found is not None:
+                problems.append(f"{name} {kind} {index} {edit.idea}: differs from the reference on {found}")
+    assert not problems, "\n".join(problems)
 
 
-@pytest.mark.parametrize(("kind", "edit"), list(_all_edits()))
-def test_each_mistake_is_wrong_and_each_alternative_right_against_the_reference(kind, edit, folder):
-    _needs_triton(edit)
-    atol, rtol = TOLERANCE.get(edit.exercise, (1e-5, 1e-4))
-    found = differs(edit.exercise, load(edit, folder), atol, rtol)
-    if kind == "mistake":
-        assert found is not None, f"{edit.idea}: agrees with the reference on every input tried"
-    else:
-        assert found is None, f"{edit.idea}: differs from the reference on {found}"
+def test_the_stale_edits_still_find_no_text(folder):
+    for name, kind, index in STALE:
+        mistakes, alternatives, *_ = SETS[name]
+        edit = (mistakes if kind == "mistake" else alternatives)[index]
+        with pytest.raises(ValueError, match="occurs 0 times in its cell"):
+            load(edit, folder)
 
 
 @pytest.mark.parametrize("name", sorted(SETS))
