@@ -217,7 +217,26 @@ class ContiguousCopies(ListCache):
         return super().append(layer, k.contiguous().clone(), v.contiguous().clone())
 
 
+class FlattensHeads(ListCache):
+    """Keeps (b·h, t, d) tensors, flattened and unflattened with reshape."""
+
+    def append(self, layer, k, v):
+        b, h, t_new, d = k.shape
+        flat_k, flat_v = k.reshape(b * h, t_new, d), v.reshape(b * h, t_new, d)
+        keys, values = super().append(layer, flat_k, flat_v)
+        return keys.reshape(b, h, -1, d), values.reshape(b, h, -1, d)
+
+
 # KVCache: mistakes the contract's cases catch (the interleaved float32 appends passed them)
+
+
+class FlattensHeadsWithView(FlattensHeads):
+    """The same with .view, which needs k laid out as a fresh tensor is."""
+
+    def append(self, layer, k, v):
+        b, h, t_new, d = k.shape
+        keys, values = ListCache.append(self, layer, k.view(b * h, t_new, d), v.view(b * h, t_new, d))
+        return keys.view(b, h, -1, d), values.view(b, h, -1, d)
 
 
 class PreallocatedFloat32(PreallocatedOnDevice):
@@ -427,6 +446,7 @@ CORRECT = [
     pytest.param(check_KVCache, ListOfLayersCache, id="cache-list-of-layers"),
     pytest.param(check_KVCache, PreallocatedOnDevice, id="cache-buffer-like-k"),
     pytest.param(check_KVCache, ContiguousCopies, id="cache-contiguous-copies"),
+    pytest.param(check_KVCache, FlattensHeads, id="cache-flattens-heads-with-reshape"),
     pytest.param(check_cached_attention, reference.cached_attention, id="cached-reference"),
     pytest.param(check_cached_attention, cached_einops, id="cached-einops"),
     pytest.param(check_cached_attention, cached_sdpa_bottom_right, id="cached-sdpa-explicit-mask"),
@@ -470,6 +490,12 @@ WRONG = [
         "data; b=2, h=3, t_past=5, t_new=1, d_k=6); the first tensor your code makes off that device comes "
         "from `torch.zeros(…)`",
         id="cache-buffer-on-the-cpu",
+    ),  # fmt: skip
+    pytest.param(
+        check_KVCache,
+        FlattensHeadsWithView,
+        "view needs a contiguous tensor",
+        id="cache-flattens-heads-with-view",
     ),  # fmt: skip
     pytest.param(
         check_KVCache,

@@ -155,19 +155,19 @@ def check_KVCache(candidate: Any) -> str:  # noqa: N802 (exercise name)
     )
 
 
-def _prefilled_append(cache_class: Any, t_past: int) -> Callable[[torch.Tensor, torch.Tensor], Any]:
-    """append(0, k, v) on a new cache that already holds t_past seeded positions of layer 0 (k's dtype
-    and device), as a prefill leaves it."""
+def _prefilled_append(cache_class: Any, t_past: int) -> Callable[..., Any]:
+    """append(layer, k, v) on a new cache that already holds t_past seeded positions of that layer (k's
+    dtype and device), as a prefill leaves it."""
 
-    def append(k: torch.Tensor, v: torch.Tensor) -> Any:
+    def append(k: torch.Tensor, v: torch.Tensor, layer: int = 0) -> Any:
         cache = cache_class()
         if t_past:
             seeded = torch.Generator().manual_seed(t_past)
             shape = (*k.shape[:-2], t_past, k.shape[-1])
             past_k = k.new_empty(shape).normal_(generator=seeded)  # (b, h, t_past, d_k), made where k is
             past_v = v.new_empty(shape).normal_(generator=seeded)  # (b, h, t_past, d_k)
-            cache.append(0, past_k, past_v)
-        return cache.append(0, k, v)
+            cache.append(layer, past_k, past_v)
+        return cache.append(layer, k, v)
 
     return append
 
@@ -184,6 +184,8 @@ def _expect_cache_contract(candidate: type) -> int:
         "KVCache.append",
         functions,
         unpack=lambda result, expected: tuple(result) if isinstance(result, tuple | list) else (result,),
+        positional=0,  # shown as KVCache.append(k=..., v=..., layer=0), the second append to its cache
+        extra=lambda case, tensors: {"layer": 0},
     )
     ran = expect_contract_cases(KV_CACHE_CONTRACT, exercise, contract_cases(KV_CACHE_CONTRACT))
     return ran + expect_inputs_device(KV_CACHE_CONTRACT, exercise)
