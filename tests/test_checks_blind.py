@@ -87,8 +87,12 @@ UNCAUGHT_A = {
 }
 """Mistakes of set A that today's checks let pass, and why (each an xfail that must turn)."""
 
-REFUSED_A: dict[int, str] = {}
-"""Alternatives of set A that today's checks refuse (a check bug each)."""
+REFUSED_A: dict[int, str] = {
+    17: "block_forward with its (t, t) mask made by torch.ones without device=: right on the CPU, but with x "
+    "and the block on a GPU the mask meets x's scores there and attention raises; 07's text now says a "
+    "mask goes on x.device, and the check's meta case says so (issue 44)",
+}
+"""Alternatives of set A that today's checks refuse (a check bug each, or wrong on a GPU, as said)."""
 
 NAMED_B_FIRST_RUN = (
     False, True, False, True, True, True, True, False, True, False,  # 0-9
@@ -172,6 +176,8 @@ token fed too, since the check counts that step)."""
 REFUSED_D: dict[int, str] = {
     7: "attention with an additive -inf bias and nan_to_num: right values, but its gradient is NaN for a "
     "row with no key (blind_compare compares values only); the check says so",
+    17: "block_forward with causal_mask(x.shape[1]), no device=: the mask is made on the CPU and meets x's "
+    "scores on a GPU; 07's text now says a mask goes on x.device, and the check's meta case says so",
 }
 """Alternatives of set D that the checks refuse: none is right (see the reason)."""
 

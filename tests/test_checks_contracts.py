@@ -14,8 +14,10 @@ from check_assertions import assert_rejected
 from attn_course import reference
 from attn_course.checks import attention as attention_checks
 from attn_course.checks import check_dot_product_scores, triton_backward, triton_flash
+from attn_course.checks import decoder as decoder_checks
 from attn_course.checks import flash as flash_checks
 from attn_course.checks import heads as heads_checks
+from attn_course.checks import kv_cache as kv_cache_checks
 from attn_course.checks import masking as masking_checks
 from attn_course.checks import rope as rope_checks
 from attn_course.checks import triton as triton_checks
@@ -106,6 +108,11 @@ CONTRACTS = {
     "rope_frequencies": rope_checks.FREQUENCIES_CONTRACT,
     "apply_rope": rope_checks.ROPE_CONTRACT,
     "RotaryMultiHeadAttention": rope_checks.ROTARY_CONTRACT,
+    # 07_kv_cache
+    "block_forward": decoder_checks.BLOCK_CONTRACT,
+    "ablate_heads": decoder_checks.ABLATE_CONTRACT,
+    "KVCache": kv_cache_checks.KV_CACHE_CONTRACT,
+    "cached_attention": kv_cache_checks.CACHED_CONTRACT,
 }
 
 # What each contract demands beyond the shapes, and the words of the exercise's text that state it.
@@ -176,6 +183,26 @@ STATED = {
         "It returns the estimate as a Python float",
         "not the score of every query against every key",
     ],
+    # 07_kv_cache
+    "block_forward": [
+        "`x` may be a view (transposed, sliced, expanded), in the block's dtype (float32 or float64), "
+        "for any number of heads; the output has `x`'s dtype and device, so a mask you make yourself goes "
+        "on `x.device`",
+    ],
+    "ablate_heads": [
+        "read the numbers of layers and heads from `model.config` (not the 4 heads of this notebook's model)",
+        "keep the model's dtype and device in the copy",
+    ],
+    "KVCache": [
+        "stores them after the ones already there (along the time axis, `dim=-2`)",
+        "`k` and `v` may be views (transposed, sliced, expanded), of any float dtype; the keys and values "
+        "returned have their dtype and device",
+    ],
+    "cached_attention": [
+        "whatever `t_new` is (a prefill, one token, a chunk after a cache)",
+        "`x` may be a view (transposed, sliced, expanded), in the layer's dtype (float32 or float64); the "
+        "output has `x`'s dtype and device: make any tensor you create on `x.device`",
+    ],
 }
 
 
@@ -188,7 +215,7 @@ def _exercise_text(name: str) -> str:
         source = "".join(cell["source"])
         if cell["cell_type"] == "markdown":
             text = source if "### Exercise" in source else text + "\n" + source
-        elif f"def {name}(" in source or f"class {name}(" in source:
+        elif f"def {name}(" in source or f"class {name}(" in source or f"class {name}:" in source:
             return " ".join(text.split())
     raise AssertionError(f"no cell defines {name}")
 
@@ -198,7 +225,8 @@ def test_each_contract_is_its_exercises_and_its_text_states_its_demands(name):
     contract = CONTRACTS[name]
     assert contract.exercise == name
     exercise = getattr(reference, name)
-    code = exercise.forward.__code__ if isinstance(exercise, type) else exercise.__code__
+    method = getattr(exercise, "forward", None) or getattr(exercise, "append", None)  # a layer, or the cache
+    code = method.__code__ if isinstance(exercise, type) else exercise.__code__
     signature = code.co_varnames[: code.co_argcount]
     names = [arg.name for arg in contract.args]
     assert names == [name for name in signature if name in names], "the contract's arguments, in order"

@@ -23,6 +23,7 @@ SWAPPED_NORMS = (
     ("LN", "ln2"),
 )
 MASK = ", mask=torch.ones(x.shape[1], x.shape[1], dtype=torch.bool).tril()"
+MASK_ON_X = ", mask=torch.ones(x.shape[1], x.shape[1], dtype=torch.bool, device=x.device).tril()"
 V_ROWS = (
     ("weight = new_model.blocks[layer].attn.out.weight", "qkv = new_model.blocks[layer].attn.qkv"),
     (
@@ -37,6 +38,12 @@ BIAS = (
     "weight[:, head * d_head:(head + 1) * d_head] = 0\n            new_model.blocks[layer].attn.out.bias.zero_()",
 )
 ONE = "weight[:, head * d_head:(head + 1) * d_head] = 0"
+D_HEAD = "d_head = model.config.d_model // model.config.n_heads"
+KEEP_ON_THE_CPU = (
+    "keep = torch.ones(weight.shape[1])\n"
+    "            keep[head * d_head:(head + 1) * d_head] = 0\n"
+    "            weight.copy_(weight * keep)"
+)
 
 WRONG = [
     pytest.param("block_forward", BLOCK, [("x = x + block.attn(", "x = block.attn(")],
@@ -95,6 +102,17 @@ WRONG = [
                  "it zeroed columns 6–11 and left nonzero columns 12–17", id="ablate-probe-head-minus-one"),
     pytest.param("ablate_heads", ABLATE, [(ONE, "weight[:, head * d_head:(head + 1) * d_head + 1] = 0")],
                  "it zeroed columns 18 (of shape (24, 24))", id="ablate-probe-one-column-too-many"),
+    # Caught by the contract's cases only (issue 44): another head count, another device.
+    pytest.param("block_forward", BLOCK, [(", is_causal=True", MASK)],
+                 "with its inputs on another device than the CPU", id="block-mask-made-on-the-cpu"),
+    pytest.param("ablate_heads", ABLATE, [("model.config.n_heads", "4")],
+                 "d_k is worked out from 4 heads, the notebook's model's", id="ablate-four-heads-written-down"),
+    pytest.param("ablate_heads", ABLATE, [(D_HEAD, "d_head = new_model.blocks[0].attn.out.weight.shape[1] // 4")],
+                 "d_k is worked out from 4 heads, the notebook's model's", id="ablate-four-heads-from-the-weight"),
+    pytest.param("ablate_heads", ABLATE, [(ONE, KEEP_ON_THE_CPU)],
+                 "for a model on another device than the CPU (PyTorch's meta device, tensors with shapes and no "
+                 "data); the first tensor your code makes off that device comes from `torch.ones(…)`",
+                 id="ablate-mask-made-on-the-cpu"),
     pytest.param("ablate_heads", ABLATE, [
         ("weight = new_model.blocks[layer].attn.out.weight", "weight = new_model.blocks[layer].attn.qkv.weight"),
         (ONE, "weight[2 * model.config.d_model + head * d_head:2 * model.config.d_model + (head + 1) * d_head] = 0"),
@@ -105,13 +123,25 @@ WRONG = [
 RIGHT = [
     pytest.param("block_forward", BLOCK, [], id="block-learner"),
     pytest.param("block_forward", BLOCK_SHORT, [], id="block-one-line-each"),
-    pytest.param("block_forward", BLOCK, [(", is_causal=True", MASK)], id="block-explicit-mask"),
+    pytest.param("block_forward", BLOCK, [(", is_causal=True", MASK_ON_X)], id="block-explicit-mask"),
+    pytest.param("block_forward", BLOCK, [("return x", "return x.contiguous()")], id="block-contiguous-out"),
     pytest.param("block_forward", BLOCK, [("block.attn(h, is_causal=True)", "block.attn.forward(h, is_causal=True)")],
                  id="block-forward-method"),
     pytest.param("ablate_heads", ABLATE, [], id="ablate-learner"),
     pytest.param("ablate_heads", ABLATE, list(V_ROWS), id="ablate-zeroes-the-heads-values"),
     pytest.param("ablate_heads", ABLATE, [(ONE, 'rearrange(weight, "o (h d) -> o h d", d=d_head)[:, head] = 0')],
                  id="ablate-einops-view"),
+    pytest.param("ablate_heads", ABLATE, [(D_HEAD, "d_head = new_model.blocks[0].attn.out.weight.shape[1] // model.config.n_heads")],
+                 id="ablate-d-head-from-the-weight"),
+    pytest.param("ablate_heads", ABLATE, [(ONE, "for column in range(head * d_head, (head + 1) * d_head):\n"
+                                                "                weight[:, column] = 0")],
+                 id="ablate-column-by-column"),
+    pytest.param("ablate_heads", ABLATE, [(ONE, "cols = slice(head * d_head, (head + 1) * d_head)\n"
+                                                "            weight[:, cols] = torch.zeros_like(weight[:, cols])")],
+                 id="ablate-zeros-like"),
+    pytest.param("ablate_heads", ABLATE, [(ONE, KEEP_ON_THE_CPU.replace("torch.ones(weight.shape[1])",
+                                                                        "torch.ones_like(weight[0])"))],
+                 id="ablate-mask-like-the-weight"),
 ]  # fmt: skip
 
 CHECKS = {"block_forward": check_block_forward, "ablate_heads": check_ablate_heads}

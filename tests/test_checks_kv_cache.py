@@ -188,6 +188,87 @@ class NeedsArguments(ListCache):
         super().__init__()
 
 
+class PreallocatedOnDevice:
+    """A buffer of 64 positions per layer made like k (dtype and device), written in place; views back."""
+
+    def __init__(self):
+        self.k, self.v, self.n = {}, {}, {}
+
+    def length(self, layer):
+        return self.n.get(layer, 0)
+
+    def append(self, layer, k, v):
+        b, h, t_new, d = k.shape
+        if layer not in self.k:
+            self.k[layer] = torch.zeros(b, h, 64, d, dtype=k.dtype, device=k.device)
+            self.v[layer] = torch.zeros(b, h, 64, d, dtype=v.dtype, device=v.device)
+            self.n[layer] = 0
+        n = self.n[layer]
+        self.k[layer][:, :, n : n + t_new] = k
+        self.v[layer][:, :, n : n + t_new] = v
+        self.n[layer] = n + t_new
+        return self.k[layer][:, :, : n + t_new], self.v[layer][:, :, : n + t_new]
+
+
+class ContiguousCopies(ListCache):
+    """Stores contiguous copies of what it is given (a view's own storage is never kept)."""
+
+    def append(self, layer, k, v):
+        return super().append(layer, k.contiguous().clone(), v.contiguous().clone())
+
+
+class FlattensHeads(ListCache):
+    """Keeps (b·h, t, d) tensors, flattened and unflattened with reshape."""
+
+    def append(self, layer, k, v):
+        b, h, t_new, d = k.shape
+        flat_k, flat_v = k.reshape(b * h, t_new, d), v.reshape(b * h, t_new, d)
+        keys, values = super().append(layer, flat_k, flat_v)
+        return keys.reshape(b, h, -1, d), values.reshape(b, h, -1, d)
+
+
+# KVCache: mistakes the contract's cases catch (the interleaved float32 appends passed them)
+
+
+class FlattensHeadsWithView(FlattensHeads):
+    """The same with .view, which needs k laid out as a fresh tensor is."""
+
+    def append(self, layer, k, v):
+        b, h, t_new, d = k.shape
+        keys, values = ListCache.append(self, layer, k.view(b * h, t_new, d), v.view(b * h, t_new, d))
+        return keys.view(b, h, -1, d), values.view(b, h, -1, d)
+
+
+class PreallocatedFloat32(PreallocatedOnDevice):
+    """torch.zeros without dtype= or device=: a float32 buffer on the CPU, whatever k is."""
+
+    def append(self, layer, k, v):
+        b, h, t_new, d = k.shape
+        if layer not in self.k:
+            self.k[layer], self.v[layer] = torch.zeros(b, h, 64, d), torch.zeros(b, h, 64, d)
+            self.n[layer] = 0
+        return super().append(layer, k, v)
+
+
+class PreallocatedOnTheCpu(PreallocatedOnDevice):
+    """dtype=k.dtype but no device=: the buffer stays on the CPU when k is on a GPU."""
+
+    def append(self, layer, k, v):
+        b, h, t_new, d = k.shape
+        if layer not in self.k:
+            self.k[layer] = torch.zeros(b, h, 64, d, dtype=k.dtype)
+            self.v[layer] = torch.zeros(b, h, 64, d, dtype=v.dtype)
+            self.n[layer] = 0
+        return super().append(layer, k, v)
+
+
+class StoresFloat32(ListCache):
+    """Casts what it stores to float32, "to be safe": half-precision keys come back as float32."""
+
+    def append(self, layer, k, v):
+        return super().append(layer, k.float(), v.float())
+
+
 # ---------------------------------------------------------------------------------------------
 # cached_attention: right answers
 
@@ -228,7 +309,7 @@ def cached_unrotated_keys(attn, x, cache, layer):
 
 
 def cached_manual_softmax(attn, x, cache, layer):
-    """Scores, a bottom-right mask built with triu, and torch.softmax, in float32."""
+    """Scores, a bottom-right mask built with triu on x's device, and torch.softmax, in float32."""
     t_past, t_new = cache.length(layer), x.shape[1]
     q, k, v = attn.project(x)
     positions = torch.arange(t_past, t_past + t_new)
@@ -236,10 +317,24 @@ def cached_manual_softmax(attn, x, cache, layer):
     keys, values = cache.append(layer, k, v)
     t_k = keys.shape[-2]
     scores = (q.float() @ keys.float().transpose(-2, -1)) / q.shape[-1] ** 0.5
-    future = torch.ones(t_new, t_k, dtype=torch.bool).triu(diagonal=t_past + 1)
+    future = torch.ones(t_new, t_k, dtype=torch.bool, device=x.device).triu(diagonal=t_past + 1)
     weights = torch.softmax(scores.masked_fill(future, float("-inf")), dim=-1)
     out = (weights @ values.float()).to(x.dtype)
     return attn.out(rearrange(out, "b h t d -> b t (h d)"))
+
+
+def cached_einsum_float64(attn, x, cache, layer):
+    """einsum scores in float64 against an index comparison for the mask, cast back at the end."""
+    t_past, t_new = cache.length(layer), x.shape[-2]
+    q, k, v = attn.project(x)
+    positions = t_past + torch.arange(t_new, device=x.device)
+    q, k = apply_rope(q, positions, attn.base), apply_rope(k, positions, attn.base)
+    keys, values = cache.append(layer, k, v)
+    scores = torch.einsum("bhqd,bhkd->bhqk", q.double(), keys.double()) / q.shape[-1] ** 0.5
+    seen = torch.arange(keys.shape[-2], device=x.device)[None, :] <= positions[:, None]  # (t_new, t_k)
+    weights = scores.masked_fill(~seen, float("-inf")).softmax(dim=-1)
+    out = torch.einsum("bhqk,bhkd->bhqd", weights, values.double()).to(x.dtype)
+    return attn.out(out.transpose(1, 2).reshape(*x.shape[:-1], -1))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -328,6 +423,16 @@ def positions_after_append(attn, x, cache, layer):
     return _finish(attn, attention(q, keys, values, is_causal=True)[0])
 
 
+def mask_made_on_the_cpu(attn, x, cache, layer):
+    """The manual softmax with its bottom-right mask made without device=: fails on a GPU."""
+    t_past, t_new = cache.length(layer), x.shape[1]
+    q, k, v = _rotated(attn, x, cache, layer)
+    keys, values = cache.append(layer, k, v)
+    scores = q @ keys.transpose(-2, -1) / q.shape[-1] ** 0.5
+    future = torch.ones(t_new, keys.shape[-2], dtype=torch.bool).triu(diagonal=t_past + 1)
+    return _finish(attn, torch.softmax(scores.masked_fill(future, float("-inf")), dim=-1) @ values)
+
+
 def returns_heads(attn, x, cache, layer):
     q, k, v = _rotated(attn, x, cache, layer)
     keys, values = cache.append(layer, k, v)
@@ -339,11 +444,15 @@ CORRECT = [
     pytest.param(check_KVCache, ListCache, id="cache-lists"),
     pytest.param(check_KVCache, BufferCache, id="cache-preallocated-buffer"),
     pytest.param(check_KVCache, ListOfLayersCache, id="cache-list-of-layers"),
+    pytest.param(check_KVCache, PreallocatedOnDevice, id="cache-buffer-like-k"),
+    pytest.param(check_KVCache, ContiguousCopies, id="cache-contiguous-copies"),
+    pytest.param(check_KVCache, FlattensHeads, id="cache-flattens-heads-with-reshape"),
     pytest.param(check_cached_attention, reference.cached_attention, id="cached-reference"),
     pytest.param(check_cached_attention, cached_einops, id="cached-einops"),
     pytest.param(check_cached_attention, cached_sdpa_bottom_right, id="cached-sdpa-explicit-mask"),
     pytest.param(check_cached_attention, cached_unrotated_keys, id="cached-rotates-keys-each-step"),
     pytest.param(check_cached_attention, cached_manual_softmax, id="cached-manual-float32"),
+    pytest.param(check_cached_attention, cached_einsum_float64, id="cached-einsum-float64"),
 ]
 
 WRONG = [
@@ -367,6 +476,34 @@ WRONG = [
     pytest.param(check_KVCache, LengthKeyError, "length` raised KeyError", id="cache-length-keyerror"),
     pytest.param(check_KVCache, ReusedScratch, "changed after later appends", id="cache-aliasing"),
     pytest.param(check_KVCache, ReturnsOneTensor, "return a tuple (keys, values)", id="cache-one-tensor"),
+    # Caught by the contract's cases only (issue 44): other dtypes, another device.
+    pytest.param(
+        check_KVCache,
+        PreallocatedFloat32,
+        "Your `keys` has dtype float32 for float64 inputs: it must have the inputs' dtype",
+        id="cache-buffer-float32",
+    ),  # fmt: skip
+    pytest.param(
+        check_KVCache,
+        PreallocatedOnTheCpu,
+        "with its inputs on another device than the CPU (PyTorch's meta device, tensors with shapes and no "
+        "data; b=2, h=3, t_past=5, t_new=1, d_k=6); the first tensor your code makes off that device comes "
+        "from `torch.zeros(…)`",
+        id="cache-buffer-on-the-cpu",
+    ),  # fmt: skip
+    pytest.param(
+        check_KVCache,
+        FlattensHeadsWithView,
+        "view needs a contiguous tensor",
+        id="cache-flattens-heads-with-view",
+    ),  # fmt: skip
+    pytest.param(
+        check_KVCache,
+        StoresFloat32,
+        "has dtype float32 for float64 inputs: it must have the inputs' dtype (seen on b=2, h=3, t_past=5, "
+        "t_new=1, d_k=6, float64 inputs). The first float32 tensor your code makes comes from `.float(…)`",
+        id="cache-stores-float32",
+    ),  # fmt: skip
     pytest.param(check_cached_attention, not_implemented, "not implemented yet", id="cached-not-implemented"),
     pytest.param(check_cached_attention, appends_twice, "appended twice", id="cached-appends-twice"),
     pytest.param(
@@ -397,6 +534,12 @@ WRONG = [
         id="cached-positions-after-append",
     ),  # fmt: skip
     pytest.param(check_cached_attention, returns_heads, "should have shape (2, 4, 12)", id="cached-heads"),
+    pytest.param(
+        check_cached_attention,
+        mask_made_on_the_cpu,
+        "with its inputs on another device than the CPU",
+        id="cached-mask-on-the-cpu",
+    ),  # fmt: skip
 ]
 
 

@@ -13,6 +13,15 @@ import torch
 
 from attn_course import reference
 from attn_course.checks.backward import _tiled_backward
+from attn_course.checks.decoder import (
+    _ABLATE_MISTAKES,
+    _BLOCK_MISTAKES,
+    _CONFIG,
+    _ablated,
+    _block,
+    _random_block,
+    _random_model,
+)
 from attn_course.checks.modern import _gqa_forward, _window
 
 
@@ -46,3 +55,25 @@ def test_the_grouped_query_layer_with_its_default_knobs_is_the_reference():
 @pytest.mark.parametrize(("t_q", "t_k", "window"), [(6, 6, 3), (3, 8, 2), (5, 5, 1), (4, 4, 9)])
 def test_the_window_with_its_default_knobs_is_the_reference(t_q, t_k, window):
     assert torch.equal(_window(t_q, t_k, window), reference.sliding_window_mask(t_q, t_k, window))
+
+
+def test_the_block_with_its_default_variant_is_the_reference():
+    torch.manual_seed(0)
+    block = _random_block()
+    x = torch.randn(2, 5, _CONFIG.d_model, dtype=torch.float64)
+    with torch.no_grad():
+        torch.testing.assert_close(_block(block, x), reference.block_forward(block, x))
+        for message, variant in _BLOCK_MISTAKES:  # each named mistake changes the result
+            assert not torch.allclose(_block(block, x, variant), reference.block_forward(block, x)), message
+
+
+def test_the_ablation_with_its_default_variant_is_the_reference():
+    torch.manual_seed(0)
+    model = _random_model()
+    heads = [(1, 2), (0, 0)]
+    tokens = torch.randint(0, _CONFIG.vocab_size, (2, 6))
+    with torch.no_grad():
+        expected = reference.ablate_heads(model, heads)(tokens)
+        torch.testing.assert_close(_ablated(model, heads)(tokens), expected)
+        for message, variant in _ABLATE_MISTAKES:  # each named mistake changes the result
+            assert not torch.allclose(_ablated(model, heads, variant)(tokens), expected), message

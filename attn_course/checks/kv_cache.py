@@ -2,14 +2,28 @@
 
 from __future__ import annotations
 
+import copy
 import functools
 import operator
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from attn_course import reference
+from attn_course.checks._contracts import (
+    VIEW_KINDS,
+    Arg,
+    Axis,
+    Case,
+    Contract,
+    Exercise,
+    Returns,
+    contract_cases,
+    expect_contract_cases,
+    expect_inputs_device,
+)
 from attn_course.checks._harness import (
     CheckFailed,
     Mistake,
@@ -23,6 +37,53 @@ from attn_course.checks._harness import (
 )
 from attn_course.heads import merge_heads
 from attn_course.rope import RotaryMultiHeadAttention
+
+# ---------------------------------------------------------------------------------------------
+# The contracts of notebook 07's cache exercises: what each must accept and return.
+
+KV_CACHE_CONTRACT = Contract(
+    "KVCache",
+    args=(
+        Arg("k", ("b", "h", "t_new", "d_k"), views=VIEW_KINDS, swap=(1, 2), slice_axis=-2, expand_axis=0),
+        Arg("v", ("b", "h", "t_new", "d_k"), views=VIEW_KINDS, swap=(1, 2), slice_axis=-2, expand_axis=0),
+    ),
+    axes=(
+        Axis("b", (2, 1), "one sequence"),
+        Axis("h", (3,), "a head count that is not a power of two"),
+        Axis("t_past", (5, 0), "nothing cached before: the first append"),
+        Axis("t_new", (1, 4), "a chunk of several new positions after the cached ones"),
+        Axis("d_k", (6,), "a head width that is not a power of two"),
+    ),
+    returns=(
+        Returns("keys", ("b", "h", "t_past+t_new", "d_k")),
+        Returns("values", ("b", "h", "t_past+t_new", "d_k")),
+    ),
+    dtypes=(torch.float32, torch.float64, torch.float16),
+    notes=("a case is two calls on a new cache: an append of t_past positions, then k and v appended",),
+)
+"""Exercise 3 of 07's append, after a prefill of t_past positions (none, or 5): one token or a chunk of 4,
+k or v alone a view (a multi-head layer's k is (b, t, h, d).transpose(1, 2)), any float dtype kept, on
+k's device."""
+
+CACHED_CONTRACT = Contract(
+    "cached_attention",
+    args=(Arg("x", ("b", "t_new", "h·d"), views=VIEW_KINDS, swap=(0, 1), slice_axis=1, expand_axis=0),),
+    axes=(
+        Axis("b", (2, 1), "one sequence"),
+        Axis("t_past", (5, 0), "an empty cache: a prefill"),
+        Axis("t_new", (3, 1), "one new token, as a decoding step has"),
+        Axis("h", (3,), "a head count that is not a power of two"),
+        Axis("d", (4, 6), "a head width that is not a power of two"),
+    ),
+    returns=(Returns("output", ("b", "t_new", "h·d")),),
+    dtypes=(torch.float64, torch.float32),
+    notes=(
+        "the cache holds t_past positions of the same layer, filled as a right cached_attention fills it",
+    ),
+)
+"""Exercise 4 of 07: x (b, t_new, d_model) after t_past cached positions (none, or 5), a chunk of 3 or
+one token, 3 heads of d_k = 4 or 6, x a view, float32, on x's device."""
+
 
 # ---------------------------------------------------------------------------------------------
 # KVCache
@@ -86,7 +147,48 @@ def check_KVCache(candidate: Any) -> str:  # noqa: N802 (exercise name)
     if _as_int(call("KVCache.length", cache.length, 7)) != 0:
         raise CheckFailed("cache.length(7), for a layer that never had an append, should be 0.")
     _expect_separate_instances(candidate)
-    return f"{len(_APPENDS)} appends to 3 interleaved layers (t_new of 1, 4 and 5), lengths, earlier results"
+    generated = _expect_cache_contract(candidate)
+    return (
+        f"{len(_APPENDS)} appends to 3 interleaved layers (t_new of 1, 4 and 5), lengths, earlier results, "
+        f"and {generated} cases from the exercise's contract (a first append or one after 5 positions, "
+        "k or v a view, float64 and float16, k's device)"
+    )
+
+
+def _prefilled_append(cache_class: Any, t_past: int) -> Callable[..., Any]:
+    """append(layer, k, v) on a new cache that already holds t_past seeded positions of that layer (k's
+    dtype and device), as a prefill leaves it."""
+
+    def append(k: torch.Tensor, v: torch.Tensor, layer: int = 0) -> Any:
+        cache = cache_class()
+        if t_past:
+            seeded = torch.Generator().manual_seed(t_past)
+            shape = (*k.shape[:-2], t_past, k.shape[-1])
+            past_k = k.new_empty(shape).normal_(generator=seeded)  # (b, h, t_past, d_k), made where k is
+            past_v = v.new_empty(shape).normal_(generator=seeded)  # (b, h, t_past, d_k)
+            cache.append(layer, past_k, past_v)
+        return cache.append(layer, k, v)
+
+    return append
+
+
+def _expect_cache_contract(candidate: type) -> int:
+    """The contract's generated cases (each on two new caches, the learner's and the course's), then one
+    with k and v on another device; how many ran."""
+
+    def functions(case: Case) -> tuple[Callable[..., Any], Callable[..., Any]]:
+        t_past = case.size["t_past"]
+        return _prefilled_append(candidate, t_past), _prefilled_append(reference.KVCache, t_past)
+
+    exercise = Exercise(
+        "KVCache.append",
+        functions,
+        unpack=lambda result, expected: tuple(result) if isinstance(result, tuple | list) else (result,),
+        positional=0,  # shown as KVCache.append(k=..., v=..., layer=0), the second append to its cache
+        extra=lambda case, tensors: {"layer": 0},
+    )
+    ran = expect_contract_cases(KV_CACHE_CONTRACT, exercise, contract_cases(KV_CACHE_CONTRACT))
+    return ran + expect_inputs_device(KV_CACHE_CONTRACT, exercise)
 
 
 def _expect_separate_instances(candidate: type) -> None:
@@ -260,99 +362,119 @@ def _expect_length(
 # cached_attention
 
 
+@dataclass(frozen=True)
+class CachedVariant:
+    """How one cached decoding step is written: the right one with the defaults, each other value a named
+    mistake (`_cached_attention` computes what it gives; `_CACHED_MISTAKES` names each)."""
+
+    positions: str = "absolute"
+    """Where the new tokens are rotated: "absolute" (t_past …, right), "zero" (0 …), "after-append"
+    (t_past + t_new …, the length read after appending)."""
+    rotate: str = "qk"
+    """Which of q and k are rotated: "qk" (right), "q" or "k"."""
+    base: float | None = None
+    """The RoPE base: None (attn.base, right) or another number."""
+    attend_to: str = "cache"
+    """What the queries attend to: "cache" (right), "new" (the new keys and values only),
+    "keys-as-values" (the cached keys as values)."""
+    alignment: str = "bottom-right"
+    """The causal mask: "bottom-right" (right), "top-left" or "none"."""
+    rerotate_cached: bool = False
+    """True: the keys cache.append returns rotated a second time."""
+    out_proj: bool = True
+    """False: attn.out left out."""
+
+
+_RIGHT_STEP = CachedVariant()
+
+
 def _cached_attention(
     attn: RotaryMultiHeadAttention,
     x: torch.Tensor,
     cache: Any,
     layer: int,
-    *,
-    positions: str = "absolute",
-    rotate: str = "qk",
-    base: float | None = None,
-    attend_to: str = "cache",
-    alignment: str = "bottom-right",
-    rerotate_cached: bool = False,
-    out_proj: bool = True,
+    variant: CachedVariant = _RIGHT_STEP,
 ) -> torch.Tensor:
-    """A cached decoding step with each knob a learner might get wrong; the defaults are right."""
+    """A cached decoding step written as `variant`; the defaults are right."""
+    w = variant
     t_past, t_new = cache.length(layer), x.shape[-2]
-    start = {"absolute": t_past, "zero": 0, "after-append": t_past + t_new}[positions]
-    pos = torch.arange(start, start + t_new)  # (t_new,)
-    base = attn.base if base is None else base
+    start = {"absolute": t_past, "zero": 0, "after-append": t_past + t_new}[w.positions]
+    pos = torch.arange(start, start + t_new, device=x.device)  # (t_new,)
+    base = attn.base if w.base is None else w.base
     q, k, v = attn.project(x)  # each (b, h, t_new, d_k)
-    q = reference.apply_rope(q, pos, base) if "q" in rotate else q  # (b, h, t_new, d_k)
-    k = reference.apply_rope(k, pos, base) if "k" in rotate else k  # (b, h, t_new, d_k)
+    q = reference.apply_rope(q, pos, base) if "q" in w.rotate else q  # (b, h, t_new, d_k)
+    k = reference.apply_rope(k, pos, base) if "k" in w.rotate else k  # (b, h, t_new, d_k)
     keys, values = cache.append(layer, k, v)  # each (b, h, t_past + t_new, d_k)
-    if attend_to == "new":
+    if w.attend_to == "new":
         keys, values = k, v  # (b, h, t_new, d_k): the cache ignored
-    if attend_to == "keys-as-values":
+    if w.attend_to == "keys-as-values":
         values = keys
-    if rerotate_cached:
+    if w.rerotate_cached:
         keys = reference.apply_rope(keys, None, base)  # (b, h, t, d_k): rotated a second time
     t_k = keys.shape[-2]
     allowed = {
-        "bottom-right": reference.causal_mask(t_new, t_k),
-        "top-left": torch.ones(t_new, t_k, dtype=torch.bool).tril(),
-        "none": torch.ones(t_new, t_k, dtype=torch.bool),
-    }[alignment]  # (t_new, t_k)
+        "bottom-right": reference.causal_mask(t_new, t_k, device=x.device),
+        "top-left": torch.ones(t_new, t_k, dtype=torch.bool, device=x.device).tril(),
+        "none": torch.ones(t_new, t_k, dtype=torch.bool, device=x.device),
+    }[w.alignment]  # (t_new, t_k)
     out, _ = reference.attention(q, keys, values, mask=allowed)  # (b, h, t_new, d_k)
     merged = merge_heads(out)  # (b, t_new, d_model)
-    return attn.out(merged) if out_proj else merged  # (b, t_new, d_model)
+    return attn.out(merged) if w.out_proj else merged  # (b, t_new, d_model)
 
 
-_CACHED_MISTAKES: list[tuple[str, dict[str, Any]]] = [
+_CACHED_MISTAKES: list[tuple[str, CachedVariant]] = [
     (
         "rotates the new tokens as if they started at position 0: they sit at the absolute positions "
         "t_past … t_past + t_new - 1, with t_past = cache.length(layer) read before appending. Pass "
         "positions=torch.arange(t_past, t_past + t_new) to apply_rope for q and k.",
-        {"positions": "zero"},
+        CachedVariant(positions="zero"),
     ),
     (
         "rotates the new tokens t_new positions too far: read t_past = cache.length(layer) before "
         "cache.append, which already counts the new tokens.",
-        {"positions": "after-append"},
+        CachedVariant(positions="after-append"),
     ),
     (
         "aligns the causal mask top-left: new query i may see every cached position and the new keys "
         "up to its own, keys j ≤ i + t_past (bottom-right alignment). Use the course's "
         "attention(q, keys, values, is_causal=True), or causal_mask(t_new, t_k); note that "
         "F.scaled_dot_product_attention(is_causal=True) aligns top-left when t_new ≠ t_k.",
-        {"alignment": "top-left"},
+        CachedVariant(alignment="top-left"),
     ),
     (
         "has no causal mask: within a chunk of several new tokens, each may see only itself and the "
         "tokens before it. Pass is_causal=True to attention (bottom-right aligned).",
-        {"alignment": "none"},
+        CachedVariant(alignment="none"),
     ),
     (
         "attends only to the new tokens: attend to everything cached, the keys and values that "
         "cache.append(layer, k, v) returns.",
-        {"attend_to": "new"},
+        CachedVariant(attend_to="new"),
     ),
     (
         "uses the cached keys as values: cache.append returns (keys, values); attend with both.",
-        {"attend_to": "keys-as-values"},
+        CachedVariant(attend_to="keys-as-values"),
     ),
     (
         "rotates only q: rotate the new keys too, at the same positions, before appending them.",
-        {"rotate": "q"},
+        CachedVariant(rotate="q"),
     ),
     (
         "rotates only k: rotate the new queries too, at the same positions.",
-        {"rotate": "k"},
+        CachedVariant(rotate="k"),
     ),
     (
         "rotates the cached keys a second time: the keys are appended already rotated at their "
         "positions; attend with them as they come back from cache.append.",
-        {"rerotate_cached": True},
+        CachedVariant(rerotate_cached=True),
     ),
     (
         "ignores attn.base: pass base=attn.base to apply_rope (this layer was built with base=50).",
-        {"base": 10000.0},
+        CachedVariant(base=10000.0),
     ),
     (
         "forgets the output projection: after merging the heads, apply attn.out.",
-        {"out_proj": False},
+        CachedVariant(out_proj=False),
     ),
 ]
 
@@ -369,13 +491,13 @@ _SIGNATURE = (
 
 
 def _replay(
-    attn: RotaryMultiHeadAttention, xs: list[torch.Tensor], upto: int, knobs: dict[str, Any]
+    attn: RotaryMultiHeadAttention, xs: list[torch.Tensor], upto: int, variant: CachedVariant
 ) -> torch.Tensor:
     """What a learner making this mistake returns on call `upto` (its cache filled its own way)."""
     cache = reference.KVCache()
     out = torch.empty(0)
     for x in xs[: upto + 1]:
-        out = _cached_attention(attn, x, cache, 0, **knobs)  # (b, t_new, d_model)
+        out = _cached_attention(attn, x, cache, 0, variant)  # (b, t_new, d_model)
     return out
 
 
@@ -402,8 +524,8 @@ def check_cached_attention(candidate: Callable[..., Any]) -> str:
                 want = full[:, start : start + t_new]  # (b, t_new, d_model)
                 chunks = [x[:, a : a + n] for a, n in zip(_STARTS, _CHUNKS, strict=True)]
                 mistakes = [
-                    Mistake(message, functools.partial(_replay, attn, chunks, index, knobs))
-                    for message, knobs in _CACHED_MISTAKES
+                    Mistake(message, functools.partial(_replay, attn, chunks, index, variant))
+                    for message, variant in _CACHED_MISTAKES
                 ]
                 diagnose = functools.partial(_diagnose_rotation, candidate, attn)
                 expect_close(
@@ -411,7 +533,52 @@ def check_cached_attention(candidate: Callable[..., Any]) -> str:
                 )
             start += t_new
     _expect_cached_attention_on_cuda(candidate)
-    return "2 layers in chunks of 4, 1, 3, 1, 1 (RoPE base 50) match the layers on the whole sequence"
+    generated = _expect_cached_contract(candidate)
+    return (
+        "2 layers in chunks of 4, 1, 3, 1, 1 (RoPE base 50) match the layers on the whole sequence, and "
+        f"{generated} cases from the exercise's contract (one sequence, an empty cache, one token, d_k = 6, "
+        "x a view, float32, x's device)"
+    )
+
+
+def _after_prefill(
+    step: Callable[..., Any], attn: RotaryMultiHeadAttention, t_past: int
+) -> Callable[[torch.Tensor], Any]:
+    """Two calls of `step` on a new course cache: a prefill of t_past seeded positions (none for 0, made in
+    x's dtype and on its device), then `step(attn, x, cache, 0)`, whose output it returns. The prefill is
+    the step's own, so that the cache holds what the step itself stores (rotated keys or not)."""
+
+    def run(x: torch.Tensor) -> Any:
+        cache = reference.KVCache()
+        if t_past:
+            seeded = torch.Generator().manual_seed(t_past)
+            prefix = x.new_empty(x.shape[0], t_past, x.shape[-1]).normal_(
+                generator=seeded
+            )  # (b, t_past, d_model)
+            step(attn, prefix, cache, 0)
+        return step(attn, x, cache, 0)
+
+    return run
+
+
+def _expect_cached_contract(candidate: Callable[..., Any]) -> int:
+    """The contract's generated cases on layers of h heads of d, base 50, in each case's dtype; then one
+    with x and the layer on another device (what the learner makes on the CPU meets x there)."""
+    layers: dict[tuple[int, int], RotaryMultiHeadAttention] = {}
+
+    def functions(case: Case) -> tuple[Callable[..., Any], Callable[..., Any]]:
+        h, d = case.size["h"], case.size["d"]
+        if (h, d) not in layers:
+            layers[h, d] = reference.RotaryMultiHeadAttention(h * d, h, base=50.0)
+        attn = copy.deepcopy(layers[h, d]).to("meta" if case.changed == "meta" else case.dtype)
+        t_past = case.size["t_past"]
+        return _after_prefill(candidate, attn, t_past), _after_prefill(
+            reference.cached_attention, attn, t_past
+        )
+
+    exercise = Exercise("cached_attention", functions)
+    ran = expect_contract_cases(CACHED_CONTRACT, exercise, contract_cases(CACHED_CONTRACT))
+    return ran + expect_inputs_device(CACHED_CONTRACT, exercise)
 
 
 class _SpyCache:
