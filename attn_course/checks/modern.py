@@ -14,6 +14,19 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from attn_course import flex, reference
+from attn_course.checks._contracts import (
+    VIEW_KINDS,
+    Arg,
+    Axis,
+    Case,
+    Contract,
+    Exercise,
+    Returns,
+    contract_cases,
+    expect_contract_cases,
+    expect_inputs_device,
+    size_cases,
+)
 from attn_course.checks._harness import (
     CheckFailed,
     Mistake,
@@ -28,11 +41,132 @@ from attn_course.checks._harness import (
     library_dirs,
     randn,
 )
+from attn_course.checks._memory import LargestTensor
 from attn_course.checks._nan_origin import first_nan
 from attn_course.checks._probe import Heads, diagnose_heads, merged_input
 from attn_course.checks.flash import _FUSED, _OpRecorder
 from attn_course.checks.masking import _expect_bool_mask
 from attn_course.heads import merge_heads, split_heads
+
+# ---------------------------------------------------------------------------------------------
+# The contracts of notebook 10: what each exercise must accept and return.
+
+_FLOATS = (torch.float32, torch.float64)
+
+REPEAT_CONTRACT = Contract(
+    "repeat_kv",
+    args=(Arg("x", ("B", "H_kv", "T", "d"), views=VIEW_KINDS, swap=(1, 2)),),
+    axes=(
+        Axis("B", (2,)),
+        Axis("H_kv", (3,), "key/value heads that are not a power of two"),
+        Axis("R", (3,), "n_rep"),
+        Axis("T", (5,)),
+        Axis("d", (6,), "a head width that is not a power of two"),
+    ),
+    returns=(Returns("out", ("B", "H_kv·R", "T", "d")),),
+    dtypes=_FLOATS,
+)
+"""Exercise 1 of 10: x in any layout (the k and v of Exercise 2 come out of rearrange as transposed views,
+(B, T, H_kv, d).transpose(1, 2)), float32 or float64, its dtype and device kept."""
+
+FLASH_WINDOW_CONTRACT = Contract(
+    "sliding_window_flash_attention",
+    args=(
+        Arg("q", ("B", "H", "T_q", "d"), views=VIEW_KINDS),
+        Arg("k", ("B", "H", "T_k", "d"), views=VIEW_KINDS),
+        Arg("v", ("B", "H", "T_k", "d_v"), views=VIEW_KINDS),
+    ),
+    axes=(
+        Axis("B", (2,)),
+        Axis("H", (2, 3), "a head count that is not a power of two"),
+        Axis("T_q", (9, 8, 7, 17), "one block (of 8), one short of it, and two blocks and one"),
+        Axis("T_k", (17, 16, 9), "two blocks exactly, and as many keys as queries"),
+        Axis("d", (6,), "a head width that is not a power of two"),
+        Axis("d_v", (5,)),
+        Axis("W", (5, 1, 40), "a window of 1, and one longer than the sequence"),
+    ),
+    returns=(Returns("out", ("B", "H", "T_q", "d_v")),),
+    dtypes=_FLOATS,
+    notes=("block_size=8 in every generated case; T_q <= T_k, so every query sees at least itself",),
+)
+"""Exercise 4 of 10: two batch axes, each of q, k and v alone a view (transposed as a multi-head layer
+makes them), ragged sizes around a block, T_q < T_k, windows of 1 and beyond T, the inputs' dtype and
+device."""
+
+GQA_CONTRACT = Contract(
+    "GroupedQueryAttention",
+    args=(
+        Arg("x", ("b", "t", "H·d_head"), views=VIEW_KINDS, swap=(0, 1)),
+        Arg("mask", ("b", "t_m", "t"), views=VIEW_KINDS, swap=(1, 2), slice_axis=-1),
+    ),
+    axes=(
+        Axis("b", (2, 1), "a batch of one"),
+        Axis("t", (5,)),
+        Axis("t_m", (5, 1), "a padding mask (b, 1, t) besides a (b, t, t) one"),
+        Axis("H", (6,), "query heads that are not a power of two"),
+        Axis("H_kv", (2, 3, 1), "groups of 3 and of 2 query heads, and one key/value head (MQA)"),
+        Axis("d_head", (5,), "a head width that is not a power of two"),
+    ),
+    returns=(Returns("output", ("b", "t", "H·d_head")),),
+    dtypes=_FLOATS,
+    notes=("is_causal=True in every generated case; the mask allows every query its first key",),
+)
+"""Exercise 2 of 10's forward: a (b, t, t) mask and a (b, 1, t) one, head counts that are no power of two,
+n_kv_heads from n_heads down to 1, x and the mask each alone a view, the output in x's dtype on x's
+device."""
+
+WINDOW_CONTRACT = Contract(
+    "sliding_window_mask",
+    args=(),
+    axes=(
+        Axis("T_q", (6, 9, 12), "as many queries as keys, and more: the first T_q - T_k rows see no key"),
+        Axis("T_k", (9, 4), "fewer keys than queries"),
+        Axis("W", (3, 1, 9, 20), "a window of 1, of T_k, and longer than the sequence"),
+    ),
+    returns=(Returns("mask", ("T_q", "T_k"), dtype="bool", device="cpu"),),
+    notes=("bottom-right aligned: query i sits at position i + T_k - T_q; a row before every key is False",),
+)
+"""Exercise 3 of 10: any t_q and t_k, either larger, any window of at least 1; its generated sizes join the
+hand-picked ones."""
+
+ALIBI_CONTRACT = Contract(
+    "alibi_score_mod",
+    args=(),
+    axes=(
+        Axis("B", (2,), "a batch index b besides 0"),
+        Axis("H", (4, 5, 1), "5 heads (one slope taken from 8 heads' list), and a single head"),
+        Axis("T_q", (6, 4), "fewer queries than keys"),
+        Axis("T_k", (6, 9), "more keys than queries"),
+    ),
+    returns=(Returns("scores", ("B", "H", "T_q", "T_k")),),
+    notes=("compared where q_idx >= kv_idx, where ALiBi's causal mask keeps them; any dtype the mod gives",),
+)
+"""Exercise 5 of 10: the mod as flex_attention calls it (0-d indices under vmap), for every head count, any
+batch index and T_q != T_k."""
+
+DOCUMENT_CONTRACT = Contract(
+    "document_mask_mod",
+    args=(Arg("document_ids", ("T",), views=("sliced", "expanded"), slice_axis=0, expand_axis=0),),
+    axes=(Axis("T", (10, 1, 17), "a single token, and a longer packing"),),
+    returns=(Returns("mask", ("T", "T"), dtype="bool"),),
+    dtypes=(torch.int64, torch.int32),
+    notes=("document_ids may live on any device: the mod makes no tensor of its own",),
+)
+"""Exercise 6 of 10: document_ids of any integer dtype, a view or not, on any device (the mod evaluated
+on the ids' device, as flex_attention evaluates it beside q)."""
+
+
+def _function(contract: Contract, candidate: Callable[..., Any], **more: Any) -> Exercise:
+    """A plain function's exercise: the learner's and the course's, the same on every case."""
+    course = getattr(reference, contract.exercise)
+    return Exercise(contract.exercise, lambda case: (candidate, course), **more)
+
+
+def _generated(contract: Contract, exercise: Exercise, one_kind_each: bool = False) -> int:
+    """The contract's generated cases, then one with the inputs on another device; how many ran."""
+    ran = expect_contract_cases(contract, exercise, contract_cases(contract, one_kind_each))
+    return ran + expect_inputs_device(contract, exercise)
+
 
 # ---------------------------------------------------------------------------------------------
 # repeat_kv
@@ -112,7 +246,15 @@ def check_repeat_kv(candidate: Callable[..., Any]) -> str:
         [randn(2, 3, 4, 5)],
         ["x"],
     )
-    return "5 shapes, n_rep 1 to 4 (MQA included), heads grouped, gradients"
+    generated = _generated(REPEAT_CONTRACT, _function(REPEAT_CONTRACT, candidate, after=_n_rep))
+    return (
+        f"5 shapes, n_rep 1 to 4 (MQA included), heads grouped, gradients, and {generated} cases from the "
+        "exercise's contract (x a view, float32 and float64, on another device)"
+    )
+
+
+def _n_rep(case: Case) -> tuple[int]:
+    return (case.size["R"],)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -388,6 +530,7 @@ def check_GroupedQueryAttention(candidate: Any) -> str:  # noqa: N802 (exercise 
             # the one pipeline (_diagnosis.py): the named slips, a one-change mutant, the probe, the own line
             expect_close(out, expected, what, mistakes=mistakes, diagnose=reading, called_as="")
         passed_mha = passed_mha or n_heads == n_kv_heads
+    generated = _expect_gqa_contract(candidate)
     layer = _gqa_layer(candidate, 16, 4, 2).double()
     q_proj = cast(nn.Linear, layer.q)  # the learner's layer projects with nn.Linear, as the reference does
     ref = reference.GroupedQueryAttention(16, 4, 2, bias=q_proj.bias is not None).double()
@@ -399,7 +542,54 @@ def check_GroupedQueryAttention(candidate: Any) -> str:  # noqa: N802 (exercise 
         [randn(2, 5, 16)],
         ["x"],
     )
-    return "MHA (4 of 4), GQA (2 of 4, 3 of 6) and MQA (1 of 4) heads, is_causal and masks, gradients"
+    return (
+        "MHA (4 of 4), GQA (2 of 4, 3 of 6) and MQA (1 of 4) heads, is_causal and masks, gradients, and "
+        f"{generated} cases from the exercise's contract ((b, t, t) masks, 2 and 3 key/value heads of 6, "
+        "x or the mask a view, float32 and float64, on another device)"
+    )
+
+
+def _gqa_pair(candidate: Any, case: Case) -> tuple[nn.Module, nn.Module]:
+    """The learner's layer and the course's for a case's head counts, with the same seeded weights."""
+    n_heads, n_kv_heads = case.size["H"], case.size["H_kv"]
+    d_model = n_heads * case.size["d_head"]
+    layer = _gqa_layer(candidate, d_model, n_heads, n_kv_heads)
+    course = reference.GroupedQueryAttention(
+        d_model, n_heads, n_kv_heads, bias=getattr(layer.q, "bias", None) is not None
+    )
+    theirs = dict(course.named_parameters())
+    with torch.no_grad():
+        for name, parameter in layer.named_parameters():  # the names and shapes _gqa_layer checked
+            theirs[name].copy_(randn(*parameter.shape) * (1.5 / math.sqrt(parameter.shape[-1])))
+            parameter.copy_(theirs[name])
+    device = "meta" if case.changed == "meta" else None
+    return layer.to(case.dtype).to(device), course.to(case.dtype).to(device)
+
+
+def _first_key_allowed(case: Case, arg: Arg) -> Callable[..., torch.Tensor]:
+    """A random mask that allows every query its first key (so that with is_causal no row is empty),
+    seeded normal numbers for x."""
+    if arg.name != "mask":
+        return lambda *shape: randn(*shape, dtype=case.dtype)
+
+    def mask(*shape: int) -> torch.Tensor:
+        allowed = torch.rand(*shape) < 0.7  # shape of the mask
+        allowed[..., 0] = True
+        return allowed
+
+    return mask
+
+
+def _expect_gqa_contract(candidate: Any) -> int:
+    """The contract's generated cases, with is_causal=True and a mask; then on the meta device."""
+    exercise = Exercise(
+        "GroupedQueryAttention.forward",
+        functools.partial(_gqa_pair, candidate),
+        extra=lambda case, tensors: {"is_causal": True},
+        positional=1,
+        alloc=_first_key_allowed,
+    )
+    return _generated(GQA_CONTRACT, exercise)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -421,8 +611,9 @@ class WindowVariant:
     """True: |p - j| < window, the keys after p let in."""
     windowed: bool = True
     """False: the causal mask, no far side."""
-    top_left: bool = False
-    """True: query i taken at position i, not i + t_k - t_q."""
+    offset: str = "bottom-right"
+    """Where query i sits: "bottom-right" (position i + t_k - t_q, right), "top-left" (position i where
+    t_k > t_q) or "clamped" (position i where t_q > t_k: the offset clamped at 0)."""
     forward: bool = False
     """True: the distance taken as j - p (key minus query), a window ahead of the query."""
     inverted: bool = False
@@ -436,7 +627,9 @@ def _window(
     t_q: int, t_k: int, window: int, variant: WindowVariant = WindowVariant(), block_size: int = 1
 ) -> torch.Tensor:
     """(t_q, t_k), allowed as `variant` writes it: near <= p - j < window + far, p the query's position."""
-    offset = 0 if variant.top_left else t_k - t_q
+    offset = t_k - t_q
+    if (variant.offset == "top-left" and offset > 0) or (variant.offset == "clamped" and offset < 0):
+        offset = 0
     distance = (torch.arange(t_q)[:, None] + offset) - torch.arange(t_k)[None, :]  # (t_q, t_k): p - j
     if variant.forward:
         distance = -distance  # (t_q, t_k): j - p
@@ -479,7 +672,13 @@ _WINDOW_MISTAKES: list[tuple[str, WindowVariant]] = [
     (
         "is aligned top-left: with t_k > t_q the queries are the last t_q positions, so query i sits at "
         "position p = i + t_k - t_q (bottom-right, like your causal_mask).",
-        WindowVariant(top_left=True),
+        WindowVariant(offset="top-left"),
+    ),
+    (
+        "lets the first queries see keys although t_q > t_k: with more queries than keys, query i still "
+        "sits at position p = i + t_k - t_q, so the first t_q - t_k queries come before every key and "
+        "their rows are all False. Keep the negative offset (an offset clamped at 0 aligns it top-left).",
+        WindowVariant(offset="clamped"),
     ),
     (
         "lets a query see its future: the window reaches back only, keys p - window + 1 … p; "
@@ -536,7 +735,9 @@ def _diagnose_rows(t_q: int, t_k: int, actual: torch.Tensor, expected: torch.Ten
 @check
 def check_sliding_window_mask(candidate: Callable[..., Any]) -> str:
     """Boolean (t_q, t_k): key j allowed when 0 <= p - j < window, p = i + t_k - t_q."""
-    cases = [(6, 6, 3), (4, 9, 3), (5, 5, 1), (5, 5, 5), (5, 5, 8), (3, 7, 2), (1, 6, 4), (7, 7, 2)]
+    hand_picked = [(6, 6, 3), (4, 9, 3), (5, 5, 1), (5, 5, 5), (5, 5, 8), (3, 7, 2), (1, 6, 4), (7, 7, 2)]
+    generated = [(c.size["T_q"], c.size["T_k"], c.size["W"]) for c in size_cases(WINDOW_CONTRACT)]
+    cases = list(dict.fromkeys([*hand_picked, *generated]))
     for t_q, t_k, window in cases:
         expected = reference.sliding_window_mask(t_q, t_k, window)
         got = call(
@@ -560,7 +761,10 @@ def check_sliding_window_mask(candidate: Callable[..., Any]) -> str:
             called_as="",
             only=("known-mistake", "property"),
         )
-    return "square and t_k > t_q (bottom-right), windows of 1, of t and beyond t, dtype bool"
+    return (
+        f"{len(cases)} sizes: square, t_k > t_q (bottom-right) and t_q > t_k (rows before every key), "
+        "windows of 1, of t and beyond t, dtype bool"
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -599,7 +803,7 @@ _FLASH_WINDOW_MISTAKES: list[tuple[str, WindowVariant]] = [
     ),
     (
         "aligns the window top-left: query i sits at position p = i + T_k - T_q (bottom-right).",
-        WindowVariant(top_left=True),
+        WindowVariant(offset="top-left"),
     ),
     (
         "ignores the window: that is causal attention. Start each query block's key loop at the block "
@@ -662,8 +866,19 @@ def check_sliding_window_flash_attention(candidate: Callable[..., Any]) -> str:
             "its -inf maximum as in notebook 06, m_safe = torch.where(m_new == -inf, 0.0, m_new).",
             diagnose=functools.partial(_diagnose_window_support, candidate, q, k, window, block_size),
         )
-    _expect_window_work(candidate)
-    return "6 shapes (ragged, T_q < T_k, window 1 and > T, block_size 1), only the window's blocks visited"
+    exercise = _function(
+        FLASH_WINDOW_CONTRACT,
+        candidate,
+        after=lambda case: (case.size["W"],),
+        extra=lambda case, tensors: {"block_size": 8},
+    )
+    _expect_window_work(candidate)  # the loop itself first: no fused kernel, only the window's blocks
+    generated = _generated(FLASH_WINDOW_CONTRACT, exercise)
+    return (
+        "6 shapes (ragged, T_q < T_k, window 1 and > T, block_size 1), only the window's blocks visited, "
+        f"and {generated} cases from the exercise's contract (q, k or v a view, float32 and float64, on "
+        "another device)"
+    )
 
 
 def _diagnose_window_support(
@@ -919,6 +1134,28 @@ def _diagnose_slopes(
     )
 
 
+def _alibi_exercise(candidate: Callable[..., Any]) -> Exercise:
+    """alibi_score_mod(n_heads)'s scores on a case's (B, H, T_q, T_k), where q_idx >= kv_idx."""
+
+    def functions(case: Case) -> tuple[Callable[..., Any], Callable[..., Any]]:
+        size = case.size
+        shape = (size["B"], size["H"], size["T_q"], size["T_k"])
+        scores = randn(*shape, dtype=torch.float32)  # (B, H, T_q, T_k)
+        past = torch.arange(size["T_q"])[:, None] >= torch.arange(size["T_k"])[None, :]  # (T_q, T_k)
+
+        def scored(make: Callable[..., Any]) -> Callable[[int], torch.Tensor]:
+            def run(n_heads: int) -> torch.Tensor:
+                mod = _mod_from("alibi_score_mod", make, n_heads, str(n_heads))
+                got = flex.evaluate_score_mod(mod, scores)  # (B, H, T_q, T_k)
+                return got.to(scores.dtype).masked_fill(~past, 0.0)
+
+            return run
+
+        return scored(candidate), scored(reference.alibi_score_mod)
+
+    return Exercise("alibi_score_mod", functions, after=lambda case: (case.size["H"],))
+
+
 @check
 def check_alibi_score_mod(candidate: Callable[..., Any]) -> str:
     """The mod, evaluated on every (head, query, key) as flex_attention does, at and before the diagonal."""
@@ -948,9 +1185,13 @@ def check_alibi_score_mod(candidate: Callable[..., Any]) -> str:
             called_as="",
             only=("known-mistake", "property"),
         )
+    generated = expect_contract_cases(  # no tensor goes in: nothing to put on another device
+        ALIBI_CONTRACT, _alibi_exercise(candidate), contract_cases(ALIBI_CONTRACT)
+    )
     return (
         "4, 8 and 2 heads (slopes 2^(-8(h+1)/n_heads)), 3, 6 and 12 heads (the paper's interleaved "
-        "slopes): the sign, the score kept"
+        f"slopes): the sign, the score kept; and {generated} cases from the exercise's contract (5 heads "
+        "and 1, a batch of 2, T_q != T_k)"
     )
 
 
@@ -1046,4 +1287,52 @@ def check_document_mask_mod(candidate: Callable[..., Any]) -> str:
             called_as="",
             only=("known-mistake", "property"),
         )
-    return "4 packings (1 to 4 documents, documents of 1 token): causal within each document only"
+    _expect_no_dense_mask(candidate)
+    generated = _generated(DOCUMENT_CONTRACT, _document_exercise(candidate))
+    return (
+        "4 packings (1 to 4 documents, documents of 1 token): causal within each document only, no dense "
+        f"mask built; and {generated} cases from the exercise's contract (int32 ids, a slice, an expanded "
+        "tensor, on another device)"
+    )
+
+
+def _packed(case: Case, arg: Arg) -> Callable[..., torch.Tensor]:
+    """Document ids of a packing, documents of 3 tokens, in the case's integer dtype."""
+    return lambda *shape: (torch.arange(math.prod(shape)) // 3).reshape(shape).to(case.dtype)
+
+
+def _document_exercise(candidate: Callable[..., Any]) -> Exercise:
+    """document_mask_mod(document_ids)'s mask on every pair, evaluated on the ids' device."""
+
+    def masked(make: Callable[..., Any]) -> Callable[[torch.Tensor], torch.Tensor]:
+        def run(document_ids: torch.Tensor) -> torch.Tensor:
+            mod = _mod_from("document_mask_mod", make, document_ids, "document_ids")
+            t, device = len(document_ids), document_ids.device
+            indices = tuple(torch.arange(n, device=device) for n in (1, 1, t, t))
+            return flex._vmapped(mod, indices, score=None)[0, 0]  # (T, T)
+
+        return run
+
+    return Exercise(
+        "document_mask_mod",
+        lambda case: (masked(candidate), masked(reference.document_mask_mod)),
+        alloc=_packed,
+        close=_equal,
+    )
+
+
+def _expect_no_dense_mask(candidate: Callable[..., Any]) -> None:
+    """The mod keeps document_ids only: a (T, T) mask built beforehand is the cost a mask_mod avoids."""
+    lengths = [100, 56, 100]
+    document_ids = flex.document_ids_from_lengths(lengths)  # (T,)
+    t = len(document_ids)
+    largest = LargestTensor()
+    with largest:
+        _mod_from("document_mask_mod", candidate, document_ids, f"document_ids of {lengths} tokens")
+    if largest.numel >= t * t // 4:
+        raise CheckFailed(
+            f"Your document_mask_mod(document_ids of T = {t} tokens) builds a tensor of shape "
+            f"{largest.shape}, {largest.numel:,} entries, before any pair is asked for: a dense mask "
+            "costs T² booleans per sequence, which is what a mask_mod avoids. Keep document_ids only, "
+            "and compare document_ids[q_idx] with document_ids[kv_idx] inside the mod, one pair at a time."
+        )
