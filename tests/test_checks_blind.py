@@ -149,6 +149,9 @@ REFUSED_C: dict[int, str] = {
     25: "attention_backward by torch.autograd: the exercise is to write the gradients, as the message says",
     27: "FlashAttentionFunction recomputing out and lse in the backward: the exercise saves them, as the "
     "message says",
+    33: "document_mask_mod building the dense (T, T) mask once and indexing it: right values, but the "
+    "exercise's text (since issue 44) says the mod keeps document_ids, never a (T, T) mask built beforehand, "
+    "the T² booleans a mask_mod exists to avoid; the message says so with the size",
 }
 """Right alternatives of set C that the checks refuse, each with a message that states the requirement."""
 

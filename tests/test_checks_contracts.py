@@ -19,6 +19,7 @@ from attn_course.checks import flash as flash_checks
 from attn_course.checks import heads as heads_checks
 from attn_course.checks import kv_cache as kv_cache_checks
 from attn_course.checks import masking as masking_checks
+from attn_course.checks import modern as modern_checks
 from attn_course.checks import rope as rope_checks
 from attn_course.checks import triton as triton_checks
 from attn_course.checks._contracts import (
@@ -113,6 +114,13 @@ CONTRACTS = {
     "ablate_heads": decoder_checks.ABLATE_CONTRACT,
     "KVCache": kv_cache_checks.KV_CACHE_CONTRACT,
     "cached_attention": kv_cache_checks.CACHED_CONTRACT,
+    # notebook 10 (checks/modern.py)
+    "repeat_kv": modern_checks.REPEAT_CONTRACT,
+    "GroupedQueryAttention": modern_checks.GQA_CONTRACT,
+    "sliding_window_mask": modern_checks.WINDOW_CONTRACT,
+    "sliding_window_flash_attention": modern_checks.FLASH_WINDOW_CONTRACT,
+    "alibi_score_mod": modern_checks.ALIBI_CONTRACT,
+    "document_mask_mod": modern_checks.DOCUMENT_CONTRACT,
 }
 
 # What each contract demands beyond the shapes, and the words of the exercise's text that state it.
@@ -202,6 +210,37 @@ STATED = {
         "whatever `t_new` is (a prefill, one token, a chunk after a cache)",
         "`x` may be a view (transposed, sliced, expanded), in the layer's dtype (float32 or float64); the "
         "output has `x`'s dtype and device: make any tensor you create on `x.device`",
+    ],
+    # notebook 10 (checks/modern.py)
+    "repeat_kv": [
+        "x `(b, h_kv, t, d)` → `(b, h_kv · n_rep, t, d)`",
+        "`x` may be a view (transposed, sliced, expanded)",
+        "in float32 or float64; the result has x's dtype and device",
+    ],
+    "GroupedQueryAttention": [
+        "a `mask` of shape `(b, t, t)` or `(b, 1, t)`",
+        "`n_kv_heads` divides `n_heads`, and neither need be a power of two",
+        "`x` (in float32 or float64) and `mask` may be views (transposed, sliced, expanded)",
+        "the output has `x`'s dtype and device",
+    ],
+    "sliding_window_mask": [
+        "a bool tensor `(t_q, t_k)`",
+        "With $W \\ge T_k$ it is the causal mask",
+        "Either of `t_q` and `t_k` may be larger",
+        "with `t_q > t_k` the first `t_q - t_k` queries come before every key and see none",
+    ],
+    "sliding_window_flash_attention": [
+        "q `(..., T_q, d)`, k `(..., T_k, d)`, v `(..., T_k, d_v)`",
+        "for any `T_q <= T_k`",
+        "`v` may be views (transposed, sliced, expanded), in float32 or float64; the output has q's dtype",
+    ],
+    "alibi_score_mod": [
+        "with $j$ = `kv_idx`, $i$ = `q_idx`",
+        "by the paper's rule for every head count",
+    ],
+    "document_mask_mod": [
+        "`document_ids` may be a view (a slice, an expanded tensor), of any integer dtype, on any device",
+        "never a `(T, T)` mask built beforehand",
     ],
 }
 

@@ -138,6 +138,24 @@ def test_no_check_wires_the_diagnosis_order_itself():
             assert layer not in source, f"{path.name} calls {layer[:-1]}: diagnose through _diagnosis.fail"
 
 
+def test_no_check_tries_its_known_mistakes_by_hand():
+    """A check hands its known mistakes to the pipeline (`known-mistake`): no loop of its own calls them and
+    raises their message, so that what is tried after a slip, and in what order, is written once."""
+    checks = Path(attn_course.checks.__file__).parent
+    for path in sorted(checks.glob("*.py")):
+        if path.name == "_diagnosis.py":
+            continue
+        source = path.read_text()
+        for by_hand in (".implementation(", "mistake.message"):
+            assert by_hand not in source, f"{path.name} tries its mistakes by hand: pass them to expect_close"
+
+
+def test_notebook_10s_mistakes_are_named_variants_not_knobs():
+    """modern.py declares each slip once, as (message, a frozen variant), not as keyword knobs."""
+    source = (Path(attn_course.checks.__file__).parent / "modern.py").read_text()
+    assert "**knobs" not in source and "knobs" not in source
+
+
 def test_an_earlier_exercise_is_found_in_each_namespace_that_holds_it(tmp_path):
     """A learner's helpers in a copy of their globals: two namespaces equal as dicts, each swapped."""
     learner_file = tmp_path / "learner.py"

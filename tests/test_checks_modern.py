@@ -15,6 +15,7 @@ from torch import nn
 
 from attn_course import reference
 from attn_course.checks import (
+    CheckFailed,
     check_alibi_score_mod,
     check_document_mask_mod,
     check_GroupedQueryAttention,
@@ -222,17 +223,17 @@ def sliding_window_flash_attention(q, k, v, window, block_size=64):
     outs = []
     for qs in range(0, t_q, block_size):
         q_blk = q[..., qs : qs + block_size, :] / math.sqrt(d)
-        rows = torch.arange(qs, qs + q_blk.shape[-2]) + offset
-        m = torch.full((*q_blk.shape[:-1], 1), -math.inf, dtype=q.dtype)
+        rows = torch.arange(qs, qs + q_blk.shape[-2], device=q.device) + offset
+        m = torch.full((*q_blk.shape[:-1], 1), -math.inf, dtype=q.dtype, device=q.device)
         denom = torch.zeros_like(m)
-        acc = torch.zeros((*q_blk.shape[:-1], v.shape[-1]), dtype=q.dtype)
+        acc = torch.zeros((*q_blk.shape[:-1], v.shape[-1]), dtype=q.dtype, device=q.device)
         first = max(0, qs + offset - window + 1)
         start = (first // block_size) * block_size
         for ks in range(start, t_k, block_size):
             if ks > rows[-1]:
                 break
             s = q_blk @ k[..., ks : ks + block_size, :].transpose(-1, -2)
-            cols = torch.arange(ks, ks + s.shape[-1])
+            cols = torch.arange(ks, ks + s.shape[-1], device=q.device)
             distance = rows[:, None] - cols[None, :]
             s = s.masked_fill((distance < 0) | (distance >= window), -math.inf)
             m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
@@ -626,8 +627,8 @@ WRONG = [
         check_sliding_window_flash_attention,
         window_flash(
             (
-                "rows = torch.arange(qs, qs + q_blk.shape[-2]) + offset",
-                "rows = torch.arange(qs, qs + q_blk.shape[-2])",
+                "rows = torch.arange(qs, qs + q_blk.shape[-2], device=q.device) + offset",
+                "rows = torch.arange(qs, qs + q_blk.shape[-2], device=q.device)",
             )
         ),
         "so the rows' positions, the mask and the loop bound all carry that offset",
@@ -735,8 +736,8 @@ WRONG = [
         check_sliding_window_flash_attention,
         window_flash(
             (
-                "rows = torch.arange(qs, qs + q_blk.shape[-2]) + offset",
-                "rows = torch.arange(qs, qs + block_size) + offset",
+                "rows = torch.arange(qs, qs + q_blk.shape[-2], device=q.device) + offset",
+                "rows = torch.arange(qs, qs + block_size, device=q.device) + offset",
             )
         ),
         "is the length of the last, ragged block (37 = 4 × 8 + 5)",
@@ -813,3 +814,217 @@ def test_no_repair_turns_a_rows_maximum_into_the_whole_tensors():
     with pytest.raises(AssertionError) as failure:
         check_sliding_window_flash_attention(unguarded)
     assert "passes this check written" not in str(failure.value)
+
+
+# ---------------------------------------------------------------------------------------------
+# The contracts of notebook 10 (issue 44): inputs the text allows and the hand-picked cases never tried.
+# Each wrong program below passed the checks before their contracts drove them (verified against main at
+# 44ff56e) and is right on every hand-picked case. alibi_score_mod has none: its contract (5 heads and 1,
+# a batch of 2, T_q != T_k) found no learner-style program that its six head counts let through.
+
+
+def repeat_kv_view_flattened(x, n_rep):  # .view where reshape is needed: fine while x is contiguous
+    b, h, t, d = x.shape
+    return x.view(b * h, 1, t, d).expand(b * h, n_rep, t, d).reshape(b, h * n_rep, t, d)
+
+
+def repeat_kv_filled(x, n_rep):  # a new tensor of the default dtype, filled head by head
+    b, h, t, d = x.shape
+    out = torch.empty(b, h * n_rep, t, d)
+    for j in range(h * n_rep):
+        out[:, j] = x[:, j // n_rep]
+    return out
+
+
+def window_clamped_offset(t_q, t_k, window):  # the offset clamped at 0: right whenever t_k >= t_q
+    query_pos = torch.arange(t_q)[:, None] + max(t_k - t_q, 0)
+    key_pos = torch.arange(t_k)[None, :]
+    return (key_pos <= query_pos) & (query_pos - key_pos < window)
+
+
+def document_dense(document_ids):  # the (T, T) mask built once, looked up pair by pair
+    t = len(document_ids)
+    allowed = (document_ids[:, None] == document_ids[None, :]) & torch.ones(t, t, dtype=torch.bool).tril()
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        return allowed[q_idx, kv_idx]
+
+    return mask_mod
+
+
+WINDOW_FLASH_ON_CPU = (  # every tensor it makes on the default device: a GPU run meets two devices
+    (", device=q.device) + offset", ") + offset"),
+    (", dtype=q.dtype, device=q.device)\n        denom", ", dtype=q.dtype)\n        denom"),
+    (", dtype=q.dtype, device=q.device)\n        first", ", dtype=q.dtype)\n        first"),
+    (
+        "cols = torch.arange(ks, ks + s.shape[-1], device=q.device)",
+        "cols = torch.arange(ks, ks + s.shape[-1])",
+    ),
+)
+WINDOW_FLASH_VIEWS = (  # the batch axes flattened with .view, as if q, k, v were always contiguous
+    (
+        "    t_q, d = q.shape[-2:]\n",
+        "    batch = q.shape[:-2]\n    t_q, d = q.shape[-2:]\n"
+        "    q, k, v = q.view(-1, t_q, d), k.view(-1, k.shape[-2], d), v.view(-1, k.shape[-2], v.shape[-1])\n",
+    ),
+    ("return torch.cat(outs, dim=-2)", "return torch.cat(outs, dim=-2).view(*batch, t_q, -1)"),
+)
+GQA_PADDING_MASK_ONLY = (
+    ("            mask = mask.unsqueeze(-3)", "            mask = mask.view(x.shape[0], 1, 1, -1)"),
+)
+GQA_OWN_CAUSAL_MASK = (
+    (
+        "        if mask is not None:\n            mask = mask.unsqueeze(-3)\n"
+        "        out, _ = attention(q, k, v, mask=mask, is_causal=is_causal)",
+        "        t = x.shape[1]\n"
+        "        allowed = torch.ones(t, t, dtype=torch.bool)\n"
+        "        if is_causal:\n"
+        "            allowed = allowed.tril()\n"
+        "        if mask is not None:\n"
+        "            allowed = allowed & mask.unsqueeze(-3)\n"
+        "        out, _ = attention(q, k, v, mask=allowed)",
+    ),
+)
+
+CONTRACT_WRONG = [
+    pytest.param(
+        check_repeat_kv,
+        repeat_kv_view_flattened,
+        "`x` passed as a transposed view, (B, T, H_kv, d).transpose(1, 2)",
+        id="repeat-kv-view-of-a-transposed-x",
+    ),
+    pytest.param(
+        check_repeat_kv,
+        repeat_kv_filled,
+        "has dtype float32 for float64 inputs: it must have the inputs' dtype",
+        id="repeat-kv-default-dtype",
+    ),
+    pytest.param(
+        check_GroupedQueryAttention,
+        gqa_class(*GQA_PADDING_MASK_ONLY),
+        "`mask` (2, 1, 1, 25) cannot broadcast",
+        id="gqa-padding-mask-only",
+    ),
+    pytest.param(
+        check_GroupedQueryAttention,
+        gqa_class(*GQA_OWN_CAUSAL_MASK),
+        "comes from `torch.ones(…)` at line 20 of your code",
+        id="gqa-mask-on-the-default-device",
+    ),
+    pytest.param(
+        check_sliding_window_mask,
+        window_clamped_offset,
+        "lets the first queries see keys although t_q > t_k",
+        id="window-clamped-offset",
+    ),
+    pytest.param(
+        check_sliding_window_flash_attention,
+        window_flash(*WINDOW_FLASH_ON_CPU),
+        "the first tensor your code makes off that device comes from `torch.arange(…)`",
+        id="window-flash-default-device",
+    ),
+    pytest.param(
+        check_sliding_window_flash_attention,
+        window_flash(*WINDOW_FLASH_VIEWS),
+        "`q` passed as a transposed view, (B, T_q, H, d).transpose(1, 2)",
+        id="window-flash-view-of-a-transposed-q",
+    ),
+    pytest.param(
+        check_document_mask_mod,
+        document_dense,
+        "builds a tensor of shape (256, 256), 65,536 entries, before any pair is asked for",
+        id="document-dense-mask",
+    ),
+]
+
+
+@pytest.mark.parametrize(("check", "candidate", "phrase"), CONTRACT_WRONG)
+def test_a_contracts_case_names_what_the_hand_picked_cases_let_through(check, candidate, phrase, capsys):
+    assert_rejected(check, candidate, phrase, capsys)
+
+
+def test_a_clamped_window_is_a_known_mistake_found_by_the_pipeline():
+    with pytest.raises(CheckFailed) as failure:
+        check_sliding_window_mask(window_clamped_offset)
+    assert failure.value.finding == "known-mistake"
+
+
+def repeat_kv_stacked(x, n_rep):  # a loop over the heads
+    return torch.stack([x[:, i] for i in range(x.shape[1]) for _ in range(n_rep)], dim=1)
+
+
+def repeat_kv_index_select(x, n_rep):  # the source head of each head, as an index made on x's device
+    heads = torch.arange(x.shape[1] * n_rep, device=x.device) // n_rep
+    return x.index_select(1, heads)
+
+
+def repeat_kv_flatten(x, n_rep):
+    return x.unsqueeze(2).expand(-1, -1, n_rep, -1, -1).flatten(1, 2)
+
+
+def window_loops(t_q, t_k, window):  # a Python loop over the pairs
+    rows = [[0 <= i + t_k - t_q - j < window for j in range(t_k)] for i in range(t_q)]
+    return torch.tensor(rows, dtype=torch.bool).reshape(t_q, t_k)
+
+
+def alibi_float64_slopes(n_heads):  # slopes kept in float64: flex_attention takes the score it returns
+    slopes = torch.tensor(paper_slopes(n_heads), dtype=torch.float64)
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        return score + slopes[h] * (kv_idx - q_idx)
+
+    return score_mod
+
+
+def document_where(document_ids):
+    ids = document_ids.clone()
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        return torch.where(q_idx >= kv_idx, ids[q_idx] == ids[kv_idx], False)
+
+    return mask_mod
+
+
+WINDOW_FLASH_RESHAPED_FLOAT64 = (  # batch axes flattened with reshape, float64 inside, q's dtype out
+    (
+        "    t_q, d = q.shape[-2:]\n",
+        "    batch, dtype = q.shape[:-2], q.dtype\n    t_q, d = q.shape[-2:]\n"
+        "    q, k, v = (x.reshape(-1, x.shape[-2], x.shape[-1]).double() for x in (q, k, v))\n",
+    ),
+    ("return torch.cat(outs, dim=-2)", "return torch.cat(outs, dim=-2).reshape(*batch, t_q, -1).to(dtype)"),
+)
+GQA_EINSUM = (  # scores by einsum, its own causal mask on x's device, a mask given a head axis by indexing
+    (
+        "        if mask is not None:\n            mask = mask.unsqueeze(-3)\n"
+        "        out, _ = attention(q, k, v, mask=mask, is_causal=is_causal)",
+        "        t = x.shape[1]\n"
+        "        scores = torch.einsum('bhqd,bhkd->bhqk', q, k) / math.sqrt(q.shape[-1])\n"
+        "        allowed = torch.ones(t, t, dtype=torch.bool, device=x.device)\n"
+        "        if is_causal:\n"
+        "            allowed = allowed.tril()\n"
+        "        if mask is not None:\n"
+        "            allowed = allowed & mask[:, None]\n"
+        "        weights = scores.masked_fill(~allowed, float('-inf')).softmax(dim=-1)\n"
+        "        out = torch.einsum('bhqk,bhkd->bhqd', weights, v)",
+    ),
+)
+
+CONTRACT_RIGHT = [
+    pytest.param(check_repeat_kv, repeat_kv_stacked, id="repeat-kv-stacked"),
+    pytest.param(check_repeat_kv, repeat_kv_index_select, id="repeat-kv-index-select"),
+    pytest.param(check_repeat_kv, repeat_kv_flatten, id="repeat-kv-flatten"),
+    pytest.param(check_GroupedQueryAttention, gqa_class(*GQA_EINSUM), id="gqa-einsum"),
+    pytest.param(check_sliding_window_mask, window_loops, id="window-loops"),
+    pytest.param(
+        check_sliding_window_flash_attention,
+        window_flash(*WINDOW_FLASH_RESHAPED_FLOAT64),
+        id="window-flash-f64",
+    ),
+    pytest.param(check_alibi_score_mod, alibi_float64_slopes, id="alibi-float64-slopes"),
+    pytest.param(check_document_mask_mod, document_where, id="document-where"),
+]
+
+
+@pytest.mark.parametrize(("check", "candidate"), CONTRACT_RIGHT)
+def test_right_answers_in_other_styles_pass_every_contract_case(check, candidate, capsys):
+    assert_accepted(check, candidate, capsys)

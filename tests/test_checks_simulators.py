@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attn_course import reference
+from attn_course import flex, reference
 from attn_course.checks.backward import _tiled_backward
 from attn_course.checks.decoder import (
     _ABLATE_MISTAKES,
@@ -22,7 +22,7 @@ from attn_course.checks.decoder import (
     _random_block,
     _random_model,
 )
-from attn_course.checks.modern import _gqa_forward, _window
+from attn_course.checks.modern import WindowVariant, _alibi, _document, _gqa_forward, _masked, _window
 
 
 @pytest.mark.parametrize(
@@ -77,3 +77,26 @@ def test_the_ablation_with_its_default_variant_is_the_reference():
         torch.testing.assert_close(_ablated(model, heads)(tokens), expected)
         for message, variant in _ABLATE_MISTAKES:  # each named mistake changes the result
             assert not torch.allclose(_ablated(model, heads, variant)(tokens), expected), message
+
+
+@pytest.mark.parametrize(("t_q", "t_k", "window", "block"), [(9, 9, 3, 4), (5, 11, 4, 3), (8, 8, 20, 8)])
+def test_the_tiled_window_with_its_default_variant_is_masked_attention(t_q, t_k, window, block):
+    torch.manual_seed(0)
+    q, k, v = torch.randn(2, t_q, 4), torch.randn(2, t_k, 4), torch.randn(2, t_k, 3)
+    expected = reference.sliding_window_flash_attention(q, k, v, window, block_size=block)
+    for variant in (WindowVariant(), WindowVariant(blocks="window")):  # the window's blocks hold all it needs
+        torch.testing.assert_close(_masked(variant)(q, k, v, window, block), expected)
+
+
+@pytest.mark.parametrize("n_heads", [1, 3, 4, 6])
+def test_the_alibi_scores_with_their_default_variant_are_the_reference(n_heads):
+    scores = torch.randn(1, n_heads, 5, 5)
+    expected = flex.evaluate_score_mod(reference.alibi_score_mod(n_heads), scores)[0]
+    torch.testing.assert_close(_alibi(scores[0], n_heads), expected)
+
+
+@pytest.mark.parametrize("lengths", [[3, 2, 4], [1], [2, 1, 1]])
+def test_the_document_mask_with_its_default_variant_is_the_reference(lengths):
+    ids = flex.document_ids_from_lengths(lengths)
+    t = len(ids)
+    assert torch.equal(_document(ids), flex.evaluate_mask_mod(reference.document_mask_mod(ids), 1, t, t)[0])

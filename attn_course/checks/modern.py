@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, cast
 
 import torch
@@ -13,6 +14,19 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from attn_course import flex, reference
+from attn_course.checks._contracts import (
+    VIEW_KINDS,
+    Arg,
+    Axis,
+    Case,
+    Contract,
+    Exercise,
+    Returns,
+    contract_cases,
+    expect_contract_cases,
+    expect_inputs_device,
+    size_cases,
+)
 from attn_course.checks._harness import (
     CheckFailed,
     Mistake,
@@ -27,11 +41,132 @@ from attn_course.checks._harness import (
     library_dirs,
     randn,
 )
+from attn_course.checks._memory import LargestTensor
 from attn_course.checks._nan_origin import first_nan
 from attn_course.checks._probe import Heads, diagnose_heads, merged_input
 from attn_course.checks.flash import _FUSED, _OpRecorder
 from attn_course.checks.masking import _expect_bool_mask
 from attn_course.heads import merge_heads, split_heads
+
+# ---------------------------------------------------------------------------------------------
+# The contracts of notebook 10: what each exercise must accept and return.
+
+_FLOATS = (torch.float32, torch.float64)
+
+REPEAT_CONTRACT = Contract(
+    "repeat_kv",
+    args=(Arg("x", ("B", "H_kv", "T", "d"), views=VIEW_KINDS, swap=(1, 2)),),
+    axes=(
+        Axis("B", (2,)),
+        Axis("H_kv", (3,), "key/value heads that are not a power of two"),
+        Axis("R", (3,), "n_rep"),
+        Axis("T", (5,)),
+        Axis("d", (6,), "a head width that is not a power of two"),
+    ),
+    returns=(Returns("out", ("B", "H_kv·R", "T", "d")),),
+    dtypes=_FLOATS,
+)
+"""Exercise 1 of 10: x in any layout (the k and v of Exercise 2 come out of rearrange as transposed views,
+(B, T, H_kv, d).transpose(1, 2)), float32 or float64, its dtype and device kept."""
+
+FLASH_WINDOW_CONTRACT = Contract(
+    "sliding_window_flash_attention",
+    args=(
+        Arg("q", ("B", "H", "T_q", "d"), views=VIEW_KINDS),
+        Arg("k", ("B", "H", "T_k", "d"), views=VIEW_KINDS),
+        Arg("v", ("B", "H", "T_k", "d_v"), views=VIEW_KINDS),
+    ),
+    axes=(
+        Axis("B", (2,)),
+        Axis("H", (2, 3), "a head count that is not a power of two"),
+        Axis("T_q", (9, 8, 7, 17), "one block (of 8), one short of it, and two blocks and one"),
+        Axis("T_k", (17, 16, 9), "two blocks exactly, and as many keys as queries"),
+        Axis("d", (6,), "a head width that is not a power of two"),
+        Axis("d_v", (5,)),
+        Axis("W", (5, 1, 40), "a window of 1, and one longer than the sequence"),
+    ),
+    returns=(Returns("out", ("B", "H", "T_q", "d_v")),),
+    dtypes=_FLOATS,
+    notes=("block_size=8 in every generated case; T_q <= T_k, so every query sees at least itself",),
+)
+"""Exercise 4 of 10: two batch axes, each of q, k and v alone a view (transposed as a multi-head layer
+makes them), ragged sizes around a block, T_q < T_k, windows of 1 and beyond T, the inputs' dtype and
+device."""
+
+GQA_CONTRACT = Contract(
+    "GroupedQueryAttention",
+    args=(
+        Arg("x", ("b", "t", "H·d_head"), views=VIEW_KINDS, swap=(0, 1)),
+        Arg("mask", ("b", "t_m", "t"), views=VIEW_KINDS, swap=(1, 2), slice_axis=-1),
+    ),
+    axes=(
+        Axis("b", (2, 1), "a batch of one"),
+        Axis("t", (5,)),
+        Axis("t_m", (5, 1), "a padding mask (b, 1, t) besides a (b, t, t) one"),
+        Axis("H", (6,), "query heads that are not a power of two"),
+        Axis("H_kv", (2, 3, 1), "groups of 3 and of 2 query heads, and one key/value head (MQA)"),
+        Axis("d_head", (5,), "a head width that is not a power of two"),
+    ),
+    returns=(Returns("output", ("b", "t", "H·d_head")),),
+    dtypes=_FLOATS,
+    notes=("is_causal=True in every generated case; the mask allows every query its first key",),
+)
+"""Exercise 2 of 10's forward: a (b, t, t) mask and a (b, 1, t) one, head counts that are no power of two,
+n_kv_heads from n_heads down to 1, x and the mask each alone a view, the output in x's dtype on x's
+device."""
+
+WINDOW_CONTRACT = Contract(
+    "sliding_window_mask",
+    args=(),
+    axes=(
+        Axis("T_q", (6, 9, 12), "as many queries as keys, and more: the first T_q - T_k rows see no key"),
+        Axis("T_k", (9, 4), "fewer keys than queries"),
+        Axis("W", (3, 1, 9, 20), "a window of 1, of T_k, and longer than the sequence"),
+    ),
+    returns=(Returns("mask", ("T_q", "T_k"), dtype="bool", device="cpu"),),
+    notes=("bottom-right aligned: query i sits at position i + T_k - T_q; a row before every key is False",),
+)
+"""Exercise 3 of 10: any t_q and t_k, either larger, any window of at least 1; its generated sizes join the
+hand-picked ones."""
+
+ALIBI_CONTRACT = Contract(
+    "alibi_score_mod",
+    args=(),
+    axes=(
+        Axis("B", (2,), "a batch index b besides 0"),
+        Axis("H", (4, 5, 1), "5 heads (one slope taken from 8 heads' list), and a single head"),
+        Axis("T_q", (6, 4), "fewer queries than keys"),
+        Axis("T_k", (6, 9), "more keys than queries"),
+    ),
+    returns=(Returns("scores", ("B", "H", "T_q", "T_k")),),
+    notes=("compared where q_idx >= kv_idx, where ALiBi's causal mask keeps them; any dtype the mod gives",),
+)
+"""Exercise 5 of 10: the mod as flex_attention calls it (0-d indices under vmap), for every head count, any
+batch index and T_q != T_k."""
+
+DOCUMENT_CONTRACT = Contract(
+    "document_mask_mod",
+    args=(Arg("document_ids", ("T",), views=("sliced", "expanded"), slice_axis=0, expand_axis=0),),
+    axes=(Axis("T", (10, 1, 17), "a single token, and a longer packing"),),
+    returns=(Returns("mask", ("T", "T"), dtype="bool"),),
+    dtypes=(torch.int64, torch.int32),
+    notes=("document_ids may live on any device: the mod makes no tensor of its own",),
+)
+"""Exercise 6 of 10: document_ids of any integer dtype, a view or not, on any device (the mod evaluated
+on the ids' device, as flex_attention evaluates it beside q)."""
+
+
+def _function(contract: Contract, candidate: Callable[..., Any], **more: Any) -> Exercise:
+    """A plain function's exercise: the learner's and the course's, the same on every case."""
+    course = getattr(reference, contract.exercise)
+    return Exercise(contract.exercise, lambda case: (candidate, course), **more)
+
+
+def _generated(contract: Contract, exercise: Exercise, one_kind_each: bool = False) -> int:
+    """The contract's generated cases, then one with the inputs on another device; how many ran."""
+    ran = expect_contract_cases(contract, exercise, contract_cases(contract, one_kind_each))
+    return ran + expect_inputs_device(contract, exercise)
+
 
 # ---------------------------------------------------------------------------------------------
 # repeat_kv
@@ -53,15 +188,33 @@ def _head_sources(out: torch.Tensor, x: torch.Tensor) -> list[int | None]:
     return sources
 
 
+def _diagnose_heads(x: torch.Tensor, n_rep: int, out: torch.Tensor, expected: torch.Tensor) -> str:
+    """Which head of x each head of the learner's result copies, if any: misplaced or computed heads."""
+    sources = _head_sources(out, x)
+    if all(s is not None for s in sources):
+        want = [j // n_rep for j in range(x.shape[1] * n_rep)]
+        return (
+            f"holds the right heads in the wrong places: its heads are copies of heads {sources} of x, "
+            f"but head j must be head j // n_rep, {want}: {_GROUPED_HINT}"
+        )
+    bad = [j for j, s in enumerate(sources) if s is None]
+    return (
+        f"has heads {bad} that are not copies of any head of x (repeat, do not compute): "
+        f"{difference(out, expected)}"
+    )
+
+
+_REPEAT_MISTAKES = [
+    Mistake(
+        f"repeats the heads interleaved instead of grouped: {_GROUPED_HINT}",
+        lambda x, n_rep: x.repeat(1, n_rep, 1, 1),
+    ),
+]
+
+
 @check
 def check_repeat_kv(candidate: Callable[..., Any]) -> str:
     """(b, h_kv, t, d) -> (b, h_kv·n_rep, t, d), head j a copy of head j // n_rep."""
-    mistakes = [
-        Mistake(
-            f"repeats the heads interleaved instead of grouped: {_GROUPED_HINT}",
-            lambda x, n_rep: x.repeat(1, n_rep, 1, 1),
-        ),
-    ]
     cases = [((2, 3, 5, 4), 2), ((1, 2, 3, 6), 3), ((2, 1, 4, 3), 4), ((2, 3, 5, 4), 1), ((3, 4, 2, 5), 2)]
     for shape, n_rep in cases:
         b, h_kv, t, d = shape
@@ -76,23 +229,15 @@ def check_repeat_kv(candidate: Callable[..., Any]) -> str:
             (b, h_kv * n_rep * n_rep, t, d): "It repeats n_rep² times: each head appears n_rep times.",
         }
         out = expect_tensor(result, (b, h_kv * n_rep, t, d), what, hints=hints)
-        expected = reference.repeat_kv(x, n_rep)
-        if is_close(out, expected):
-            continue
-        for mistake in mistakes:
-            if is_close(out, mistake.implementation(x, n_rep)):
-                raise CheckFailed(f"{what} {mistake.message}")
-        sources = _head_sources(out, x)
-        if all(s is not None for s in sources):
-            want = [j // n_rep for j in range(h_kv * n_rep)]
-            raise CheckFailed(
-                f"{what} holds the right heads in the wrong places: its heads are copies of heads {sources} "
-                f"of x, but head j must be head j // n_rep, {want}: {_GROUPED_HINT}"
-            )
-        bad = [j for j, s in enumerate(sources) if s is None]
-        raise CheckFailed(
-            f"{what}: heads {bad} of your result are not copies of any head of x (repeat, do not compute): "
-            f"{difference(out, expected)}"
+        expect_close(
+            out,
+            reference.repeat_kv(x, n_rep),
+            what,
+            mistakes=_REPEAT_MISTAKES,
+            args=(x, n_rep),
+            diagnose=functools.partial(_diagnose_heads, x, n_rep),
+            called_as="",
+            only=("known-mistake", "property"),
         )
     expect_gradients(
         "repeat_kv",
@@ -101,7 +246,15 @@ def check_repeat_kv(candidate: Callable[..., Any]) -> str:
         [randn(2, 3, 4, 5)],
         ["x"],
     )
-    return "5 shapes, n_rep 1 to 4 (MQA included), heads grouped, gradients"
+    generated = _generated(REPEAT_CONTRACT, _function(REPEAT_CONTRACT, candidate, after=_n_rep))
+    return (
+        f"5 shapes, n_rep 1 to 4 (MQA included), heads grouped, gradients, and {generated} cases from the "
+        "exercise's contract (x a view, float32 and float64, on another device)"
+    )
+
+
+def _n_rep(case: Case) -> tuple[int]:
+    return (case.size["R"],)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -111,6 +264,23 @@ _GQA_CONFIGS = [(16, 4, 4), (16, 4, 2), (24, 6, 3), (16, 4, 1)]
 """(d_model, n_heads, n_kv_heads): plain multi-head first, then grouped, then multi-query."""
 
 
+@dataclass(frozen=True)
+class GQAVariant:
+    """How one GroupedQueryAttention is written: the right layer with the defaults, each other value a
+    named slip (`_GQA_MISTAKES`)."""
+
+    grouping: str = "grouped"
+    """How k and v are shared: "grouped" (query head j reads head j // n_rep, right) or "interleaved"."""
+    scale: str = "d_head"
+    """What the scores are divided by the square root of: "d_head" (right), "d_model" or "none"."""
+    out_proj: bool = True
+    """False: the merged heads returned without self.out."""
+    use_mask: bool = True
+    """False: `mask` ignored."""
+    use_causal: bool = True
+    """False: is_causal ignored."""
+
+
 def _gqa_forward(
     params: dict[str, torch.Tensor],
     n_heads: int,
@@ -118,14 +288,9 @@ def _gqa_forward(
     x: torch.Tensor,
     mask: torch.Tensor | None = None,
     is_causal: bool = False,
-    *,
-    grouping: str = "grouped",
-    scale: str = "d_head",
-    out_proj: bool = True,
-    use_mask: bool = True,
-    use_causal: bool = True,
+    variant: GQAVariant = GQAVariant(),
 ) -> torch.Tensor:
-    """The layer with each knob a learner might get wrong; the defaults are right."""
+    """The layer as `variant` writes it; the default variant is right."""
 
     def linear(name: str, x: torch.Tensor) -> torch.Tensor:
         return nn.functional.linear(x, params[f"{name}.weight"], params.get(f"{name}.bias"))
@@ -134,36 +299,40 @@ def _gqa_forward(
     n_rep = n_heads // n_kv_heads
     q = split_heads(linear("q", x), n_heads)  # (b, h, t, d)
     k, v = split_heads(linear("k", x), n_kv_heads), split_heads(linear("v", x), n_kv_heads)  # (b, h_kv, t, d)
-    if grouping == "grouped":
+    if variant.grouping == "grouped":
         k, v = k.repeat_interleave(n_rep, dim=1), v.repeat_interleave(n_rep, dim=1)  # (b, h, t, d)
     else:  # interleaved
         k, v = k.repeat(1, n_rep, 1, 1), v.repeat(1, n_rep, 1, 1)  # (b, h, t, d)
-    d = {"d_head": q.shape[-1], "d_model": x.shape[-1], "none": 1}[scale]
+    d = {"d_head": q.shape[-1], "d_model": x.shape[-1], "none": 1}[variant.scale]
     scores = q @ k.transpose(-2, -1) / math.sqrt(d)  # (b, h, t, t)
-    allowed = torch.ones(t, t, dtype=torch.bool)
-    if mask is not None and use_mask:
+    allowed = torch.ones(t, t, dtype=torch.bool, device=x.device)  # (t, t)
+    if mask is not None and variant.use_mask:
         allowed = allowed & mask.unsqueeze(-3)  # (b, 1, t, t)
-    if is_causal and use_causal:
-        allowed = allowed & torch.ones(t, t, dtype=torch.bool).tril()
+    if is_causal and variant.use_causal:
+        allowed = allowed & torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
     weights = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)  # (b, h, t, t)
+    weights = weights.nan_to_num(0.0)  # a row that allows no key gives 0, as the course's attention
     merged = merge_heads(weights @ v)  # (b, t, d_model)
-    return linear("out", merged) if out_proj else merged
+    return linear("out", merged) if variant.out_proj else merged
 
 
-_GQA_MISTAKES: list[tuple[str, dict[str, Any]]] = [
+_GQA_MISTAKES: list[tuple[str, GQAVariant]] = [
     (
         f"shares the key/value heads interleaved instead of grouped: {_GROUPED_HINT}",
-        {"grouping": "interleaved"},
+        GQAVariant(grouping="interleaved"),
     ),
     (
         "looks like the scores were divided by √d_model: each head's scores are dot products of "
         "d_head = d_model / n_heads numbers, so divide by √d_head.",
-        {"scale": "d_model"},
+        GQAVariant(scale="d_model"),
     ),
-    ("looks like the scores were not scaled: divide them by √d_head.", {"scale": "none"}),
-    ("forgets the output projection: after merging the heads, apply self.out.", {"out_proj": False}),
-    ("ignores is_causal=True: pass it on to attention.", {"use_causal": False}),
-    ("ignores `mask`: pass it on to attention with a head axis, mask.unsqueeze(-3).", {"use_mask": False}),
+    ("looks like the scores were not scaled: divide them by √d_head.", GQAVariant(scale="none")),
+    ("forgets the output projection: after merging the heads, apply self.out.", GQAVariant(out_proj=False)),
+    ("ignores is_causal=True: pass it on to attention.", GQAVariant(use_causal=False)),
+    (
+        "ignores `mask`: pass it on to attention with a head axis, mask.unsqueeze(-3).",
+        GQAVariant(use_mask=False),
+    ),
 ]
 
 
@@ -345,9 +514,9 @@ def check_GroupedQueryAttention(candidate: Any) -> str:  # noqa: N802 (exercise 
             mistakes = [
                 Mistake(
                     message,
-                    functools.partial(_gqa_forward, params, n_heads, n_kv_heads, x, mask, is_causal, **knobs),
+                    functools.partial(_gqa_forward, params, n_heads, n_kv_heads, x, mask, is_causal, variant),
                 )
-                for message, knobs in _GQA_MISTAKES
+                for message, variant in _GQA_MISTAKES
             ]
             heads = (n_heads, n_kv_heads)
             reading = functools.partial(
@@ -361,6 +530,7 @@ def check_GroupedQueryAttention(candidate: Any) -> str:  # noqa: N802 (exercise 
             # the one pipeline (_diagnosis.py): the named slips, a one-change mutant, the probe, the own line
             expect_close(out, expected, what, mistakes=mistakes, diagnose=reading, called_as="")
         passed_mha = passed_mha or n_heads == n_kv_heads
+    generated = _expect_gqa_contract(candidate)
     layer = _gqa_layer(candidate, 16, 4, 2).double()
     q_proj = cast(nn.Linear, layer.q)  # the learner's layer projects with nn.Linear, as the reference does
     ref = reference.GroupedQueryAttention(16, 4, 2, bias=q_proj.bias is not None).double()
@@ -372,87 +542,162 @@ def check_GroupedQueryAttention(candidate: Any) -> str:  # noqa: N802 (exercise 
         [randn(2, 5, 16)],
         ["x"],
     )
-    return "MHA (4 of 4), GQA (2 of 4, 3 of 6) and MQA (1 of 4) heads, is_causal and masks, gradients"
+    return (
+        "MHA (4 of 4), GQA (2 of 4, 3 of 6) and MQA (1 of 4) heads, is_causal and masks, gradients, and "
+        f"{generated} cases from the exercise's contract ((b, t, t) masks, 2 and 3 key/value heads of 6, "
+        "x or the mask a view, float32 and float64, on another device)"
+    )
+
+
+def _gqa_pair(candidate: Any, case: Case) -> tuple[nn.Module, nn.Module]:
+    """The learner's layer and the course's for a case's head counts, with the same seeded weights."""
+    n_heads, n_kv_heads = case.size["H"], case.size["H_kv"]
+    d_model = n_heads * case.size["d_head"]
+    layer = _gqa_layer(candidate, d_model, n_heads, n_kv_heads)
+    course = reference.GroupedQueryAttention(
+        d_model, n_heads, n_kv_heads, bias=getattr(layer.q, "bias", None) is not None
+    )
+    theirs = dict(course.named_parameters())
+    with torch.no_grad():
+        for name, parameter in layer.named_parameters():  # the names and shapes _gqa_layer checked
+            theirs[name].copy_(randn(*parameter.shape) * (1.5 / math.sqrt(parameter.shape[-1])))
+            parameter.copy_(theirs[name])
+    device = "meta" if case.changed == "meta" else None
+    return layer.to(case.dtype).to(device), course.to(case.dtype).to(device)
+
+
+def _first_key_allowed(case: Case, arg: Arg) -> Callable[..., torch.Tensor]:
+    """A random mask that allows every query its first key (so that with is_causal no row is empty),
+    seeded normal numbers for x."""
+    if arg.name != "mask":
+        return lambda *shape: randn(*shape, dtype=case.dtype)
+
+    def mask(*shape: int) -> torch.Tensor:
+        allowed = torch.rand(*shape) < 0.7  # shape of the mask
+        allowed[..., 0] = True
+        return allowed
+
+    return mask
+
+
+def _expect_gqa_contract(candidate: Any) -> int:
+    """The contract's generated cases, with is_causal=True and a mask; then on the meta device."""
+    exercise = Exercise(
+        "GroupedQueryAttention.forward",
+        functools.partial(_gqa_pair, candidate),
+        extra=lambda case, tensors: {"is_causal": True},
+        positional=1,
+        alloc=_first_key_allowed,
+    )
+    return _generated(GQA_CONTRACT, exercise)
 
 
 # ---------------------------------------------------------------------------------------------
 # sliding_window_mask
 
 
-def _forward_window(t_q: int, t_k: int, window: int) -> torch.Tensor:
-    """Allowed iff 0 <= j - p < window: a window that looks ahead of the query."""
-    distance = torch.arange(t_k)[None, :] - (torch.arange(t_q)[:, None] + t_k - t_q)  # (t_q, t_k)
-    return (distance >= 0) & (distance < window)
+@dataclass(frozen=True)
+class WindowVariant:
+    """How one sliding window is written: the right mask with the defaults, each other value a named slip
+    (`_WINDOW_MISTAKES`, and `_FLASH_WINDOW_MISTAKES` for the tiled pass)."""
+
+    near: int = 0
+    """The least distance p - j kept: 0 (the query itself, right) or 1."""
+    far: int = 0
+    """Keys kept while p - j < window + far: 0 (right), 1 (window + 1 keys) or -1."""
+    causal: bool = True
+    """False: no near side at all, every key after p kept too."""
+    two_sided: bool = False
+    """True: |p - j| < window, the keys after p let in."""
+    windowed: bool = True
+    """False: the causal mask, no far side."""
+    offset: str = "bottom-right"
+    """Where query i sits: "bottom-right" (position i + t_k - t_q, right), "top-left" (position i where
+    t_k > t_q) or "clamped" (position i where t_q > t_k: the offset clamped at 0)."""
+    forward: bool = False
+    """True: the distance taken as j - p (key minus query), a window ahead of the query."""
+    inverted: bool = False
+    """True: the mask negated."""
+    blocks: str = "any"
+    """For the tiled pass, the key blocks each query block visits: "any" (every block the mask needs),
+    "window" (from the block holding the first row's first key) or "late" (the block after it)."""
 
 
 def _window(
-    t_q: int,
-    t_k: int,
-    window: int,
-    *,
-    low: int = 0,
-    high: int | None = None,
-    top_left: bool = False,
-    future: bool = False,
+    t_q: int, t_k: int, window: int, variant: WindowVariant = WindowVariant(), block_size: int = 1
 ) -> torch.Tensor:
-    """Allowed iff low <= p - j < window + high, p the query's position (bottom-right unless top_left)."""
-    offset = 0 if top_left else t_k - t_q
-    distance = (torch.arange(t_q)[:, None] + offset) - torch.arange(t_k)[None, :]  # (t_q, t_k)
-    if future:
+    """(t_q, t_k), allowed as `variant` writes it: near <= p - j < window + far, p the query's position."""
+    offset = t_k - t_q
+    if (variant.offset == "top-left" and offset > 0) or (variant.offset == "clamped" and offset < 0):
+        offset = 0
+    distance = (torch.arange(t_q)[:, None] + offset) - torch.arange(t_k)[None, :]  # (t_q, t_k): p - j
+    if variant.forward:
+        distance = -distance  # (t_q, t_k): j - p
+    if variant.two_sided:
         distance = distance.abs()
-    upper = window if high is None else window + high
-    return (distance >= low) & (distance < upper)
+    allowed = distance >= variant.near if variant.causal else torch.ones(t_q, t_k, dtype=torch.bool)
+    if variant.windowed:
+        allowed = allowed & (distance < window + variant.far)  # (t_q, t_k)
+    if variant.blocks != "any":
+        allowed = allowed & _visited(t_q, t_k, window, block_size, round_up=variant.blocks == "late")
+    return ~allowed if variant.inverted else allowed
 
 
-_WINDOW_MISTAKES = [
-    Mistake(
+_WINDOW_MISTAKES: list[tuple[str, WindowVariant]] = [
+    (
         "leaves out each query's own key (p - j = 0): the window counts the query itself, keys "
         "p - window + 1 … p: keep key j when 0 <= p - j < window (>=, not >, on the near side).",
-        lambda t_q, t_k, w: _window(t_q, t_k, w, low=1),
+        WindowVariant(near=1),
     ),
-    Mistake(
+    (
         "points the window forward: it keeps the keys j - p = 0 … window - 1 after the query (key minus "
         "query), which are the future, as the right mask transposed does (keys on the rows). The distance is "
         "how far BACK the key is, p - j (query minus key), with the queries on the rows, (t_q, t_k).",
-        _forward_window,
+        WindowVariant(forward=True),
     ),
-    Mistake(
+    (
         "lets each query see window + 1 keys (off by one): query at position p sees keys p - window + 1 … "
         "p, itself included, `window` keys in all: keep key j when 0 <= p - j < window (<, not <=).",
-        lambda t_q, t_k, w: _window(t_q, t_k, w, high=1),
+        WindowVariant(far=1),
     ),
-    Mistake(
+    (
         "lets each query see only window - 1 keys (off by one): keys p - window + 1 … p, itself "
         "included, are `window` keys: keep key j when 0 <= p - j < window.",
-        lambda t_q, t_k, w: _window(t_q, t_k, w, high=-1),
+        WindowVariant(far=-1),
     ),
-    Mistake(
+    (
         "leaves out the query's own position: a token attends itself, keep key j when 0 <= p - j < window.",
-        lambda t_q, t_k, w: _window(t_q, t_k, w, low=1, high=1),
+        WindowVariant(near=1, far=1),
     ),
-    Mistake(
+    (
         "is aligned top-left: with t_k > t_q the queries are the last t_q positions, so query i sits at "
         "position p = i + t_k - t_q (bottom-right, like your causal_mask).",
-        lambda t_q, t_k, w: _window(t_q, t_k, w, top_left=True),
+        WindowVariant(offset="top-left"),
     ),
-    Mistake(
+    (
+        "lets the first queries see keys although t_q > t_k: with more queries than keys, query i still "
+        "sits at position p = i + t_k - t_q, so the first t_q - t_k queries come before every key and "
+        "their rows are all False. Keep the negative offset (an offset clamped at 0 aligns it top-left).",
+        WindowVariant(offset="clamped"),
+    ),
+    (
         "lets a query see its future: the window reaches back only, keys p - window + 1 … p; "
         "|p - j| < window also lets in the keys after p.",
-        lambda t_q, t_k, w: _window(t_q, t_k, w, future=True),
+        WindowVariant(two_sided=True),
     ),
-    Mistake(
+    (
         "lets a query see its future: p - j < window alone holds for every key after p too (p - j is "
         "negative there); also require p - j >= 0, the causal part.",
-        lambda t_q, t_k, w: _window(t_q, t_k, w, low=-(10**6)),
+        WindowVariant(causal=False),
     ),
-    Mistake(
+    (
         "ignores the window: this is the causal mask. Also drop the keys more than window - 1 positions "
         "back, p - j < window.",
-        lambda t_q, t_k, w: _window(t_q, t_k, 10**6),
+        WindowVariant(windowed=False),
     ),
-    Mistake(
+    (
         "is inverted: True must mark the keys a query MAY attend, the window.",
-        lambda t_q, t_k, w: ~_window(t_q, t_k, w),
+        WindowVariant(inverted=True),
     ),
 ]
 
@@ -472,10 +717,27 @@ def _row_difference(got: torch.Tensor, expected: torch.Tensor, t_q: int, t_k: in
     )
 
 
+_WINDOW_SLIPS = [
+    Mistake(message, functools.partial(_window, variant=variant)) for message, variant in _WINDOW_MISTAKES
+]
+
+
+def _equal(actual: torch.Tensor, expected: torch.Tensor) -> bool:
+    """Whether two masks are the same, entry for entry."""
+    return actual.shape == expected.shape and torch.equal(actual.cpu(), expected.cpu())
+
+
+def _diagnose_rows(t_q: int, t_k: int, actual: torch.Tensor, expected: torch.Tensor) -> str:
+    """Which rows of a window mask differ (the property read where no slip matched)."""
+    return f"is wrong: {_row_difference(actual, expected, t_q, t_k)}"
+
+
 @check
 def check_sliding_window_mask(candidate: Callable[..., Any]) -> str:
     """Boolean (t_q, t_k): key j allowed when 0 <= p - j < window, p = i + t_k - t_q."""
-    cases = [(6, 6, 3), (4, 9, 3), (5, 5, 1), (5, 5, 5), (5, 5, 8), (3, 7, 2), (1, 6, 4), (7, 7, 2)]
+    hand_picked = [(6, 6, 3), (4, 9, 3), (5, 5, 1), (5, 5, 5), (5, 5, 8), (3, 7, 2), (1, 6, 4), (7, 7, 2)]
+    generated = [(c.size["T_q"], c.size["T_k"], c.size["W"]) for c in size_cases(WINDOW_CONTRACT)]
+    cases = list(dict.fromkeys([*hand_picked, *generated]))
     for t_q, t_k, window in cases:
         expected = reference.sliding_window_mask(t_q, t_k, window)
         got = call(
@@ -487,15 +749,22 @@ def check_sliding_window_mask(candidate: Callable[..., Any]) -> str:
             hint="The signature is sliding_window_mask(t_q, t_k, window).",
         )
         what = f"sliding_window_mask({t_q}, {t_k}, window={window})"
-        mask = _expect_bool_mask(got, expected, what)
-        if torch.equal(mask.cpu(), expected):
-            continue
-        for mistake in _WINDOW_MISTAKES:
-            wrong = mistake.implementation(t_q, t_k, window)
-            if not torch.equal(wrong, expected) and torch.equal(mask.cpu(), wrong):
-                raise CheckFailed(f"Your {what} {mistake.message}")
-        raise CheckFailed(f"Your {what} is wrong: {_row_difference(mask, expected, t_q, t_k)}")
-    return "square and t_k > t_q (bottom-right), windows of 1, of t and beyond t, dtype bool"
+        mask = _expect_bool_mask(got, expected, what).cpu()  # (t_q, t_k)
+        expect_close(
+            mask,
+            expected,
+            f"Your {what}",
+            mistakes=_WINDOW_SLIPS,
+            args=(t_q, t_k, window),
+            close=_equal,
+            diagnose=functools.partial(_diagnose_rows, t_q, t_k),
+            called_as="",
+            only=("known-mistake", "property"),
+        )
+    return (
+        f"{len(cases)} sizes: square, t_k > t_q (bottom-right) and t_q > t_k (rows before every key), "
+        "windows of 1, of t and beyond t, dtype bool"
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -514,46 +783,48 @@ def _visited(t_q: int, t_k: int, window: int, block_size: int, round_up: bool = 
     return visited
 
 
-def _masked(allowed: Callable[[int, int, int, int], torch.Tensor]) -> Callable[..., torch.Tensor]:
+def _masked(variant: WindowVariant) -> Callable[..., torch.Tensor]:
+    """The tiled pass as `variant` writes its window: attention with that mask."""
+
     def wrong(
         q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, block_size: int = 64
     ) -> torch.Tensor:
-        mask = allowed(q.shape[-2], k.shape[-2], window, block_size)
-        return reference.attention(q, k, v, mask=mask)[0]
+        mask = _window(q.shape[-2], k.shape[-2], window, variant, block_size)  # (T_q, T_k)
+        return reference.attention(q, k, v, mask=mask.to(q.device))[0]
 
     return wrong
 
 
-_FLASH_WINDOW_MISTAKES = [
-    Mistake(
+_FLASH_WINDOW_MISTAKES: list[tuple[str, WindowVariant]] = [
+    (
         "lets each query see window + 1 keys (off by one): query at position p sees keys p - window + 1 … p; "
         "mask key j when p - j >= window.",
-        _masked(lambda tq, tk, w, b: _window(tq, tk, w, high=1)),
+        WindowVariant(far=1),
     ),
-    Mistake(
+    (
         "aligns the window top-left: query i sits at position p = i + T_k - T_q (bottom-right).",
-        _masked(lambda tq, tk, w, b: _window(tq, tk, w, top_left=True)),
+        WindowVariant(offset="top-left"),
     ),
-    Mistake(
+    (
         "ignores the window: that is causal attention. Start each query block's key loop at the block "
         "holding its first row's first key, p - window + 1, and mask the older keys inside that block.",
-        _masked(lambda tq, tk, w, b: _window(tq, tk, 10**6)),
+        WindowVariant(windowed=False),
     ),
-    Mistake(
+    (
         "lets a query see its future: mask the keys after p (p - j < 0) as well as those before the window.",
-        _masked(lambda tq, tk, w, b: _window(tq, tk, w, future=True)),
+        WindowVariant(two_sided=True),
     ),
-    Mistake(
+    (
         "visits the right key blocks but does not mask the keys older than the window inside the first "
         "ones: a block that holds the window's lower edge for some row also holds keys before it; mask "
         "key j with -inf when p - j >= window.",
-        _masked(lambda tq, tk, w, b: _window(tq, tk, 10**6) & _visited(tq, tk, w, b)),
+        WindowVariant(windowed=False, blocks="window"),
     ),
-    Mistake(
+    (
         "starts each query block's key loop one block late: the first key any of its rows needs, "
         "qs + T_k - T_q - window + 1, usually lies inside a block; start at that block's beginning, "
         "(first // block_size) * block_size, rounding down.",
-        _masked(lambda tq, tk, w, b: _window(tq, tk, w) & _visited(tq, tk, w, b, round_up=True)),
+        WindowVariant(blocks="late"),
     ),
 ]
 
@@ -587,7 +858,7 @@ def check_sliding_window_flash_attention(candidate: Callable[..., Any]) -> str:
             out,
             expected,
             what,
-            mistakes=_FLASH_WINDOW_MISTAKES,
+            mistakes=[Mistake(message, _masked(variant)) for message, variant in _FLASH_WINDOW_MISTAKES],
             args=(q, k, v, window),
             kwargs=kwargs,
             nonfinite_hint="Every query here sees at least itself, but a row can meet a whole block of "
@@ -595,8 +866,19 @@ def check_sliding_window_flash_attention(candidate: Callable[..., Any]) -> str:
             "its -inf maximum as in notebook 06, m_safe = torch.where(m_new == -inf, 0.0, m_new).",
             diagnose=functools.partial(_diagnose_window_support, candidate, q, k, window, block_size),
         )
-    _expect_window_work(candidate)
-    return "6 shapes (ragged, T_q < T_k, window 1 and > T, block_size 1), only the window's blocks visited"
+    exercise = _function(
+        FLASH_WINDOW_CONTRACT,
+        candidate,
+        after=lambda case: (case.size["W"],),
+        extra=lambda case, tensors: {"block_size": 8},
+    )
+    _expect_window_work(candidate)  # the loop itself first: no fused kernel, only the window's blocks
+    generated = _generated(FLASH_WINDOW_CONTRACT, exercise)
+    return (
+        "6 shapes (ragged, T_q < T_k, window 1 and > T, block_size 1), only the window's blocks visited, "
+        f"and {generated} cases from the exercise's contract (q, k or v a view, float32 and float64, on "
+        "another device)"
+    )
 
 
 def _diagnose_window_support(
@@ -727,54 +1009,77 @@ def _evaluate(name: str, evaluate: Callable[[], torch.Tensor], signature: str) -
         ) from None
 
 
-def _alibi_wrong(
-    slopes: Callable[[int], torch.Tensor], sign: float = 1.0, keep_score: bool = True
-) -> Callable:
-    def wrong(scores: torch.Tensor, n_heads: int) -> torch.Tensor:
-        t_q, t_k = scores.shape[-2:]
-        distance = torch.arange(t_k)[None, :] - torch.arange(t_q)[:, None]  # (t_q, t_k): kv - q
-        bias = sign * slopes(n_heads).to(scores.dtype)[:, None, None] * distance  # (h, t_q, t_k)
-        return (scores if keep_score else 0) + bias
+_SLOPES: dict[str, Callable[[int], torch.Tensor]] = {
+    "paper": flex.alibi_slopes,
+    "same": lambda n: flex.alibi_slopes(n)[:1].expand(n),
+    "from-zero": lambda n: 2.0 ** (-8.0 * torch.arange(n) / n),
+    "reversed": lambda n: flex.alibi_slopes(n).flip(0),
+    "halving": lambda n: 2.0 ** -torch.arange(1.0, n + 1),
+    "geometric": flex._geometric_slopes,
+}
+"""Each head's slope, as a way of writing them gives it (n_heads,)."""
 
-    return wrong
+
+@dataclass(frozen=True)
+class AlibiVariant:
+    """How one alibi_score_mod is written: the right mod with the defaults, each other value a named slip
+    (`_ALIBI_MISTAKES`)."""
+
+    slopes: str = "paper"
+    """The slopes, a key of `_SLOPES`: "paper" (the paper's rule for every head count, right), "same" (head
+    0's for every head), "from-zero" (2^(-8h/H)), "reversed", "halving" (2^-(h+1)) or "geometric"
+    (2^(-8(h+1)/H) for any H)."""
+    sign: float = 1.0
+    """The bias's sign: +1 (slope · (kv_idx - q_idx), right) or -1."""
+    keep_score: bool = True
+    """False: the bias returned without the score."""
 
 
-_ALIBI_MISTAKES = [
-    Mistake(
+def _alibi(scores: torch.Tensor, n_heads: int, variant: AlibiVariant = AlibiVariant()) -> torch.Tensor:
+    """The scores (h, t_q, t_k) with the bias as `variant` adds it; the default variant is right."""
+    t_q, t_k = scores.shape[-2:]
+    distance = torch.arange(t_k)[None, :] - torch.arange(t_q)[:, None]  # (t_q, t_k): kv - q
+    slopes = _SLOPES[variant.slopes](n_heads).to(scores.dtype)  # (h,)
+    bias = variant.sign * slopes[:, None, None] * distance  # (h, t_q, t_k)
+    return (scores if variant.keep_score else 0) + bias
+
+
+_ALIBI_MISTAKES: list[tuple[str, AlibiVariant]] = [
+    (
         "adds the bias with the wrong sign: past keys (kv_idx < q_idx) must be pushed down the further "
         "back they are, score + slope · (kv_idx - q_idx); yours pushes them up.",
-        _alibi_wrong(flex.alibi_slopes, sign=-1.0),
+        AlibiVariant(sign=-1.0),
     ),
-    Mistake(
+    (
         "uses the same slope for every head: ALiBi gives head h its own slope (2^(-8(h+1)/n_heads) when "
         "n_heads is a power of two), indexed with the mod's `h` (slopes[h]).",
-        _alibi_wrong(lambda n: flex.alibi_slopes(n)[:1].expand(n)),
+        AlibiVariant(slopes="same"),
     ),
-    Mistake(
+    (
         "starts the slopes one head early: with n_heads a power of two head h has slope "
         "2^(-8(h+1)/n_heads), so head 0's is 2^(-8/n_heads), not 2^0 = 1.",
-        _alibi_wrong(lambda n: 2.0 ** (-8.0 * torch.arange(n) / n)),
+        AlibiVariant(slopes="from-zero"),
     ),
-    Mistake(
+    (
         "gives the heads their slopes in reverse order: head 0 has the steepest of the power-of-two "
         "sequence, 2^(-8/n_heads).",
-        _alibi_wrong(lambda n: flex.alibi_slopes(n).flip(0)),
+        AlibiVariant(slopes="reversed"),
     ),
-    Mistake(
+    (
         "uses the slopes 2^-(h+1) of 8 heads for any number of heads: the exponent is -8(h+1)/n_heads "
         "for a power of two n_heads.",
-        _alibi_wrong(lambda n: 2.0 ** -torch.arange(1.0, n + 1)),
+        AlibiVariant(slopes="halving"),
     ),
-    Mistake(
+    (
         "returns only the bias: a score_mod returns the changed score, score + bias.",
-        _alibi_wrong(flex.alibi_slopes, keep_score=False),
+        AlibiVariant(keep_score=False),
     ),
-    Mistake(
+    (
         "uses the plain 2^(-8(h+1)/H) formula for a head count that is not a power of two. ALiBi's "
         "slopes (the paper's get_slopes, as in BLOOM, MPT and Falcon) follow that formula only when H is a "
         "power of two; otherwise take the slopes of n = 2^floor(log2 H) heads, then every other slope of "
         "2n heads' list, the first H - n of them: slopes(n) + slopes(2n)[0::2][:H - n].",
-        _alibi_wrong(flex._geometric_slopes),
+        AlibiVariant(slopes="geometric"),
     ),
 ]
 
@@ -808,6 +1113,49 @@ def _extra_slopes_from(slopes: torch.Tensor, n_heads: int, heads: list[int]) -> 
     )
 
 
+def _alibi_past(
+    scores: torch.Tensor, n_heads: int, past: torch.Tensor, variant: AlibiVariant
+) -> torch.Tensor:
+    """What `variant` gives at and before the diagonal (h, t, t), 0 after it."""
+    return _alibi(scores, n_heads, variant).masked_fill(~past, 0.0)
+
+
+def _diagnose_slopes(
+    got: torch.Tensor, scores: torch.Tensor, n_heads: int, got_past: torch.Tensor, expected_past: torch.Tensor
+) -> str:
+    """Which heads are wrong, and the bias each adds one position back against ALiBi's."""
+    bias = got[:, 1, 0] - scores[:, 1, 0]  # (h,): what it adds one step back
+    heads = [h for h in range(n_heads) if not is_close(got_past[h], expected_past[h])]
+    return (
+        f"are wrong in heads {heads}. One position back (q_idx=1, kv_idx=0) your mod adds "
+        f"{[round(b, 5) for b in bias.tolist()]} per head, ALiBi adds -slope_h = "
+        f"{[round(-s, 5) for s in flex.alibi_slopes(n_heads).tolist()]}; "
+        f"{difference(got_past, expected_past)}" + _extra_slopes_from(-bias, n_heads, heads)
+    )
+
+
+def _alibi_exercise(candidate: Callable[..., Any]) -> Exercise:
+    """alibi_score_mod(n_heads)'s scores on a case's (B, H, T_q, T_k), where q_idx >= kv_idx."""
+
+    def functions(case: Case) -> tuple[Callable[..., Any], Callable[..., Any]]:
+        size = case.size
+        shape = (size["B"], size["H"], size["T_q"], size["T_k"])
+        scores = randn(*shape, dtype=torch.float32)  # (B, H, T_q, T_k)
+        past = torch.arange(size["T_q"])[:, None] >= torch.arange(size["T_k"])[None, :]  # (T_q, T_k)
+
+        def scored(make: Callable[..., Any]) -> Callable[[int], torch.Tensor]:
+            def run(n_heads: int) -> torch.Tensor:
+                mod = _mod_from("alibi_score_mod", make, n_heads, str(n_heads))
+                got = flex.evaluate_score_mod(mod, scores)  # (B, H, T_q, T_k)
+                return got.to(scores.dtype).masked_fill(~past, 0.0)
+
+            return run
+
+        return scored(candidate), scored(reference.alibi_score_mod)
+
+    return Exercise("alibi_score_mod", functions, after=lambda case: (case.size["H"],))
+
+
 @check
 def check_alibi_score_mod(candidate: Callable[..., Any]) -> str:
     """The mod, evaluated on every (head, query, key) as flex_attention does, at and before the diagonal."""
@@ -824,66 +1172,93 @@ def check_alibi_score_mod(candidate: Callable[..., Any]) -> str:
         expected = flex.evaluate_score_mod(reference.alibi_score_mod(n_heads), scores)[0]  # (h, t, t)
         past = torch.ones(t, t, dtype=torch.bool).tril()  # (t, t): ALiBi runs with a causal mask
         got_past, expected_past = got.masked_fill(~past, 0.0), expected.masked_fill(~past, 0.0)
-        if is_close(got_past, expected_past):
-            continue
-        for mistake in _ALIBI_MISTAKES:
-            wrong = mistake.implementation(scores[0], n_heads).masked_fill(~past, 0.0)
-            if not is_close(wrong, expected_past) and is_close(got_past, wrong):
-                raise CheckFailed(f"{what} {mistake.message}")
-        bias = got[:, 1, 0] - scores[0, :, 1, 0]  # (h,): what it adds one step back
-        heads = [h for h in range(n_heads) if not is_close(got_past[h], expected_past[h])]
-        raise CheckFailed(
-            f"{what} are wrong in heads {heads}. One position back (q_idx=1, kv_idx=0) your mod adds "
-            f"{[round(b, 5) for b in bias.tolist()]} per head, ALiBi adds -slope_h = "
-            f"{[round(-s, 5) for s in flex.alibi_slopes(n_heads).tolist()]}; "
-            f"{difference(got_past, expected_past)}" + _extra_slopes_from(-bias, n_heads, heads)
+        mistakes = [
+            Mistake(message, functools.partial(_alibi_past, scores[0], n_heads, past, variant))
+            for message, variant in _ALIBI_MISTAKES
+        ]
+        expect_close(
+            got_past,
+            expected_past,
+            what,
+            mistakes=mistakes,
+            diagnose=functools.partial(_diagnose_slopes, got, scores[0], n_heads),
+            called_as="",
+            only=("known-mistake", "property"),
         )
+    generated = expect_contract_cases(  # no tensor goes in: nothing to put on another device
+        ALIBI_CONTRACT, _alibi_exercise(candidate), contract_cases(ALIBI_CONTRACT)
+    )
     return (
         "4, 8 and 2 heads (slopes 2^(-8(h+1)/n_heads)), 3, 6 and 12 heads (the paper's interleaved "
-        "slopes): the sign, the score kept"
+        f"slopes): the sign, the score kept; and {generated} cases from the exercise's contract (5 heads "
+        "and 1, a batch of 2, T_q != T_k)"
     )
 
 
-def _document_wrong(kind: str) -> Callable[[torch.Tensor], torch.Tensor]:
-    def wrong(document_ids: torch.Tensor) -> torch.Tensor:
-        same = document_ids[:, None] == document_ids[None, :]  # (T, T)
-        positions = torch.arange(len(document_ids))
-        causal = positions[:, None] >= positions[None, :]  # (T, T)
-        return {
-            "leak": causal,
-            "no-causal": same,
-            "strict": same & (positions[:, None] > positions[None, :]),
-            "inverted": ~(same & causal),
-            "reversed": same & causal.T,
-            "either": same | causal,
-        }[kind]
+@dataclass(frozen=True)
+class DocumentVariant:
+    """How one document_mask_mod is written: the right mask with the defaults, each other value a named
+    slip (`_DOCUMENT_MISTAKES`)."""
 
-    return wrong
+    same_document: bool = True
+    """False: the documents not compared."""
+    causal: str = ">="
+    """How q_idx and kv_idx are compared: ">=" (right), ">" (the diagonal left out), "<=" (turned
+    around) or "none"."""
+    join: str = "&"
+    """How the two conditions are joined: "&" (right) or "|"."""
+    inverted: bool = False
+    """True: the mask negated."""
 
 
-_DOCUMENT_MISTAKES = [
-    Mistake(
+def _document(document_ids: torch.Tensor, variant: DocumentVariant = DocumentVariant()) -> torch.Tensor:
+    """The (T, T) mask as `variant` writes it; the default variant is right."""
+    t = len(document_ids)
+    everything = torch.ones(t, t, dtype=torch.bool)  # (T, T)
+    same = document_ids[:, None] == document_ids[None, :] if variant.same_document else everything
+    i, j = torch.arange(t)[:, None], torch.arange(t)[None, :]  # (T, 1), (1, T): query and key
+    causal = {">=": i >= j, ">": i > j, "<=": i <= j, "none": everything}[variant.causal]  # (T, T)
+    allowed = same & causal if variant.join == "&" else same | causal
+    return ~allowed if variant.inverted else allowed
+
+
+_DOCUMENT_MISTAKES: list[tuple[str, DocumentVariant]] = [
+    (
         "lets queries attend keys of earlier documents: the documents leak into each other. Also require "
         "document_ids[q_idx] == document_ids[kv_idx].",
-        _document_wrong("leak"),
+        DocumentVariant(same_document=False),
     ),
-    Mistake(
+    (
         "lets a query see the later tokens of its own document: also require q_idx >= kv_idx (causal).",
-        _document_wrong("no-causal"),
+        DocumentVariant(causal="none"),
     ),
-    Mistake("leaves out the diagonal: a token attends itself, q_idx >= kv_idx.", _document_wrong("strict")),
-    Mistake("is inverted: True marks the pairs a query MAY attend.", _document_wrong("inverted")),
-    Mistake(
+    ("leaves out the diagonal: a token attends itself, q_idx >= kv_idx.", DocumentVariant(causal=">")),
+    ("is inverted: True marks the pairs a query MAY attend.", DocumentVariant(inverted=True)),
+    (
         "turns the causal part around (kv_idx >= q_idx): a query sees the later tokens of its document, "
         "not the earlier ones. Keep q_idx >= kv_idx.",
-        _document_wrong("reversed"),
+        DocumentVariant(causal="<="),
     ),
-    Mistake(
+    (
         "joins the two conditions with | (or): a pair passes when either holds. Both must hold: same "
         "document & (q_idx >= kv_idx).",
-        _document_wrong("either"),
+        DocumentVariant(join="|"),
     ),
 ]
+
+_DOCUMENT_SLIPS = [
+    Mistake(message, functools.partial(_document, variant=variant)) for message, variant in _DOCUMENT_MISTAKES
+]
+
+
+def _diagnose_pairs(document_ids: torch.Tensor, mask: torch.Tensor, expected: torch.Tensor) -> str:
+    """The first pair of a document mask that differs, and how many do."""
+    i, j = (mask != expected).nonzero()[0].tolist()
+    may = "may" if mask[i, j] else "may not"
+    return (
+        f"is wrong: query {i} (document {int(document_ids[i])}) {may} attend key {j} (document "
+        f"{int(document_ids[j])}), expected the opposite; {int((mask != expected).sum())} pairs differ."
+    )
 
 
 @check
@@ -900,17 +1275,64 @@ def check_document_mask_mod(candidate: Callable[..., Any]) -> str:
         )
         what = f"The mask of document_mask_mod(document_ids={document_ids.tolist()})"
         expected = flex.evaluate_mask_mod(reference.document_mask_mod(document_ids), 1, t, t)[0]  # (t, t)
-        mask = _expect_bool_mask(got, expected[None], what)[0]  # (t, t)
-        if torch.equal(mask, expected):
-            continue
-        for mistake in _DOCUMENT_MISTAKES:
-            wrong = mistake.implementation(document_ids)
-            if not torch.equal(wrong, expected) and torch.equal(mask, wrong):
-                raise CheckFailed(f"{what} {mistake.message}")
-        i, j = (mask != expected).nonzero()[0].tolist()
-        may = "may" if mask[i, j] else "may not"
-        raise CheckFailed(
-            f"{what} is wrong: query {i} (document {int(document_ids[i])}) {may} attend key {j} (document "
-            f"{int(document_ids[j])}), expected the opposite; {int((mask != expected).sum())} pairs differ."
+        mask = _expect_bool_mask(got, expected[None], what)[0].cpu()  # (t, t)
+        expect_close(
+            mask,
+            expected,
+            what,
+            mistakes=_DOCUMENT_SLIPS,
+            args=(document_ids,),
+            close=_equal,
+            diagnose=functools.partial(_diagnose_pairs, document_ids),
+            called_as="",
+            only=("known-mistake", "property"),
         )
-    return "4 packings (1 to 4 documents, documents of 1 token): causal within each document only"
+    _expect_no_dense_mask(candidate)
+    generated = _generated(DOCUMENT_CONTRACT, _document_exercise(candidate))
+    return (
+        "4 packings (1 to 4 documents, documents of 1 token): causal within each document only, no dense "
+        f"mask built; and {generated} cases from the exercise's contract (int32 ids, a slice, an expanded "
+        "tensor, on another device)"
+    )
+
+
+def _packed(case: Case, arg: Arg) -> Callable[..., torch.Tensor]:
+    """Document ids of a packing, documents of 3 tokens, in the case's integer dtype."""
+    return lambda *shape: (torch.arange(math.prod(shape)) // 3).reshape(shape).to(case.dtype)
+
+
+def _document_exercise(candidate: Callable[..., Any]) -> Exercise:
+    """document_mask_mod(document_ids)'s mask on every pair, evaluated on the ids' device."""
+
+    def masked(make: Callable[..., Any]) -> Callable[[torch.Tensor], torch.Tensor]:
+        def run(document_ids: torch.Tensor) -> torch.Tensor:
+            mod = _mod_from("document_mask_mod", make, document_ids, "document_ids")
+            t, device = len(document_ids), document_ids.device
+            indices = tuple(torch.arange(n, device=device) for n in (1, 1, t, t))
+            return flex._vmapped(mod, indices, score=None)[0, 0]  # (T, T)
+
+        return run
+
+    return Exercise(
+        "document_mask_mod",
+        lambda case: (masked(candidate), masked(reference.document_mask_mod)),
+        alloc=_packed,
+        close=_equal,
+    )
+
+
+def _expect_no_dense_mask(candidate: Callable[..., Any]) -> None:
+    """The mod keeps document_ids only: a (T, T) mask built beforehand is the cost a mask_mod avoids."""
+    lengths = [100, 56, 100]
+    document_ids = flex.document_ids_from_lengths(lengths)  # (T,)
+    t = len(document_ids)
+    largest = LargestTensor()
+    with largest:
+        _mod_from("document_mask_mod", candidate, document_ids, f"document_ids of {lengths} tokens")
+    if largest.numel >= t * t // 4:
+        raise CheckFailed(
+            f"Your document_mask_mod(document_ids of T = {t} tokens) builds a tensor of shape "
+            f"{largest.shape}, {largest.numel:,} entries, before any pair is asked for: a dense mask "
+            "costs T² booleans per sequence, which is what a mask_mod avoids. Keep document_ids only, "
+            "and compare document_ids[q_idx] with document_ids[kv_idx] inside the mod, one pair at a time."
+        )
