@@ -84,24 +84,26 @@ PADDING_CONTRACT = Contract(
 ATTENTION_CONTRACT = Contract(
     "attention",
     args=(
-        Arg("q", ("B", "T_q", "d"), views=VIEW_KINDS, swap=(0, 1)),
-        Arg("k", ("B", "T_k", "d"), views=VIEW_KINDS, swap=(0, 1)),
-        Arg("v", ("B", "T_k", "d_v"), views=VIEW_KINDS, swap=(0, 1)),
-        Arg("mask", ("B", "T_q", "T_k"), views=VIEW_KINDS, swap=(0, 1), slice_axis=-1),
+        Arg("q", ("B", "H", "T_q", "d"), views=VIEW_KINDS, swap=(1, 2)),
+        Arg("k", ("B", "H", "T_k", "d"), views=VIEW_KINDS, swap=(1, 2)),
+        Arg("v", ("B", "H", "T_k", "d_v"), views=VIEW_KINDS, swap=(1, 2)),
+        Arg("mask", ("B", "H", "T_q", "T_k"), views=VIEW_KINDS, swap=(1, 2), slice_axis=-1, expand_axis=1),
     ),
     axes=(
         Axis("B", (2,)),
+        Axis("H", (3,), "a second batch axis, the heads, whose count is not a power of two"),
         Axis("T_q", (3, 7), "more queries than keys: with is_causal the first 2 rows see no key"),
         Axis("T_k", (5,)),
         Axis("d", (6,), "a width that is not a power of two"),
         Axis("d_v", (3,)),
     ),
-    returns=(Returns("out", ("B", "T_q", "d_v")), Returns("weights", ("B", "T_q", "T_k"))),
+    returns=(Returns("out", ("B", "H", "T_q", "d_v")), Returns("weights", ("B", "H", "T_q", "T_k"))),
     dtypes=(torch.float64, torch.float32),
     notes=("is_causal=True and a mask together, AND-ed; a row that allows no key gives 0",),
 )
-"""Exercise 3 of 03 (is_causal=True and a (B, T_q, T_k) mask in every generated case): T_q > T_k, the
-inputs' dtype and device, each of q, k, v and the mask alone a view (an expanded mask: one for the batch)."""
+"""Exercise 3 of 03 (is_causal=True and a (B, H, T_q, T_k) mask in every generated case): two batch axes
+(B, H) as a multi-head layer passes them, T_q > T_k, the inputs' dtype and device, each of q, k, v and the
+mask alone a view (q, k, v transposed as split_heads makes them; an expanded mask: one for every head)."""
 
 
 def _masks(case: Case, arg: Arg) -> Any:
@@ -544,8 +546,8 @@ def check_attention(candidate: Callable[..., Any]) -> str:
     return (
         "11 cases (masks of 3 shapes, is_causal with T_q ≤ T_k, both, T_q > T_k, transposed views), "
         "gradients, and 0 for the rows that may attend no key (causal with T_q > T_k, a padding mask of no "
-        f"real token), as SDPA; {generated} more from the exercise's contract (each of q, k, v and the mask "
-        "alone a view, float32, the inputs' device)"
+        f"real token), as SDPA; {generated} more from the exercise's contract (two batch axes (B, H), each "
+        "of q, k, v and the mask alone a view, float32, the inputs' device)"
     )
 
 
