@@ -437,3 +437,15 @@ def test_flattening_batch_axes_with_view_is_caught(exercise, source, edits, phra
 @pytest.mark.parametrize(("exercise", "source", "edits"), BATCH_AXES_RIGHT)
 def test_flattening_batch_axes_by_reshape_passes(exercise, source, edits, capsys):
     assert_accepted(check_attention, learner(source, exercise, *edits), capsys)
+
+
+def test_each_attention_variant_is_a_mistake():
+    from attn_course.checks.masking import ATTENTION_VARIANTS
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, t, d, dtype=torch.float64) for t, d in [(3, 8), (5, 8), (5, 4)])
+    mask = torch.tensor([[True, False, True, True, False], [True, True, False, True, True]] * 2)[:3]
+    right = reference.attention(q, k, v, mask, True)
+    for message, variant in ATTENTION_VARIANTS:
+        wrong = _masked_attention(q, k, v, mask, True, variant)
+        assert not all(torch.allclose(w, r) for w, r in zip(wrong, right, strict=True)), message

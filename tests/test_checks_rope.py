@@ -716,3 +716,18 @@ def test_flattening_batch_axes_with_view_is_caught(edits, phrase, capsys):
 @pytest.mark.parametrize("edits", BATCH_AXES_RIGHT)
 def test_flattening_batch_axes_by_reshape_passes(edits, capsys):
     assert_accepted(check_apply_rope, learner(APPLY_ROPE, "apply_rope", *edits), capsys)
+
+
+def test_each_rotary_variant_is_a_mistake():
+    from attn_course.checks.rope import ROTARY_VARIANTS
+
+    torch.manual_seed(0)
+    layer = reference.RotaryMultiHeadAttention(12, 3, base=500.0).double()
+    x = torch.randn(2, 5, 12, dtype=torch.float64)
+    mask = torch.rand(2, 5, 5) > 0.3
+    mask[..., 0] = True
+    positions = torch.tensor([3, 9, 4, 12, 20])
+    right = layer(x, mask=mask, is_causal=True, positions=positions)
+    for message, variant in ROTARY_VARIANTS:
+        wrong = _rotary_mha(layer, x, mask, True, positions, variant)
+        assert not torch.allclose(wrong, right), message
