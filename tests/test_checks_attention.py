@@ -636,3 +636,171 @@ CONTRACT_WRONG = [
 def test_contract_cases_catch_what_the_hand_picked_ones_pass(check, program, phrase, capsys):
     source, name, *edits = program
     assert_rejected(check, learner(source, name, *edits), phrase, capsys)
+
+
+# ---------------------------------------------------------------------------------------------
+# Two batch axes: "any number of batch axes may come first", and notebook 04's MultiHeadAttention
+# passes (b, h, T, d) tensors made by split_heads' transpose. Code that flattens the batch axes with
+# `.view` runs on every contiguous input (the hand-picked cases, and the contracts' one batch axis of
+# before, which `.view(-1, T, d)` leaves as it is) and breaks on those: the contracts' cases now have
+# two batch axes (B, H) and a view transposed as split_heads makes it.
+
+FLAT_SCORES = """
+def dot_product_scores(q, k):
+    *batch, t_q, d = q.shape
+    t_k = k.shape[-2]
+    q3 = q.view(-1, t_q, d)
+    k3 = k.view(-1, t_k, d)
+    scores = torch.bmm(q3, k3.transpose(1, 2))
+    return scores.view(*batch, t_q, t_k)
+"""
+
+FLAT_ATTENTION = """
+def dot_product_attention(q, k, v):
+    *batch, t_q, d = q.shape
+    t_k, d_v = k.shape[-2], v.shape[-1]
+    q3, k3, v3 = q.view(-1, t_q, d), k.view(-1, t_k, d), v.view(-1, t_k, d_v)
+    weights = torch.softmax(torch.bmm(q3, k3.transpose(1, 2)), dim=-1)
+    out = torch.bmm(weights, v3)
+    return out.view(*batch, t_q, d_v), weights.view(*batch, t_q, t_k)
+"""
+
+FLAT_SCALED = """
+def scaled_dot_product_attention(q, k, v):
+    n = math.prod(q.shape[:-2])
+    t_q, d = q.shape[-2:]
+    t_k, d_v = k.shape[-2], v.shape[-1]
+    scores = torch.bmm(q.reshape(n, t_q, d), k.view(n, t_k, d).transpose(1, 2)) / math.sqrt(d)
+    weights = torch.softmax(scores, dim=-1)
+    out = torch.bmm(weights, v.reshape(n, t_k, d_v))
+    return out.reshape(*q.shape[:-1], d_v), weights.reshape(*q.shape[:-1], t_k)
+"""
+
+TRANSPOSED_Q = "differs from them only in that it has `q` passed as a transposed view, (B, T_q, H, d)"
+TRANSPOSED_K = "differs from them only in that it has `k` passed as a transposed view, (B, T_k, H, d)"
+VIEW_ERROR = "view needs a contiguous tensor, and a transposed or permuted one is not: use .reshape(...)"
+
+BATCH_AXES_WRONG = [
+    pytest.param(
+        check_dot_product_scores, (FLAT_SCORES, "dot_product_scores"), TRANSPOSED_Q, id="scores-view-flat"
+    ),
+    pytest.param(
+        check_dot_product_scores,
+        (FLAT_SCORES, "dot_product_scores", ("q3 = q.view(-1, t_q, d)", "q3 = q.reshape(-1, t_q, d)")),
+        TRANSPOSED_K,
+        id="scores-view-flat-k-only",
+    ),
+    pytest.param(
+        check_dot_product_attention,
+        (FLAT_ATTENTION, "dot_product_attention"),
+        TRANSPOSED_Q,
+        id="dpa-view-flat",
+    ),
+    pytest.param(
+        check_scaled_dot_product_attention,
+        (FLAT_SCALED, "scaled_dot_product_attention"),
+        TRANSPOSED_K,
+        id="sdpa-view-n-k-only",
+    ),
+]
+
+
+@pytest.mark.parametrize(("check", "program", "phrase"), BATCH_AXES_WRONG)
+def test_flattening_batch_axes_with_view_is_caught_on_a_transposed_view(check, program, phrase, capsys):
+    source, name, *edits = program
+    candidate = learner(source, name, *edits)
+    assert_rejected(check, candidate, phrase, capsys)
+    assert_rejected(check, candidate, VIEW_ERROR, capsys)
+
+
+STILL_CAUGHT = [
+    pytest.param(
+        check_dot_product_scores,
+        (SCORES, "dot_product_scores", ("q @ k.transpose(-2, -1)", "torch.bmm(q, k.transpose(1, 2))")),
+        "your code asks for axis 2: count axes from the end (dim=-1, transpose(-2, -1))",
+        id="scores-bmm-3d-only",
+    ),
+    pytest.param(
+        check_dot_product_attention,
+        (DOT_PRODUCT_ATTENTION, "dot_product_attention", ("k.transpose(-2, -1)", "k.transpose(1, 2)")),
+        "your code asks for axis 2: count axes from the end",
+        id="dpa-k-transpose-1-2",
+    ),
+]
+
+
+@pytest.mark.parametrize(("check", "program", "phrase"), STILL_CAUGHT)
+def test_code_for_three_axes_only_is_caught_by_the_inputs_without_batch_axes(check, program, phrase, capsys):
+    source, name, *edits = program
+    assert_rejected(check, learner(source, name, *edits), phrase, capsys)
+
+
+RESHAPE_SCORES = FLAT_SCORES.replace(".view(", ".reshape(")
+ROWS_SOFTMAX = """
+def softmax(x, dim=-1):
+    moved = x.movedim(dim, -1)
+    rows = moved.reshape(-1, moved.shape[-1])
+    exps = torch.exp(rows - rows.amax(dim=-1, keepdim=True))
+    probs = exps / exps.sum(dim=-1, keepdim=True)
+    return probs.reshape(moved.shape).movedim(-1, dim)
+"""
+BATCH_AXES_RIGHT = [
+    pytest.param(check_dot_product_scores, (RESHAPE_SCORES, "dot_product_scores"), id="scores-reshape-bmm"),
+    pytest.param(
+        check_dot_product_scores,
+        (
+            FLAT_SCORES,
+            "dot_product_scores",
+            ("q.view(-1, t_q, d)", 'rearrange(q, "... t d -> (...) t d")'),
+            ("k.view(-1, t_k, d)", 'rearrange(k, "... t d -> (...) t d")'),
+        ),
+        id="scores-rearrange-bmm-view-back",
+    ),
+    pytest.param(
+        check_dot_product_scores,
+        (
+            FLAT_SCORES,
+            "dot_product_scores",
+            ("q.view(", "q.contiguous().view("),
+            ("k.view(", "k.contiguous().view("),
+        ),
+        id="scores-contiguous-view",
+    ),
+    pytest.param(
+        check_dot_product_scores,
+        (
+            SCORES,
+            "dot_product_scores",
+            ("q @ k.transpose(-2, -1)", 'torch.einsum("...qd,...kd->...qk", q, k)'),
+        ),
+        id="scores-einsum-ellipsis",
+    ),
+    pytest.param(
+        check_dot_product_scores,
+        (SCORES, "dot_product_scores", ("k.transpose(-2, -1)", "k.mT")),
+        id="scores-mT",
+    ),
+    pytest.param(check_softmax, (ROWS_SOFTMAX, "softmax"), id="softmax-rows-reshape"),
+    pytest.param(
+        check_dot_product_attention,
+        (
+            FLAT_ATTENTION,
+            "dot_product_attention",
+            ("q.view(-1", "q.reshape(-1"),
+            ("k.view(-1", "k.reshape(-1"),
+            ("v.view(-1", "v.reshape(-1"),
+        ),
+        id="dpa-reshape-bmm-view-back",
+    ),
+    pytest.param(
+        check_scaled_dot_product_attention,
+        (FLAT_SCALED, "scaled_dot_product_attention", ("k.view(n", "k.reshape(n")),
+        id="sdpa-reshape-bmm-reshape-back",
+    ),
+]
+
+
+@pytest.mark.parametrize(("check", "program"), BATCH_AXES_RIGHT)
+def test_flattening_batch_axes_by_reshape_passes(check, program, capsys):
+    source, name, *edits = program
+    assert_accepted(check, learner(source, name, *edits), capsys)

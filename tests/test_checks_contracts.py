@@ -140,8 +140,13 @@ STATED = {
         "`q` and `k` may be views of other tensors (transposed, sliced, expanded)",
         "the result has the inputs' dtype and device",
     ],
-    "softmax": ["`x` may be a view (transposed, sliced, expanded)", "the result has the inputs' dtype"],
+    "softmax": [
+        "along axis `dim` of an `x` of any shape",
+        "`x` may be a view (transposed, sliced, expanded)",
+        "the result has the inputs' dtype",
+    ],
     "dot_product_attention": [
+        "of shape `(..., T_q, d_v)` and the weights of shape `(..., T_q, T_k)`",
         "`q`, `k` and `v` may be views (transposed, sliced, expanded)",
         "both results have the inputs' dtype and device",
     ],
@@ -163,6 +168,8 @@ STATED = {
     ],
     "attention": [
         "broadcastable to `(..., T_q, T_k)`",
+        "`q` is `(..., T_q, d_k)`, `k` is `(..., T_k, d_k)` and `v` is `(..., T_k, d_v)`: any number of "
+        "batch axes may come first",
         "AND-ed with your `causal_mask(T_q, T_k)`",
         "`q`, `k`, `v` (of any float dtype) and `mask` may be views (transposed, sliced, expanded)",
         "both results have the inputs' dtype and device",
@@ -284,6 +291,7 @@ def scores_reading_k_as_contiguous(q, k):
 def test_a_generated_view_case_says_what_it_observed(capsys):
     phrase = (
         "Your `scores` is right for the same values made contiguous, but wrong with `k` passed as a "
-        "transposed view, (T_k, B, d).transpose(0, 1), strides (6, 12, 1) (the other inputs contiguous)"
+        "transposed view, (B, T_k, H, d).transpose(1, 2), strides (90, 6, 18, 1) (the other inputs "
+        "contiguous)"
     )
     assert_rejected(check_dot_product_scores, scores_reading_k_as_contiguous, phrase, capsys)

@@ -430,11 +430,11 @@ def test_check_rejects_mistake_with_its_message(check, candidate, phrase, capsys
 def test_each_multi_head_mistake_message_is_tested_by_learner_code():
     from test_checks_learner_mistakes import DEVELOPMENT, HOLD_OUT
 
-    from attn_course.checks.heads import _MHA_MISTAKES
+    from attn_course.checks.heads import MHA_VARIANTS
 
     phrases = [case[3] for case in [*DEVELOPMENT, *HOLD_OUT] if case[0] == "MultiHeadAttention"]
     phrases += [case[2] for case in LEARNER_WRONG]
-    untested = [message for message, _ in _MHA_MISTAKES if not any(phrase in message for phrase in phrases)]
+    untested = [message for message, _ in MHA_VARIANTS if not any(phrase in message for phrase in phrases)]
     assert not untested
 
 
@@ -667,3 +667,18 @@ CONTRACT_WRONG = [
 def test_contract_cases_catch_what_the_hand_picked_ones_pass(check, program, phrase, capsys):
     source, name, *edits = program
     assert_rejected(check, learner(source, name, *edits), phrase, capsys)
+
+
+def test_each_multi_head_variant_is_a_mistake():
+    from attn_course.checks.heads import MHA_VARIANTS, _multi_head
+
+    torch.manual_seed(0)
+    layer = reference.MultiHeadAttention(12, 3).double()
+    params = dict(layer.named_parameters())
+    x = torch.randn(2, 5, 12, dtype=torch.float64)
+    mask = torch.rand(2, 5, 5) > 0.3
+    mask[..., 0] = True
+    right = layer(x, mask=mask, is_causal=True)
+    for message, variant in MHA_VARIANTS:
+        wrong = _multi_head(params, 3, x, mask, True, variant)
+        assert not torch.allclose(wrong, right, equal_nan=False), message

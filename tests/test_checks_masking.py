@@ -399,3 +399,53 @@ CONTRACT_WRONG = [
 def test_contract_cases_catch_what_the_hand_picked_ones_pass(check, program, phrase, capsys):
     source, name, *edits = program
     assert_rejected(check, learner(source, name, *edits), phrase, capsys)
+
+
+# ---------------------------------------------------------------------------------------------
+# Two batch axes, transposed as split_heads makes them: "any number of batch axes may come first".
+# attention's hand-picked cases hold a (2, 3, T, d) view transposed so, and the contract's cases now
+# take (B, H) too; both refuse a `.view` that merges the batch axes, and take reshape, einsum and
+# rearrange.
+
+FLATTEN = (
+    "    t_q, t_k = q.shape[-2], k.shape[-2]\n    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])\n"
+)
+FLAT_VIEW = (
+    "    *batch, t_q, d = q.shape\n    t_k = k.shape[-2]\n"
+    "    scores = torch.bmm(q.view(-1, t_q, d), k.view(-1, t_k, d).transpose(1, 2))\n"
+    "    scores = scores.view(*batch, t_q, t_k) / math.sqrt(d)\n"
+)
+VIEW_ERROR = "view needs a contiguous tensor, and a transposed or permuted one is not: use .reshape(...)"
+
+BATCH_AXES_WRONG = [
+    ("attention", ATTENTION, [(FLATTEN, FLAT_VIEW)], VIEW_ERROR),
+    ("attention", ATTENTION, [(FLATTEN, FLAT_VIEW.replace("q.view(-1", "q.reshape(-1"))], "line 12 of your code: `scores = torch.bmm(q.reshape(-1, t_q, d), k.view(-1, t_k, d).transpose(1, 2))`"),
+]  # fmt: skip
+
+BATCH_AXES_RIGHT = [
+    ("attention", ATTENTION, [(FLATTEN, FLAT_VIEW.replace(".view(-1", ".reshape(-1"))]),
+    ("attention", ATTENTION, [(FLATTEN, FLAT_VIEW.replace("q.view(-1, t_q, d)", 'rearrange(q, "... t d -> (...) t d")').replace("k.view(-1, t_k, d)", 'rearrange(k, "... t d -> (...) t d")'))]),
+    ("attention", ATTENTION, [("q @ k.transpose(-2, -1)", 'torch.einsum("...qd,...kd->...qk", q, k)')]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("exercise", "source", "edits", "phrase"), BATCH_AXES_WRONG)
+def test_flattening_batch_axes_with_view_is_caught(exercise, source, edits, phrase, capsys):
+    assert_rejected(check_attention, learner(source, exercise, *edits), phrase, capsys)
+
+
+@pytest.mark.parametrize(("exercise", "source", "edits"), BATCH_AXES_RIGHT)
+def test_flattening_batch_axes_by_reshape_passes(exercise, source, edits, capsys):
+    assert_accepted(check_attention, learner(source, exercise, *edits), capsys)
+
+
+def test_each_attention_variant_is_a_mistake():
+    from attn_course.checks.masking import ATTENTION_VARIANTS
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, t, d, dtype=torch.float64) for t, d in [(3, 8), (5, 8), (5, 4)])
+    mask = torch.tensor([[True, False, True, True, False], [True, True, False, True, True]] * 2)[:3]
+    right = reference.attention(q, k, v, mask, True)
+    for message, variant in ATTENTION_VARIANTS:
+        wrong = _masked_attention(q, k, v, mask, True, variant)
+        assert not all(torch.allclose(w, r) for w, r in zip(wrong, right, strict=True)), message

@@ -680,3 +680,54 @@ CONTRACT_WRONG = [
 def test_contract_cases_catch_what_the_hand_picked_ones_pass(check, program, phrase, capsys):
     source, name, *edits = program
     assert_rejected(check, learner(source, name, *edits), phrase, capsys)
+
+
+# ---------------------------------------------------------------------------------------------
+# x of shape (..., T, d): the hand-picked cases and the contract's hold a (2, 3, T, d) x transposed
+# as split_heads makes it, where a `.view` that merges the batch axes breaks; reshape does not.
+
+SHAPE_LINE = "    t, d = x.shape[-2], x.shape[-1]\n"
+FLAT_ROPE = [
+    ("    *batch, t, d = x.shape\n    x = x.view(-1, t, d)\n", "flatten(-2).view(*batch, t, d)"),
+    ("    b, h, t, d = x.shape\n    x = x.view(b * h, t, d)\n", "flatten(-2).view(b, h, t, d)"),
+]
+
+BATCH_AXES_WRONG = [
+    ([(SHAPE_LINE, FLAT_ROPE[0][0]), ("flatten(-2)", FLAT_ROPE[0][1])],
+     "view needs a contiguous tensor, and a transposed or permuted one is not: use .reshape(...)"),
+    ([(SHAPE_LINE, FLAT_ROPE[0][0]), ("flatten(-2)", FLAT_ROPE[0][1])],
+     "Your code passes this check without the line `x = x.view(-1, t, d)`."),  # no "line None"
+    ([(SHAPE_LINE, FLAT_ROPE[1][0]), ("flatten(-2)", FLAT_ROPE[1][1])],
+     "not enough values to unpack (expected 4, got 2)"),
+]  # fmt: skip
+
+BATCH_AXES_RIGHT = [
+    [(SHAPE_LINE, FLAT_ROPE[0][0].replace(".view(", ".reshape(")), ("flatten(-2)", FLAT_ROPE[0][1])],
+    [(SHAPE_LINE, FLAT_ROPE[0][0].replace("x.view(-1, t, d)", "x.reshape(-1, t, d)")),
+     ("flatten(-2)", FLAT_ROPE[0][1].replace(".view(", ".reshape("))],
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("edits", "phrase"), BATCH_AXES_WRONG)
+def test_flattening_batch_axes_with_view_is_caught(edits, phrase, capsys):
+    assert_rejected(check_apply_rope, learner(APPLY_ROPE, "apply_rope", *edits), phrase, capsys)
+
+
+@pytest.mark.parametrize("edits", BATCH_AXES_RIGHT)
+def test_flattening_batch_axes_by_reshape_passes(edits, capsys):
+    assert_accepted(check_apply_rope, learner(APPLY_ROPE, "apply_rope", *edits), capsys)
+
+
+def test_each_rotary_variant_is_a_mistake():
+    from attn_course.checks.rope import ROTARY_VARIANTS
+
+    torch.manual_seed(0)
+    layer = reference.RotaryMultiHeadAttention(12, 3, base=500.0).double()
+    x = torch.randn(2, 5, 12, dtype=torch.float64)
+    mask = torch.rand(2, 5, 5) > 0.3
+    mask[..., 0] = True
+    positions = torch.tensor([3, 9, 4, 12, 20])
+    right = layer(x, mask=mask, is_causal=True, positions=positions)
+    for message, variant in ROTARY_VARIANTS:
+        wrong = _rotary_mha(layer, x, mask, True, positions, variant)
+        assert not torch.allclose(wrong, right), message

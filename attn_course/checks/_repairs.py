@@ -133,7 +133,8 @@ def _search(
             continue  # still raises on the failing call: no need to run the whole check
         if _passes(body, repaired):
             if not mutant.after:
-                return f"Your code passes this check without its line {lineno}, `{mutant.before}`."
+                where = f"its line {lineno}," if lineno is not None else "the line"
+                return f"Your code passes this check without {where} `{mutant.before}`."
             return (
                 f"Line {lineno} of your code, `{_short(mutant.before)}`, passes this check written "
                 f"`{_short(mutant.after)}`."

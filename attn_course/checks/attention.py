@@ -59,6 +59,7 @@ ATTENTION_CASES: list[tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], t
 _FLOATS = (torch.float64, torch.float32)
 _SIZES = (
     Axis("B", (2,)),
+    Axis("H", (3,), "a second batch axis, the heads, whose count is not a power of two"),
     Axis("T_q", (3, 7), "more queries than keys: T_k = 5"),
     Axis("T_k", (5,)),
     Axis("d", (6,), "a width that is not a power of two"),
@@ -66,39 +67,51 @@ _SIZES = (
 
 
 def _batched(name: str, axes: tuple[str, ...]) -> Arg:
-    """A (B, T, width) argument that may be passed as any view: transposed (rows B·width apart), a slice
-    of a longer sequence, or one sequence expanded over the batch."""
-    return Arg(name, axes, views=VIEW_KINDS, swap=(0, 1), slice_axis=-2, expand_axis=0)
+    """A (B, H, T, width) argument, two batch axes as a multi-head layer passes them, that may be passed
+    as any view: transposed as split_heads makes it ((B, T, H, width).transpose(1, 2): rows H·width apart,
+    heads width apart, so that B and H cannot be merged by .view), a slice of a longer sequence, or one
+    batch entry expanded over the batch."""
+    return Arg(name, axes, views=VIEW_KINDS, swap=(1, 2), slice_axis=-2, expand_axis=0)
 
 
 SCORES_CONTRACT = Contract(
     "dot_product_scores",
-    args=(_batched("q", ("B", "T_q", "d")), _batched("k", ("B", "T_k", "d"))),
+    args=(_batched("q", ("B", "H", "T_q", "d")), _batched("k", ("B", "H", "T_k", "d"))),
     axes=_SIZES,
-    returns=(Returns("scores", ("B", "T_q", "T_k")),),
+    returns=(Returns("scores", ("B", "H", "T_q", "T_k")),),
     dtypes=_FLOATS,
-    memory=Memory(("B", "T_q", "T_k", "d"), why="every product q_i·k_j before its sum"),
+    memory=Memory(("B", "H", "T_q", "T_k", "d"), why="every product q_i·k_j before its sum"),
 )
-"""Exercise 1 of 01: any batch axes, T_q ≠ T_k both ways, the inputs' dtype and device, any view."""
+"""Exercise 1 of 01: any batch axes (two here, (B, H), as a multi-head layer passes them), T_q ≠ T_k
+both ways, the inputs' dtype and device, any view."""
 
 SOFTMAX_CONTRACT = Contract(
     "softmax",
-    args=(Arg("x", ("B", "T_q", "T_k"), views=VIEW_KINDS, swap=(0, 1), slice_axis=-1),),
-    axes=(Axis("B", (2,)), Axis("T_q", (3,)), Axis("T_k", (5, 1), "a row of one entry")),
-    returns=(Returns("softmax", ("B", "T_q", "T_k")),),
+    args=(Arg("x", ("B", "H", "T_q", "T_k"), views=VIEW_KINDS, swap=(1, 2), slice_axis=-1),),
+    axes=(
+        Axis("B", (2,)),
+        Axis("H", (3,), "a second batch axis, the heads, whose count is not a power of two"),
+        Axis("T_q", (3,)),
+        Axis("T_k", (5, 1), "a row of one entry"),
+    ),
+    returns=(Returns("softmax", ("B", "H", "T_q", "T_k")),),
     dtypes=_FLOATS,
-    memory=Memory(("B", "T_q", "T_k"), factor=2, why="x's size"),
+    memory=Memory(("B", "H", "T_q", "T_k"), factor=2, why="x's size"),
 )
-"""Exercise 2 of 01 (along dim=-1 in the generated cases): the inputs' dtype and device, any view."""
+"""Exercise 2 of 01 (along dim=-1 in the generated cases): x of any shape, here (B, H, T_q, T_k) as a
+multi-head layer's scores, the inputs' dtype and device, any view."""
 
 _ATTENTION_ARGS = (
-    _batched("q", ("B", "T_q", "d")),
-    _batched("k", ("B", "T_k", "d")),
-    _batched("v", ("B", "T_k", "d_v")),
+    _batched("q", ("B", "H", "T_q", "d")),
+    _batched("k", ("B", "H", "T_k", "d")),
+    _batched("v", ("B", "H", "T_k", "d_v")),
 )
-_ATTENTION_RETURNS = (Returns("out", ("B", "T_q", "d_v")), Returns("weights", ("B", "T_q", "T_k")))
+_ATTENTION_RETURNS = (
+    Returns("out", ("B", "H", "T_q", "d_v")),
+    Returns("weights", ("B", "H", "T_q", "T_k")),
+)
 _ATTENTION_AXES = (*_SIZES, Axis("d_v", (3,), "d_v ≠ d"))
-_ATTENTION_MEMORY = Memory(("B", "T_q", "T_k", "d"), why="every product q_i·k_j before its sum")
+_ATTENTION_MEMORY = Memory(("B", "H", "T_q", "T_k", "d"), why="every product q_i·k_j before its sum")
 
 DOT_PRODUCT_ATTENTION_CONTRACT = Contract(
     "dot_product_attention",
@@ -108,8 +121,8 @@ DOT_PRODUCT_ATTENTION_CONTRACT = Contract(
     dtypes=_FLOATS,
     memory=_ATTENTION_MEMORY,
 )
-"""Exercise 3 of 01: (out, weights) for any batch axes, T_q ≠ T_k, d_v ≠ d, in the inputs' dtype and
-device, each of q, k, v alone a view."""
+"""Exercise 3 of 01: (out, weights) for any batch axes (two, (B, H)), T_q ≠ T_k, d_v ≠ d, in the inputs'
+dtype and device, each of q, k, v alone a view."""
 
 SCALED_CONTRACT = replace(DOT_PRODUCT_ATTENTION_CONTRACT, exercise="scaled_dot_product_attention")
 """Exercise 2 of 02: as dot_product_attention's."""
@@ -304,7 +317,8 @@ def _check_attention_like(
     expect_gradients(name, candidate, expected_fn, inputs, ("q", "k", "v"), first_output=True)
     return (
         f"7 cases (T_q ≠ T_k, batch axes, d_v ≠ d_k, large scores, float32/64), {generated} more from the "
-        "exercise's contract (T_q > T_k, each of q, k, v alone a view, the inputs' dtype and device) "
+        "exercise's contract (two batch axes (B, H), T_q > T_k, each of q, k, v alone a view, as "
+        "split_heads makes it too, the inputs' dtype and device) "
         "and gradients"
     )
 
@@ -396,7 +410,8 @@ def check_dot_product_scores(candidate: Callable[..., Any]) -> str:
     expect_gradients("dot_product_scores", candidate, reference.dot_product_scores, inputs, ("q", "k"))
     return (
         f"4 shapes (T_q ≠ T_k, batch axes, float32/64), {generated} more from the exercise's contract "
-        "(T_q > T_k, each input alone a view, the inputs' dtype and device) and gradients"
+        "(two batch axes (B, H), T_q > T_k, each input alone a view, the inputs' dtype and device) and "
+        "gradients"
     )
 
 
@@ -459,7 +474,7 @@ def check_softmax(candidate: Callable[..., Any]) -> str:
     _expect_own_softmax(candidate)
     return (
         f"8 cases (dims 0, 1, 2, -1, ±1e4, -inf entries, float32/64), {generated} more from the exercise's "
-        "contract (x alone a view, its dtype and device) and gradients"
+        "contract (x of shape (B, H, T_q, T_k), alone a view, its dtype and device) and gradients"
     )
 
 

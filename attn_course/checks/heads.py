@@ -6,6 +6,7 @@ import functools
 import itertools
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -291,28 +292,54 @@ def _call_with_hints(
 # MultiHeadAttention
 
 
+@dataclass(frozen=True)
+class MultiHeadVariant:
+    """How one multi-head layer's forward is written: the right one with the defaults, each other value a
+    named mistake (`_multi_head` computes what it gives; `MHA_VARIANTS` names each)."""
+
+    scale: str = "d_k"
+    """What the scores are divided by the square root of: "d_k" (right), "d_model", "n_heads" or "none"."""
+    out_proj: bool = True
+    """False: self.out never applied."""
+    split: str = "h d"
+    """How q, k, v are split into heads: "h d" (right), "d h" (every h-th feature) or "reshape" (straight
+    to (b, h, t, d_k), tokens mixed)."""
+    merge: str = "h d"
+    """How the heads are merged: as `split`."""
+    order: str = "qkv"
+    """The order of the chunks of self.qkv(x): "qkv" (right), another permutation, or "per-head"."""
+    use_mask: bool = True
+    """False: `mask` ignored."""
+    invert_mask: bool = False
+    """True: `mask` used the wrong way round."""
+    use_causal: bool = True
+    """False: is_causal ignored."""
+    invert_causal: bool = False
+    """True: the causal mask's upper triangle."""
+    softmax_dim: int = -1
+    """The axis of the softmax: -1 (right), -2 (the queries) or 1 (the heads)."""
+    split_v: str | None = None
+    """How v alone is split, where it differs from q and k ("reshape")."""
+    v_from_x: bool = False
+    """True: v is x itself, not its projection."""
+    causal_diagonal: int = 0
+    """The causal mask's diagonal: 0 (right) or -1 (a strict mask, no key for the first query)."""
+
+
 def _multi_head(
     params: dict[str, torch.Tensor],
     n_heads: int,
     x: torch.Tensor,
     mask: torch.Tensor | None = None,
     is_causal: bool = False,
-    *,
-    scale: str = "d_k",
-    out_proj: bool = True,
-    split: str = "h d",
-    merge: str = "h d",
-    order: str = "qkv",
-    use_mask: bool = True,
-    invert_mask: bool = False,
-    use_causal: bool = True,
-    invert_causal: bool = False,
-    softmax_dim: int = -1,
-    split_v: str | None = None,
-    v_from_x: bool = False,
-    causal_diagonal: int = 0,
+    variant: MultiHeadVariant | None = None,
 ) -> torch.Tensor:
-    """Multi-head self-attention with each knob a learner might get wrong; the defaults are right."""
+    """Multi-head self-attention written as `variant` (the defaults are right)."""
+    w = variant or MultiHeadVariant()
+    scale, out_proj, split, merge, order = w.scale, w.out_proj, w.split, w.merge, w.order
+    use_mask, invert_mask, use_causal = w.use_mask, w.invert_mask, w.use_causal
+    invert_causal, causal_diagonal, softmax_dim = w.invert_causal, w.causal_diagonal, w.softmax_dim
+    split_v, v_from_x = w.split_v, w.v_from_x
     b, t, d_model = x.shape
     d_k = d_model // n_heads
     qkv = F.linear(x, params["qkv.weight"], params.get("qkv.bias"))  # (b, t, 3·d_model)
@@ -363,105 +390,106 @@ _ORDER_MESSAGE = (
     "q, k, v = self.qkv(x).chunk(3, dim=-1)."
 )
 
-_MHA_MISTAKES: list[tuple[str, dict[str, Any]]] = [
+MHA_VARIANTS: list[tuple[str, MultiHeadVariant]] = [
     (
         "looks like the scores were divided by √d_model: each head's scores are dot products of "
         "d_k = d_model / n_heads numbers, so divide by √d_k (q.shape[-1] after the split).",
-        {"scale": "d_model"},
+        MultiHeadVariant(scale="d_model"),
     ),
     (
         "looks like the scores were not scaled: divide them by √d_k, d_k = d_model / n_heads.",
-        {"scale": "none"},
+        MultiHeadVariant(scale="none"),
     ),
     (
         "looks like the scores were divided by √n_heads: the scale is √d_k, the width of each head's "
         "queries and keys (d_k = d_model / n_heads, q.shape[-1] after the split), not the number of heads.",
-        {"scale": "n_heads"},
+        MultiHeadVariant(scale="n_heads"),
     ),
     (
         "looks like v was taken from x itself, not from the projection: the values are the third chunk "
         "of self.qkv(x), split into heads like q and k.",
-        {"v_from_x": True},
+        MultiHeadVariant(v_from_x=True),
     ),
     (
         "masks the diagonal too (a strict causal mask, torch.tril(..., diagonal=-1) or key < query): a "
         "position may attend itself, so with is_causal=True keep key j when j <= i (torch.tril with "
         "diagonal=0); the first query then has no key at all, hence the NaN.",
-        {"causal_diagonal": -1},
+        MultiHeadVariant(causal_diagonal=-1),
     ),
     (
         "looks like the output projection is missing: after merging the heads, apply self.out "
         "(the W^O that mixes what the heads found).",
-        {"out_proj": False},
+        MultiHeadVariant(out_proj=False),
     ),
     (
         "looks like the heads were split by reshaping (b, t, d_model) straight to (b, h, t, d_k): that "
         "mixes tokens across heads. Use your split_heads (view to (b, t, h, d_k), then transpose(1, 2)).",
-        {"split": "reshape"},
+        MultiHeadVariant(split="reshape"),
     ),
     (
         "looks like the heads were merged by reshaping (b, h, t, d_k) straight to (b, t, d_model): that "
         "mixes tokens across heads. Use your merge_heads (transpose(1, 2) first, then reshape).",
-        {"merge": "reshape"},
+        MultiHeadVariant(merge="reshape"),
     ),
     (
         "looks like the heads were split and merged by reshaping without transposing: that mixes tokens "
         "across heads. Use your split_heads and merge_heads.",
-        {"split": "reshape", "merge": "reshape"},
+        MultiHeadVariant(split="reshape", merge="reshape"),
     ),
     (
         "looks like the features were grouped as (d h), every h-th feature in one head: head i is the "
         "contiguous block i·d_k … (i+1)·d_k - 1 of q, k and v, the grouping (h d).",
-        {"split": "d h", "merge": "d h"},
+        MultiHeadVariant(split="d h", merge="d h"),
     ),
     *(
-        (_ORDER_MESSAGE.format(order=", ".join(order)), {"order": "".join(order)})
+        (_ORDER_MESSAGE.format(order=", ".join(order)), MultiHeadVariant(order="".join(order)))
         for order in itertools.permutations("qkv")
         if order != ("q", "k", "v")
     ),
     (
         "looks like self.qkv(x) was read per head, as (h, 3, d_k): its output is [q | k | v], all of q "
         "first, so chunk it into q, k, v first and split each into heads after.",
-        {"order": "per-head"},
+        MultiHeadVariant(order="per-head"),
     ),
     (
         "looks like the softmax runs over the queries (dim=-2): each query's weights over the keys must "
         "sum to 1, so take the softmax over the last axis (dim=-1).",
-        {"softmax_dim": -2},
+        MultiHeadVariant(softmax_dim=-2),
     ),
     (
         "looks like the softmax runs over the heads (dim=1 of the (b, h, t, t) scores): each query's "
         "weights over the keys must sum to 1, so take the softmax over the last axis (dim=-1).",
-        {"softmax_dim": 1},
+        MultiHeadVariant(softmax_dim=1),
     ),
     (
         "looks like v alone was split into heads by reshaping (b, t, d_model) straight to (b, h, t, d_k), "
         "which mixes tokens across heads: split v exactly like q and k (view to (b, t, h, d_k), then "
         "transpose(1, 2)).",
-        {"split_v": "reshape"},
+        MultiHeadVariant(split_v="reshape"),
     ),
     (
         "uses an inverted causal mask (the upper triangle, torch.triu): with is_causal=True query i may "
         "attend keys 0 … i, the lower triangle with the diagonal (torch.tril), and masks the rest.",
-        {"invert_causal": True},
+        MultiHeadVariant(invert_causal=True),
     ),
     (
         "ignores is_causal=True: pass it on to attention (or to F.scaled_dot_product_attention), which "
         "adds the causal mask for every head.",
-        {"use_causal": False},
+        MultiHeadVariant(use_causal=False),
     ),
     (
         "ignores `mask`: pass it on to attention with a head axis, mask.unsqueeze(-3), so that it "
         "applies to every head.",
-        {"use_mask": False},
+        MultiHeadVariant(use_mask=False),
     ),
     (
         "uses the mask the wrong way round: True means the query MAY attend that key (the convention of "
         "your attention and of F.scaled_dot_product_attention; torch.nn.MultiheadAttention's own masks "
         "are the opposite).",
-        {"invert_mask": True},
+        MultiHeadVariant(invert_mask=True),
     ),
 ]
+"""Each mistake of MultiHeadAttention.forward once: its message, and the variant that makes it."""
 
 _CONFIGS = [(12, 3, True), (8, 4, False), (6, 1, True)]
 """(d_model, n_heads, bias) of the layers the check builds; batch 2 and 5 tokens never equal n_heads."""
@@ -726,7 +754,7 @@ def _compare(
     }
     what = f"Your MultiHeadAttention{config} output {label}"
     out = expect_tensor(result, expected.shape, what, finite=False, hints=hints)
-    mistakes = [Mistake(message, _wrong(params, n_heads, knobs)) for message, knobs in _MHA_MISTAKES]
+    mistakes = [Mistake(message, _wrong(params, n_heads, variant)) for message, variant in MHA_VARIANTS]
     kwargs = {"mask": mask, "is_causal": is_causal}
     expect_close(
         out,
@@ -808,10 +836,10 @@ def _probe_mha(
 
 
 def _wrong(
-    params: dict[str, torch.Tensor], n_heads: int, knobs: dict[str, Any]
+    params: dict[str, torch.Tensor], n_heads: int, variant: MultiHeadVariant
 ) -> Callable[..., torch.Tensor]:
     def wrong(x: torch.Tensor, mask: torch.Tensor | None = None, is_causal: bool = False) -> torch.Tensor:
-        return _multi_head(params, n_heads, x, mask, is_causal, **knobs)
+        return _multi_head(params, n_heads, x, mask, is_causal, variant)
 
     return wrong
 

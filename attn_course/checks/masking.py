@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -84,24 +85,26 @@ PADDING_CONTRACT = Contract(
 ATTENTION_CONTRACT = Contract(
     "attention",
     args=(
-        Arg("q", ("B", "T_q", "d"), views=VIEW_KINDS, swap=(0, 1)),
-        Arg("k", ("B", "T_k", "d"), views=VIEW_KINDS, swap=(0, 1)),
-        Arg("v", ("B", "T_k", "d_v"), views=VIEW_KINDS, swap=(0, 1)),
-        Arg("mask", ("B", "T_q", "T_k"), views=VIEW_KINDS, swap=(0, 1), slice_axis=-1),
+        Arg("q", ("B", "H", "T_q", "d"), views=VIEW_KINDS, swap=(1, 2)),
+        Arg("k", ("B", "H", "T_k", "d"), views=VIEW_KINDS, swap=(1, 2)),
+        Arg("v", ("B", "H", "T_k", "d_v"), views=VIEW_KINDS, swap=(1, 2)),
+        Arg("mask", ("B", "H", "T_q", "T_k"), views=VIEW_KINDS, swap=(1, 2), slice_axis=-1, expand_axis=1),
     ),
     axes=(
         Axis("B", (2,)),
+        Axis("H", (3,), "a second batch axis, the heads, whose count is not a power of two"),
         Axis("T_q", (3, 7), "more queries than keys: with is_causal the first 2 rows see no key"),
         Axis("T_k", (5,)),
         Axis("d", (6,), "a width that is not a power of two"),
         Axis("d_v", (3,)),
     ),
-    returns=(Returns("out", ("B", "T_q", "d_v")), Returns("weights", ("B", "T_q", "T_k"))),
+    returns=(Returns("out", ("B", "H", "T_q", "d_v")), Returns("weights", ("B", "H", "T_q", "T_k"))),
     dtypes=(torch.float64, torch.float32),
     notes=("is_causal=True and a mask together, AND-ed; a row that allows no key gives 0",),
 )
-"""Exercise 3 of 03 (is_causal=True and a (B, T_q, T_k) mask in every generated case): T_q > T_k, the
-inputs' dtype and device, each of q, k, v and the mask alone a view (an expanded mask: one for the batch)."""
+"""Exercise 3 of 03 (is_causal=True and a (B, H, T_q, T_k) mask in every generated case): two batch axes
+(B, H) as a multi-head layer passes them, T_q > T_k, the inputs' dtype and device, each of q, k, v and the
+mask alone a view (q, k, v transposed as split_heads makes them; an expanded mask: one for every head)."""
 
 
 def _masks(case: Case, arg: Arg) -> Any:
@@ -335,21 +338,39 @@ def _diagnose_padding(actual: torch.Tensor, lengths: torch.Tensor) -> str:
 # attention
 
 
+@dataclass(frozen=True)
+class AttentionVariant:
+    """How one masked attention is written: the right one with the defaults, each other value a named
+    mistake (`_masked_attention` computes what it gives; `ATTENTION_VARIANTS` names each)."""
+
+    scale: bool = True
+    """False: the scores are not divided by √d_k."""
+    fill: float = float("-inf")
+    """What the forbidden scores are filled with (0.0 still gives them weight)."""
+    invert: bool = False
+    """True: the allowed set used the wrong way round."""
+    after_softmax: bool = False
+    """True: the weights are masked after the softmax, not the scores before it."""
+    combine: str = "and"
+    """How mask and is_causal join: "and" (right), "or", "no-causal", "no-mask", "mask-only" (is_causal
+    ignored when a mask is given) or "causal-only" (the mask ignored when is_causal)."""
+    causal_alignment: str = "bottom-right"
+    """The causal mask's diagonal: "bottom-right" (right, tril(t_k - t_q)), "top-left" (tril(0)) or
+    "negated" (tril(t_q - t_k))."""
+
+
 def _masked_attention(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
     mask: torch.Tensor | None = None,
     is_causal: bool = False,
-    *,
-    scale: bool = True,
-    fill: float = float("-inf"),
-    invert: bool = False,
-    after_softmax: bool = False,
-    combine: str = "and",
-    causal_alignment: str = "bottom-right",
+    variant: AttentionVariant | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Attention with each knob a learner might get wrong; the defaults are right."""
+    """Attention written as `variant` (the defaults are right)."""
+    w = variant or AttentionVariant()
+    scale, fill, invert, after_softmax = w.scale, w.fill, w.invert, w.after_softmax
+    combine, causal_alignment = w.combine, w.causal_alignment
     t_q, t_k = q.shape[-2], k.shape[-2]
     scores = q @ k.transpose(-2, -1)  # (..., T_q, T_k)
     if scale:
@@ -388,59 +409,63 @@ def _and(mask: torch.Tensor | None, causal: torch.Tensor | None) -> torch.Tensor
     return mask if causal is None else mask & causal
 
 
-_ATTENTION_MISTAKES: list[tuple[str, dict[str, Any]]] = [
+ATTENTION_VARIANTS: list[tuple[str, AttentionVariant]] = [
     (
         "match attention without the 1/√d_k scale: divide the scores by √d_k, d_k = q.shape[-1].",
-        {"scale": False},
+        AttentionVariant(scale=False),
     ),
     (
         "use the mask the wrong way round: True means the query MAY attend that key, so fill the "
         "scores where the mask is False (scores.masked_fill(~mask, float('-inf'))).",
-        {"invert": True},
+        AttentionVariant(invert=True),
     ),
     (
         "fill masked scores with 0, but exp(0) = 1 still gives them weight: fill them with "
         "float('-inf') (or a very negative number) before the softmax.",
-        {"fill": 0.0},
+        AttentionVariant(fill=0.0),
     ),
     (
         "apply the mask after the softmax: the masked weights are 0 but the rows no longer sum to 1. "
         "Mask the scores (fill with -inf) before the softmax instead.",
-        {"after_softmax": True},
+        AttentionVariant(after_softmax=True),
     ),
     (
         "ignore is_causal=True when a mask is given: combine both masks with a logical AND.",
-        {"combine": "mask-only"},
+        AttentionVariant(combine="mask-only"),
     ),
-    ("ignore `mask` when is_causal=True: combine both masks with a logical AND.", {"combine": "causal-only"}),
+    (
+        "ignore `mask` when is_causal=True: combine both masks with a logical AND.",
+        AttentionVariant(combine="causal-only"),
+    ),
     (
         "ignore is_causal=True: a query must not attend the keys after its own position; build "
         "your causal_mask(T_q, T_k) and combine it with `mask` by & (a key must pass both; | lets in "
         "every key either allows, and all of them when there is no mask).",
-        {"combine": "no-causal"},
+        AttentionVariant(combine="no-causal"),
     ),
     (
         "ignore `mask`: fill the scores where the mask is False with -inf before the softmax.",
-        {"combine": "no-mask"},
+        AttentionVariant(combine="no-mask"),
     ),
     (
         "combine mask and is_causal with OR: a key must be allowed by both, so use AND (mask & causal).",
-        {"combine": "or"},
+        AttentionVariant(combine="or"),
     ),
     (
         "use a top-left aligned causal mask: with more keys than queries the queries are the last "
         "positions, so align it bottom-right (your causal_mask(t_q, t_k)), unlike torch's "
         "is_causal=True.",
-        {"causal_alignment": "top-left"},
+        AttentionVariant(causal_alignment="top-left"),
     ),
     (
         "shift the causal diagonal the wrong way (diagonal=t_q - t_k): with more keys than queries, "
         "query i sits at position i + t_k - t_q, so it may see keys up to there, "
         "tril(diagonal=t_k - t_q) (your causal_mask(t_q, t_k)); with the minus sign the first queries "
         "see no key at all.",
-        {"causal_alignment": "negated"},
+        AttentionVariant(causal_alignment="negated"),
     ),
 ]
+"""Each mistake of `attention` once: its message, and the variant that makes it."""
 
 
 def _attention_cases() -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None, bool]]:
@@ -476,8 +501,8 @@ def _attention_cases() -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, t
 @check
 def check_attention(candidate: Callable[..., Any]) -> str:
     """Scaled attention with a boolean mask (True = may attend) and bottom-right is_causal."""
-    on_out = [Mistake(message, _knob(knobs, 0)) for message, knobs in _ATTENTION_MISTAKES]
-    on_weights = [Mistake(message, _knob(knobs, 1)) for message, knobs in _ATTENTION_MISTAKES]
+    on_out = [Mistake(message, _knob(variant, 0)) for message, variant in ATTENTION_VARIANTS]
+    on_weights = [Mistake(message, _knob(variant, 1)) for message, variant in ATTENTION_VARIANTS]
     cases = _attention_cases()
     device = cuda_device()
     if device is not None:
@@ -544,8 +569,8 @@ def check_attention(candidate: Callable[..., Any]) -> str:
     return (
         "11 cases (masks of 3 shapes, is_causal with T_q ≤ T_k, both, T_q > T_k, transposed views), "
         "gradients, and 0 for the rows that may attend no key (causal with T_q > T_k, a padding mask of no "
-        f"real token), as SDPA; {generated} more from the exercise's contract (each of q, k, v and the mask "
-        "alone a view, float32, the inputs' device)"
+        f"real token), as SDPA; {generated} more from the exercise's contract (two batch axes (B, H), each "
+        "of q, k, v and the mask alone a view, float32, the inputs' device)"
     )
 
 
@@ -672,10 +697,10 @@ def _diagnose_masked_weights(
     )
 
 
-def _knob(knobs: dict[str, Any], index: int) -> Callable[..., torch.Tensor]:
+def _knob(variant: AttentionVariant, index: int) -> Callable[..., torch.Tensor]:
     def wrong(q, k, v, mask=None, is_causal=False):
         q, k, v = q.cpu(), k.cpu(), v.cpu()
         mask = mask.cpu() if mask is not None else None
-        return _masked_attention(q, k, v, mask, is_causal, **knobs)[index]
+        return _masked_attention(q, k, v, mask, is_causal, variant)[index]
 
     return wrong

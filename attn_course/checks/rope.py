@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -265,21 +266,40 @@ def _diagnose_frequencies(actual: torch.Tensor, expected: torch.Tensor, d: int, 
 # apply_rope
 
 
+@dataclass(frozen=True)
+class RopeVariant:
+    """How one apply_rope is written: the right one with the defaults, each other value a named mistake
+    (`_rope` computes what it gives; `_rope_mistakes` names each)."""
+
+    pairing: str = "interleaved"
+    """Which channels pair up: "interleaved" (right, x[2i] and x[2i+1]) or "rotate-half" (x[i], x[i+d/2])."""
+    exponent: str = "-2i/d"
+    """θ_i's exponent, as `_frequencies` takes it ("-2i/d" is right)."""
+    sign: float = 1.0
+    """-1.0: rotated the wrong way."""
+    use_positions: bool = True
+    """False: `positions` ignored (0 … T-1 used)."""
+    reassemble: str = "interleave"
+    """How the rotated pairs go back: "interleave" (right), "concatenate" or "swap"."""
+    angles_in_x_dtype: bool = False
+    """True: the angles computed in x's dtype, not float64."""
+    swap_cos_sin: bool = False
+    """True: cos and sin in each other's place."""
+    first_position: int = 0
+    """Where the default positions start (1: one too late)."""
+
+
 def _rope(
     x: torch.Tensor,
     positions: torch.Tensor | None = None,
     base: float = 10000.0,
-    *,
-    pairing: str = "interleaved",
-    exponent: str = "-2i/d",
-    sign: float = 1.0,
-    use_positions: bool = True,
-    reassemble: str = "interleave",
-    angle_dtype: torch.dtype = torch.float64,
-    swap_cos_sin: bool = False,
-    first_position: int = 0,
+    variant: RopeVariant | None = None,
 ) -> torch.Tensor:
-    """RoPE with each knob a learner might get wrong; the defaults give `reference.apply_rope`."""
+    """RoPE written as `variant`; the defaults give `reference.apply_rope`."""
+    w = variant or RopeVariant()
+    pairing, exponent, sign, use_positions = w.pairing, w.exponent, w.sign, w.use_positions
+    reassemble, swap_cos_sin, first_position = w.reassemble, w.swap_cos_sin, w.first_position
+    angle_dtype = x.dtype if w.angles_in_x_dtype else torch.float64
     t, d = x.shape[-2:]
     if positions is None or not use_positions:
         positions = torch.arange(t) + first_position
@@ -301,56 +321,58 @@ def _rope(
     return rearrange(torch.stack([new_first, new_second]), "two ... half -> ... (half two)")  # (..., T, d)
 
 
-def _rope_mistakes() -> list[Mistake]:
-    def knob(**knobs: Any) -> Callable[..., torch.Tensor]:
-        return lambda x, positions=None, base=10000.0: _rope(x, positions, base, **knobs)
+def _written_as(variant: RopeVariant) -> Callable[..., torch.Tensor]:
+    """apply_rope written as `variant`."""
+    return lambda x, positions=None, base=10000.0: _rope(x, positions, base, variant)
 
+
+def _rope_mistakes() -> list[Mistake]:
     return [
         Mistake(
             "pairs the wrong channels: you used the rotate-half (GPT-NeoX) pairing x[i], x[i+d/2]; "
             "this exercise uses interleaved pairs x[2i], x[2i+1] (x[..., 0::2] and x[..., 1::2]), "
             "as in the RoFormer paper and the complex form.",
-            knob(pairing="rotate-half"),
+            _written_as(RopeVariant(pairing="rotate-half")),
         ),
         Mistake(
             "puts the rotated halves back one after the other, [all even | all odd] (torch.cat): "
             "put each rotated pair back where it came from, interleaved: channel 2i gets the new "
             "x[2i] and 2i+1 the new x[2i+1] (torch.stack([...], dim=-1).flatten(-2), or "
             "rearrange(..., 'two ... half -> ... (half two)')).",
-            knob(reassemble="concatenate"),
+            _written_as(RopeVariant(reassemble="concatenate")),
         ),
         Mistake(
             "puts the rotated pair back in swapped order: channel 2i must get "
             "x[2i]·cos - x[2i+1]·sin and channel 2i+1 must get x[2i]·sin + x[2i+1]·cos.",
-            knob(reassemble="swap"),
+            _written_as(RopeVariant(reassemble="swap")),
         ),
         Mistake(
             "rotates the wrong way (by -position·θ_i): the rotation of (a, b) by an angle φ is "
             "(a·cos φ - b·sin φ, a·sin φ + b·cos φ); with complex numbers multiply by e^{+iφ}, "
             "not its conjugate.",
-            knob(sign=-1.0),
+            _written_as(RopeVariant(sign=-1.0)),
         ),
         Mistake(
             "swaps cos and sin: the rotation of (a, b) by φ is (a·cos φ - b·sin φ, a·sin φ + b·cos φ).",
-            knob(swap_cos_sin=True),
+            _written_as(RopeVariant(swap_cos_sin=True)),
         ),
         Mistake(
             "uses the frequencies base^(-i/d): θ_i = base^(-2i/d) for pair i (use your rope_frequencies).",
-            knob(exponent="-i/d"),
+            _written_as(RopeVariant(exponent="-i/d")),
         ),
         Mistake(
             "uses growing frequencies base^(+2i/d): θ_i = base^(-2i/d) (use your rope_frequencies).",
-            knob(exponent="+2i/d"),
+            _written_as(RopeVariant(exponent="+2i/d")),
         ),
         Mistake(
             "ignores `positions`: it rotates by 0 … T-1 whatever positions are given. Rotate token t "
             "by positions[t]·θ_i, and use torch.arange(T) only when positions is None.",
-            knob(use_positions=False),
+            _written_as(RopeVariant(use_positions=False)),
         ),
         Mistake(
             "counts positions from 1: by default the first token is at position 0 and is not "
             "rotated at all (positions = torch.arange(T)).",
-            knob(first_position=1),
+            _written_as(RopeVariant(first_position=1)),
         ),
         Mistake(
             "ignores `base`: it uses 10000 whatever base is given; pass base on to rope_frequencies.",
@@ -361,7 +383,9 @@ def _rope_mistakes() -> list[Mistake]:
             "hundreds and beyond, bfloat16 and float16 round positions and angles, so neighbouring "
             "positions get the same rotation. Compute the angles in float32 or float64 and cast only "
             "cos and sin (or the result) to x.dtype.",
-            lambda x, positions=None, base=10000.0: _rope(x, positions, base, angle_dtype=x.dtype),
+            lambda x, positions=None, base=10000.0: _rope(
+                x, positions, base, RopeVariant(angles_in_x_dtype=True)
+            ),
         ),
     ]
 
@@ -538,22 +562,39 @@ def _on_cpu(kwargs: dict[str, Any]) -> dict[str, Any]:
 # RotaryMultiHeadAttention
 
 
+@dataclass(frozen=True)
+class RotaryVariant:
+    """How one RotaryMultiHeadAttention.forward is written: the right one with the defaults, each other
+    value a named mistake (`_rotary_mha` computes what it gives; `ROTARY_VARIANTS` names each)."""
+
+    rotate: str = "qk"
+    """Which of q, k, v are rotated ("qk" is right)."""
+    where: str = "heads"
+    """Where: "heads" (right, (b, h, t, d_k)), "full" (before the split) or "bthd" ((b, t, h, d_k))."""
+    use_positions: bool = True
+    """False: `positions` ignored."""
+    base: float | None = None
+    """The base apply_rope is given: None (right, self.base) or a number of its own."""
+    pairing: str = "interleaved"
+    """"interleaved" (right) or "rotate-half"."""
+    scale: str = "d_k"
+    """What the scores are divided by the square root of: "d_k" (right) or "d_model"."""
+    causal: str = "tril"
+    """The causal mask: "tril" (right) or "triu" (the future allowed)."""
+
+
 def _rotary_mha(
     module: RotaryMultiHeadAttention,
     x: torch.Tensor,
     mask: torch.Tensor | None = None,
     is_causal: bool = False,
     positions: torch.Tensor | None = None,
-    *,
-    rotate: str = "qk",
-    where: str = "heads",
-    use_positions: bool = True,
-    base: float | None = None,
-    pairing: str = "interleaved",
-    scale: str = "d_k",
-    causal: str = "tril",
+    variant: RotaryVariant | None = None,
 ) -> torch.Tensor:
-    """The reference layer with each knob a learner might get wrong; the defaults are right."""
+    """The reference layer written as `variant` (the defaults are right)."""
+    w = variant or RotaryVariant()
+    rotate, where, use_positions, base = w.rotate, w.where, w.use_positions, w.base
+    pairing, scale, causal = w.pairing, w.scale, w.causal
     base = module.base if base is None else base
     positions = positions if use_positions else None
 
@@ -587,65 +628,66 @@ def _rotary_mha(
     return module.out(merge_heads(out))  # (b, t, d_model)
 
 
-_MHA_MISTAKES: list[tuple[str, dict[str, Any]]] = [
+ROTARY_VARIANTS: list[tuple[str, RotaryVariant]] = [
     (
         "matches attention without any rotation: apply your apply_rope to q and k of every head "
         "(after the split into heads, before the scores), with the given positions. (Rotating "
         "(b, t, h, d_k) tensors has the same effect: apply_rope takes the second-to-last axis, "
         "the heads, for positions, and every query and key of a head turns by the same angle, "
         "which leaves their dot products unchanged. Rotate (b, h, t, d_k) tensors.)",
-        {"rotate": ""},
+        RotaryVariant(rotate=""),
     ),
     (
         "also rotates the values v: RoPE rotates only q and k, so that their dot product sees the "
         "relative position; v is passed on as it is.",
-        {"rotate": "qkv"},
+        RotaryVariant(rotate="qkv"),
     ),
     (
         "rotates q and v but not k: RoPE rotates q and k (so that their dot product sees the "
         "relative position), and v is passed on as it is.",
-        {"rotate": "qv"},
+        RotaryVariant(rotate="qv"),
     ),
     (
         "rotates only q: rotate k as well, by its own positions, so that the score depends on the "
         "difference of positions.",
-        {"rotate": "q"},
+        RotaryVariant(rotate="q"),
     ),
     (
         "rotates only k: rotate q as well, by its own positions, so that the score depends on the "
         "difference of positions.",
-        {"rotate": "k"},
+        RotaryVariant(rotate="k"),
     ),
     (
         "applies RoPE before the split into heads, on the full d_model channels: then the "
         "frequencies run over d_model instead of d_k, and each head gets a slice of them. Split "
         "into heads first, (b, h, t, d_k), then rotate q and k.",
-        {"where": "full", "rotate": "qk"},
+        RotaryVariant(where="full", rotate="qk"),
     ),
     (
         "ignores `positions`: pass them on to apply_rope for q and k (positions=None means 0 … t-1).",
-        {"use_positions": False},
+        RotaryVariant(use_positions=False),
     ),
     (
         "ignores `base`: pass self.base on to apply_rope (the constructor takes base=10000.0).",
-        {"base": 10000.0},
+        RotaryVariant(base=10000.0),
     ),
     (
         "looks like the scores were divided by √d_model: each head's scores are dot products of "
         "d_k = d_model / n_heads numbers, so divide by √d_k (q.shape[-1] after the split).",
-        {"scale": "d_model"},
+        RotaryVariant(scale="d_model"),
     ),
     (
         "uses an inverted causal mask (the upper triangle, torch.triu): with is_causal=True query i may "
         "attend keys 0 … i, the lower triangle with the diagonal (torch.tril), and masks the rest.",
-        {"causal": "triu"},
+        RotaryVariant(causal="triu"),
     ),
     (
         "rotates with the rotate-half pairing (x[i], x[i+d/2]): this course uses interleaved pairs "
         "(x[2i], x[2i+1]), as your apply_rope does.",
-        {"pairing": "rotate-half"},
+        RotaryVariant(pairing="rotate-half"),
     ),
 ]
+"""Each mistake of RotaryMultiHeadAttention.forward once: its message, and the variant that makes it."""
 
 _LAYERS = (
     "RotaryMultiHeadAttention should have the layers of notebook 04's MultiHeadAttention: "
@@ -749,7 +791,7 @@ def check_RotaryMultiHeadAttention(candidate: Callable[..., Any]) -> str:  # noq
         out = expect_tensor(got, expected.shape, f"The output of your {shown}")
         if not is_close(out, expected):
             _expect_mask_broadcasts(module, x, given, expected, shown)
-        mistakes = [Mistake(message, _mha_knob(ref, knobs)) for message, knobs in _MHA_MISTAKES]
+        mistakes = [Mistake(message, _mha_knob(ref, variant)) for message, variant in ROTARY_VARIANTS]
         probe = functools.partial(_probe_rotary, candidate, n_heads, init_kwargs, given, tuple(x.shape[:2]))
         expect_close(
             out,
@@ -903,8 +945,8 @@ def _expect_rotary_runs_on_cuda(candidate: Callable[..., Any], signature: str) -
     expect_close(out, ref(x, is_causal=True), what)
 
 
-def _mha_knob(ref: RotaryMultiHeadAttention, knobs: dict[str, Any]) -> Callable[..., torch.Tensor]:
+def _mha_knob(ref: RotaryMultiHeadAttention, variant: RotaryVariant) -> Callable[..., torch.Tensor]:
     def wrong(x, mask=None, is_causal=False, positions=None):
-        return _rotary_mha(ref, x, mask, is_causal, positions, **knobs)
+        return _rotary_mha(ref, x, mask, is_causal, positions, variant)
 
     return wrong
