@@ -114,6 +114,8 @@ CONTRACTS = {
     "FlashAttentionFunction": backward_checks.FUNCTION_CONTRACT,
     "flash_attention_backward_dkdv_kernel": triton_backward.DKDV_CONTRACT,
     "flash_attention_backward_dq_kernel": triton_backward.DQ_CONTRACT,
+    # notebook 08
+    "triton_softmax": triton_checks.SOFTMAX_CONTRACT,
 }
 
 # What each contract demands beyond the shapes, and the words of the exercise's text that state it.
@@ -211,6 +213,11 @@ STATED = {
     "flash_attention_backward_dq_kernel": [
         "on the same inputs as 5a's: d = 24 (HEAD_DIM = 24, BLOCK_D = 32), float16 inputs",
         "each of q, k, v and dO alone a view",
+    ],
+    # notebook 08
+    "triton_softmax": [
+        "float16 inputs too (the output in the inputs' dtype)",
+        "transposed, a slice of a wider tensor, and expanded (every row the same memory, `x.stride(0) == 0`)",
     ],
 }
 
