@@ -39,8 +39,8 @@ def flash_attention_backward(q, k, v, out, lse, grad_out, is_causal=False, block
             dob = grad_out[..., qs:qe, :]
             s = qb @ kb.transpose(-1, -2) * scale
             if is_causal:
-                rows = torch.arange(qs, qe)[:, None] + offset
-                cols = torch.arange(ks, ke)[None, :]
+                rows = torch.arange(qs, qe, device=q.device)[:, None] + offset
+                cols = torch.arange(ks, ke, device=q.device)[None, :]
                 s = s.masked_fill(cols > rows, float("-inf"))
             p = torch.exp(s - lse[..., qs:qe, None])
             dv_acc += p.transpose(-1, -2) @ dob

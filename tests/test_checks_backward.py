@@ -120,9 +120,9 @@ def _probs(q, k, is_causal, top_left=False):
     s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
     if is_causal:
         t_q, t_k = s.shape[-2:]
-        keep = torch.ones(t_q, t_k, dtype=torch.bool).tril(0 if top_left else t_k - t_q)
+        keep = torch.ones(t_q, t_k, dtype=torch.bool, device=q.device).tril(0 if top_left else t_k - t_q)
         s = s.masked_fill(~keep, float("-inf"))
-    return torch.softmax(s, dim=-1)
+    return torch.softmax(s, dim=-1).nan_to_num(0.0)  # a row that sees no key: 0, as attention gives it
 
 
 def learner_attention_backward(
@@ -294,11 +294,11 @@ def flash_backward_query_blocks_outside(q, k, v, out, lse, grad_out, is_causal=F
     delta = (grad_out * out).sum(-1)
     dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
     for qs in range(0, t_q, block_size):
-        rows = torch.arange(qs, min(qs + block_size, t_q))
+        rows = torch.arange(qs, min(qs + block_size, t_q), device=q.device)
         acc = torch.zeros_like(q[..., rows, :])
         last = min(t_k, rows[-1].item() + t_k - t_q + 1) if is_causal else t_k
         for ks in range(0, max(last, 0), block_size):
-            cols = torch.arange(ks, min(ks + block_size, t_k))
+            cols = torch.arange(ks, min(ks + block_size, t_k), device=q.device)
             s = q[..., rows, :] @ k[..., cols, :].mT / math.sqrt(d)
             if is_causal:
                 s = s.masked_fill(cols[None, :] > rows[:, None] + t_k - t_q, -math.inf)
@@ -730,3 +730,148 @@ def test_a_function_whose_call_the_message_names_says_it_once(capsys):
     candidate = _function(FORWARD, BACKWARD.replace("return dq, dk, dv", "return dq * 3, dk, dv"))
     _, message = _finding(check_FlashAttentionFunction, candidate, capsys)
     assert message.startswith("The backward of FlashAttentionFunction.apply(") and "(Called as" not in message
+
+
+# ---------------------------------------------------------------------------------------------
+# The exercises' contracts (issue 44): wrong programs that pass every hand-picked case and fail one the
+# contract generates, and right ones in other styles that pass them all
+
+
+def _attention_backward_source(keep: str, flatten: bool = False, rows: str = "") -> str:
+    """A learner's attention_backward with its own causal mask `keep` and softmax (`rows`: what it does
+    to rows with no key), batch axes flattened for bmm where asked."""
+    head = (
+        "    q, k, v, grad_out = (x.view(-1, *x.shape[-2:]) for x in (q, k, v, grad_out))\n"
+        if flatten
+        else ""
+    )
+    tail = (
+        "    return dq.view(shape_q), dk.view(shape_k), dv.view(shape_v)\n"
+        if flatten
+        else "    return dq, dk, dv\n"
+    )
+    return (
+        "def attention_backward(q, k, v, grad_out, is_causal=False):\n"
+        "    shape_q, shape_k, shape_v = q.shape, k.shape, v.shape\n" + head + "    t_q, d = q.shape[-2:]\n"
+        "    t_k = k.shape[-2]\n"
+        "    s = q @ k.transpose(-1, -2) / math.sqrt(d)\n"
+        "    if is_causal:\n"
+        f"        {keep}\n"
+        "        s = s.masked_fill(~keep, float('-inf'))\n"
+        f"    p = torch.softmax(s, dim=-1){rows}\n"
+        "    dv = p.transpose(-1, -2) @ grad_out\n"
+        "    dp = grad_out @ v.transpose(-1, -2)\n"
+        "    ds = p * (dp - (dp * p).sum(dim=-1, keepdim=True))\n"
+        "    dq = ds @ k / math.sqrt(d)\n"
+        "    dk = ds.transpose(-1, -2) @ q / math.sqrt(d)\n" + tail
+    )
+
+
+_KEEP = "keep = torch.ones(t_q, t_k, dtype=torch.bool, device=q.device).tril(t_k - t_q)"
+_NO_KEY = ".nan_to_num(0.0)  # a row that sees no key: 0"
+
+CONTRACT_WRONG = [
+    (
+        check_softmax_backward,
+        learner(
+            SOFTMAX_BACKWARD,
+            "softmax_backward",
+            ("dx = p * (grad_p - D)", "dx = torch.zeros(p.shape)\n    dx += p * (grad_p - D)"),
+        ),
+        ["Your `dx` has dtype float32 for float64 inputs", "`dx = torch.zeros(p.shape)`"],
+    ),
+    (  # its own softmax: NaN in the rows that see no key (the old check had no causal T_q > T_k)
+        check_attention_backward,
+        learner(_attention_backward_source(_KEEP), "attention_backward"),
+        [
+            "T_q = 9 (more queries than keys: with is_causal the first 2 rows see no key)",
+            "you have nan, expected 0",
+        ],
+    ),
+    (  # the mask made on the default device
+        check_attention_backward,
+        learner(
+            _attention_backward_source(
+                "keep = torch.ones(t_q, t_k, dtype=torch.bool).tril(t_k - t_q)", rows=_NO_KEY
+            ),
+            "attention_backward",
+        ),
+        ["with its inputs on another device than the CPU", "`torch.ones(…)`", "device=q.device"],
+    ),
+    (  # .view to flatten the batch axes for bmm: a transposed q has no such view
+        check_attention_backward,
+        learner(_attention_backward_source(_KEEP, flatten=True, rows=_NO_KEY), "attention_backward"),
+        ["view needs a contiguous tensor", "`q` passed as a transposed view, (B, T_q, H, d).transpose(1, 2)"],
+    ),
+    (
+        check_flash_attention_backward,
+        learner(
+            FLASH_BACKWARD,
+            "flash_attention_backward",
+            ("dq = torch.zeros_like(q)", "dq = torch.zeros(q.shape)"),
+        ),
+        ["Your `dq` has dtype float32 for float64 inputs", "`dq = torch.zeros(q.shape)`"],
+    ),
+    (
+        check_flash_attention_backward,
+        learner(
+            FLASH_BACKWARD,
+            "flash_attention_backward",
+            ("    D = (grad_out", "    lse = lse.view(-1, T_q)\n    D = (grad_out"),
+            ("lse[..., qs:qe, None]", "lse.view(q.shape[:-1])[..., qs:qe, None]"),
+        ),
+        ["view needs a contiguous tensor", "`lse` passed as a transposed view, (B, T_q, H).transpose(1, 2)"],
+    ),
+    (  # float64 inside, "as gradcheck wants", and float64 out
+        check_FlashAttentionFunction,
+        _function("q, k, v = q.double(), k.double(), v.double()\n" + FORWARD, BACKWARD),
+        ["Your `out` has dtype float64 for float32 inputs", "`.double(…)`"],
+    ),
+]
+"""(check, a learner's wrong answer the hand-picked cases pass, phrases of the message)."""
+
+
+@pytest.mark.parametrize(("check", "candidate", "phrases"), CONTRACT_WRONG)
+def test_the_contracts_cases_catch_what_the_hand_picked_ones_pass(check, candidate, phrases, capsys):
+    for phrase in phrases:
+        assert_rejected(check, candidate, phrase, capsys)
+
+
+def softmax_backward_float64_inside(p, grad_p, dim=-1):
+    p64, g64 = p.double().movedim(dim, -1), grad_p.double().movedim(dim, -1)  # (..., n)
+    dx = p64 * (g64 - einsum(p64, g64, "... n, ... n -> ...")[..., None])  # (..., n)
+    return dx.movedim(-1, dim).to(p.dtype)
+
+
+def attention_backward_bmm_reshape(q, k, v, grad_out, is_causal=False):
+    t_q, d = q.shape[-2:]
+    t_k, d_v = v.shape[-2:]
+    q3, k3 = q.reshape(-1, t_q, d), k.reshape(-1, t_k, d)  # (N, T_q, d), (N, T_k, d)
+    v3, do3 = v.reshape(-1, t_k, d_v), grad_out.reshape(-1, t_q, d_v)  # (N, T_k, d_v), (N, T_q, d_v)
+    _, p = attention(q3, k3, v3, is_causal=is_causal)  # (N, T_q, T_k)
+    dv = torch.bmm(p.transpose(1, 2), do3)  # (N, T_k, d_v)
+    ds = softmax_backward(p, torch.bmm(do3, v3.transpose(1, 2)))  # (N, T_q, T_k)
+    dq, dk = torch.bmm(ds, k3) / math.sqrt(d), torch.bmm(ds.transpose(1, 2), q3) / math.sqrt(d)
+    return dq.reshape(q.shape), dk.reshape(k.shape), dv.reshape(v.shape)
+
+
+@pytest.mark.parametrize(
+    ("check", "candidate"),
+    [
+        (check_softmax_backward, softmax_backward_float64_inside),
+        (check_attention_backward, attention_backward_bmm_reshape),
+        (
+            check_FlashAttentionFunction,
+            _function("q, k, v = (x.contiguous() for x in (q, k, v))\n" + FORWARD, BACKWARD),
+        ),
+    ],
+)
+def test_the_contracts_cases_accept_right_answers_in_other_styles(check, candidate, capsys):
+    assert_accepted(check, candidate, capsys)
+
+
+def test_the_old_checks_passed_the_contracts_wrong_answers(monkeypatch, capsys):
+    """Without the generated cases, each wrong answer above passes: the contract is what catches it."""
+    monkeypatch.setattr(backward_checks, "_expect_contract", lambda contract, exercise: 0)
+    for check, candidate, _ in CONTRACT_WRONG:
+        assert_accepted(check, candidate, capsys)

@@ -13,6 +13,7 @@ from check_assertions import assert_rejected
 
 from attn_course import reference
 from attn_course.checks import attention as attention_checks
+from attn_course.checks import backward as backward_checks
 from attn_course.checks import check_dot_product_scores, triton_backward, triton_flash
 from attn_course.checks import decoder as decoder_checks
 from attn_course.checks import flash as flash_checks
@@ -121,6 +122,15 @@ CONTRACTS = {
     "sliding_window_flash_attention": modern_checks.FLASH_WINDOW_CONTRACT,
     "alibi_score_mod": modern_checks.ALIBI_CONTRACT,
     "document_mask_mod": modern_checks.DOCUMENT_CONTRACT,
+    # notebook 09
+    "softmax_backward": backward_checks.SOFTMAX_BACKWARD_CONTRACT,
+    "attention_backward": backward_checks.ATTENTION_BACKWARD_CONTRACT,
+    "flash_attention_backward": backward_checks.FLASH_BACKWARD_CONTRACT,
+    "FlashAttentionFunction": backward_checks.FUNCTION_CONTRACT,
+    "flash_attention_backward_dkdv_kernel": triton_backward.DKDV_CONTRACT,
+    "flash_attention_backward_dq_kernel": triton_backward.DQ_CONTRACT,
+    # notebook 08
+    "triton_softmax": triton_checks.SOFTMAX_CONTRACT,
 }
 
 # What each contract demands beyond the shapes, and the words of the exercise's text that state it.
@@ -249,6 +259,39 @@ STATED = {
         "`document_ids` may be a view (a slice, an expanded tensor), of any integer dtype, on any device",
         "never a `(T, T)` mask built beforehand",
     ],
+    # notebook 09
+    "softmax_backward": [
+        "Either may be a view (transposed, sliced, expanded)",
+        "the result has `p`'s shape, dtype and device",
+    ],
+    "attention_backward": [
+        "Any input may be a view (transposed, sliced, expanded), in float32 or float64",
+        "shaped like q, k, v, in their dtype and on their device",
+        "`attention` gives them probabilities 0, so their dq is 0",
+    ],
+    "flash_attention_backward": [
+        "Any input may be a view (transposed or sliced; q, k, v and grad_out expanded too)",
+        "in float32 or float64",
+        "shaped like q, k, v, in their dtype and on their device",
+    ],
+    "FlashAttentionFunction": [
+        "q, k and v may be views (transposed, sliced, expanded)",
+        "in float32 or float64",
+        "the output and gradients have their dtype and device",
+    ],
+    "flash_attention_backward_dkdv_kernel": [
+        "It also passes d = 24 (HEAD_DIM = 24, BLOCK_D = 32), float16 inputs",
+        "each of q, k, v and dO alone a view: step every pointer by its own tensor's strides",
+    ],
+    "flash_attention_backward_dq_kernel": [
+        "on the same inputs as 5a's: d = 24 (HEAD_DIM = 24, BLOCK_D = 32), float16 inputs",
+        "each of q, k, v and dO alone a view",
+    ],
+    # notebook 08
+    "triton_softmax": [
+        "float16 inputs too (the output in the inputs' dtype)",
+        "transposed, a slice of a wider tensor, and expanded (every row the same memory, `x.stride(0) == 0`)",
+    ],
 }
 
 
@@ -272,7 +315,8 @@ def test_each_contract_is_its_exercises_and_its_text_states_its_demands(name):
     assert contract.exercise == name
     exercise = getattr(reference, name)
     method = getattr(exercise, "forward", None) or getattr(exercise, "append", None)  # a layer, or the cache
-    code = method.__code__ if isinstance(exercise, type) else exercise.__code__
+    kernel = getattr(getattr(exercise, "kernel", exercise), "fn", None)  # a Triton kernel's Python function
+    code = method.__code__ if isinstance(exercise, type) else (kernel or exercise).__code__
     signature = code.co_varnames[: code.co_argcount]
     names = [arg.name for arg in contract.args]
     assert names == [name for name in signature if name in names], "the contract's arguments, in order"

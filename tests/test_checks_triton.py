@@ -219,6 +219,19 @@ def test_check_triton_softmax_accepts_the_reference(capsys):
     assert_accepted(check_triton_softmax, reference.triton_softmax, capsys)
 
 
+def test_the_softmax_contract_catches_an_output_in_float32(folder, monkeypatch, capsys):
+    """An output allocated without the inputs' dtype passes every float32 case the check picks by hand;
+    the contract's float16 case catches it."""
+    from attn_course.checks import triton as triton_checks
+
+    edit = ("    out = torch.empty_like(x)\n", "    out = torch.empty(x.shape, device=x.device)\n")
+    candidate = variant(SOFTMAX, folder, "triton_softmax", edit)
+    phrase = "with float16 inputs has dtype torch.float32 but the inputs are torch.float16"
+    assert_rejected(check_triton_softmax, candidate, phrase, capsys)
+    monkeypatch.setattr(triton_checks, "_expect_softmax_contract_cases", lambda *args: 0)
+    assert_accepted(check_triton_softmax, candidate, capsys)
+
+
 # ---------------------------------------------------------------------------------------------
 # triton_scores
 

@@ -15,9 +15,11 @@ from triton_variants import variant
 
 from attn_course import reference
 from attn_course.checks import (
+    CheckFailed,
     check_flash_attention_backward_dkdv_kernel,
     check_flash_attention_backward_dq_kernel,
     check_triton_flash_attention_backward,
+    triton_backward,
 )
 from attn_course.progress import forget_passes
 from attn_course.triton_flash import launchers
@@ -368,3 +370,43 @@ def test_contract_cases_name_what_the_hand_picked_cases_let_through(name, folder
     assert_rejected(
         check_triton_flash_attention_backward, variant(TRITON_BACKWARD, folder, NAME, *pairs), phrase, capsys
     )
+
+
+KERNEL_CONTRACT_REJECTED = {
+    "dkdv: dO stepped by q's row stride": (DKDV, [
+        ("do = tl.load(do_head + rows[:, None] * stride_dom",
+         "do = tl.load(do_head + rows[:, None] * stride_qm"),
+    ], ["past the end of `do_ptr`", "Only one input is a view here, q (`q_ptr`) passed as a transposed view",
+        "Step each pointer by its own tensor's strides"]),
+    "dkdv: queries loaded without d_inside": (DKDV, [
+        ("q = tl.load(q_head + rows[:, None] * stride_qm + offs_d[None, :], mask=q_mask, other=0.0)",
+         "q = tl.load(q_head + rows[:, None] * stride_qm + offs_d[None, :],\n"
+         "                    mask=rows[:, None] < t_q, other=0.0)"),
+    ], ["read from memory outside its tensors", "The head dim here is d = 24, not a power of two",
+        "offs_d < HEAD_DIM (d_inside)"]),
+    "dkdv: P and dS not cast before tl.dot": (DKDV, [
+        ("dv += tl.dot(p_t.to(do.dtype), do)", "dv += tl.dot(p_t, do)"),
+        ("dk += tl.dot(ds_t.to(q.dtype), q)", "dk += tl.dot(ds_t, q)"),
+    ], ["Both operands must be same dtype", "The inputs here are float16: cast P and dS"]),
+    "dq: v stepped by k's strides": (DQ, [
+        ("v_ptrs = v_ptr + b * stride_vb + h * stride_vh + cols[:, None] * stride_vn",
+         "v_ptrs = v_ptr + b * stride_kb + h * stride_kh + cols[:, None] * stride_kn"),
+    ], ["past the end of `v_ptr`", "k (`k_ptr`) passed as a slice of a longer tensor along T_k"]),
+    "dq: keys loaded without d_inside": (DQ, [
+        ("        kv_mask = (cols[:, None] < t_k) & d_inside\n", "        kv_mask = cols[:, None] < t_k\n"),
+    ], ["read from memory outside its tensors", "The head dim here is d = 24, not a power of two"]),
+}  # fmt: skip
+"""Wrong kernels that pass every hand-picked case (d = 16 and 32, float32, every input laid out alike)
+and fail one that the exercise's contract generates, with the phrases of the message."""
+
+
+@pytest.mark.parametrize("name", KERNEL_CONTRACT_REJECTED)
+def test_kernel_contract_cases_name_what_the_hand_picked_cases_let_through(name, folder, monkeypatch, capsys):
+    kernel, pairs, phrases = KERNEL_CONTRACT_REJECTED[name]
+    candidate = variant(TRITON_BACKWARD, folder, kernel, *pairs)
+    with pytest.raises(CheckFailed) as failure:  # one run: the interpreter is slow
+        KERNEL_CHECKS[kernel](candidate)
+    assert all(phrase in str(failure.value) for phrase in phrases), str(failure.value)
+    assert failure.value.__cause__ is None and failure.value.__suppress_context__
+    monkeypatch.setattr(triton_backward, "_expect_kernel_contract_cases", lambda *args: 0)
+    assert_accepted(KERNEL_CHECKS[kernel], candidate, capsys)  # the hand-picked cases alone pass it

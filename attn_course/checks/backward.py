@@ -21,6 +21,18 @@ from typing import Any, NoReturn
 import torch
 
 from attn_course import flash, reference
+from attn_course.checks._contracts import (
+    VIEW_KINDS,
+    Arg,
+    Axis,
+    Case,
+    Contract,
+    Exercise,
+    Returns,
+    contract_cases,
+    expect_contract_cases,
+    expect_inputs_device,
+)
 from attn_course.checks._diagnosis import Failure, fail
 from attn_course.checks._harness import (
     CheckFailed,
@@ -796,7 +808,18 @@ def check_softmax_backward(candidate: Callable[..., Any]) -> str:
             first_slip_only=True,
         )
         fail(failure, only=("known-mistake", "property", "repair", "where-wrong"))
-    return "4 shapes, dim=-1, 1 and 0, float32 and float64, against autograd"
+    exercise = Exercise(
+        "softmax_backward",
+        lambda case: (candidate, reference.softmax_backward),
+        extra=lambda case, tensors: {"dim": -1},
+        alloc=_softmax_values,
+    )
+    generated = _expect_contract(SOFTMAX_BACKWARD_CONTRACT, exercise)
+    return (
+        f"4 shapes, dim=-1, 1 and 0, float32 and float64, against autograd; {generated} more from the "
+        "exercise's contract (two batch axes, p or grad_p alone a view, a row of one entry, float64, the "
+        "inputs' device)"
+    )
 
 
 def _softmax_property(
@@ -868,7 +891,18 @@ def check_attention_backward(candidate: Callable[..., Any]) -> str:
         _compare_naive(candidate, q, k, v, grad_out, is_causal)
     q, k, v = (randn(2, 2, 10, 8, dtype=torch.float32) for _ in range(3))
     _compare_naive(candidate, q, k, v, randn(2, 2, 10, 8, dtype=torch.float32), True)
-    return "6 shapes (batch axes, T_q ≠ T_k, causal bottom-right, float32) against autograd"
+    exercise = Exercise(
+        "attention_backward",
+        lambda case: (candidate, reference.attention_backward),
+        extra=lambda case, tensors: {"is_causal": True},
+        unpack=_grads_of("attention_backward"),
+    )
+    generated = _expect_contract(ATTENTION_BACKWARD_CONTRACT, exercise)
+    return (
+        "6 shapes (batch axes, T_q ≠ T_k, causal bottom-right, float32) against autograd; "
+        f"{generated} more from the exercise's contract (causal, rows with no key, each input alone a "
+        "view, float64, the inputs' device)"
+    )
 
 
 def _compare_naive(
@@ -939,7 +973,18 @@ def check_flash_attention_backward(candidate: Callable[..., Any]) -> str:
     _compare_flash(candidate, q, k, v, grad_out, True, 8, plain_passed=True)
     _expect_tiled(candidate)
     _expect_runs_on_cuda(candidate)
-    return "10 shapes (ragged, T_q ≠ T_k, causal, block_size 1 and > T), float32, never T_q×T_k"
+    exercise = Exercise(
+        "flash_attention_backward",
+        lambda case: (candidate, reference.flash_attention_backward),
+        extra=_with_forward,
+        unpack=_grads_of("flash_attention_backward"),
+    )
+    generated = _expect_contract(FLASH_BACKWARD_CONTRACT, exercise)
+    return (
+        "10 shapes (ragged, T_q ≠ T_k, causal, block_size 1 and > T), float32, never T_q×T_k; "
+        f"{generated} more from the exercise's contract (lengths around a block, each input alone a "
+        "view, float64, the inputs' device)"
+    )
 
 
 def _compare_flash(
@@ -1065,9 +1110,17 @@ def check_FlashAttentionFunction(candidate: Any) -> str:
     for q_shape, t_k, is_causal, block_size in cases:
         _compare_function(candidate, q_shape, t_k, is_causal, block_size)
     _gradcheck(candidate)
+    exercise = Exercise(
+        "FlashAttentionFunction.apply",
+        lambda case: (_through_function(candidate), _through_function(reference.FlashAttentionFunction)),
+        unpack=lambda result, expected: tuple(result),
+    )
+    generated = _expect_contract(FUNCTION_CONTRACT, exercise)
     return (
         "forward and gradients match attention's (causal, T_q < T_k, batch axes), saves only q, k, v, "
-        "out and lse, and passes torch.autograd.gradcheck in float64"
+        "out and lse, and passes torch.autograd.gradcheck in float64; "
+        f"{generated} more from the exercise's contract (each input alone a view, float32, the inputs' "
+        "device)"
     )
 
 
@@ -1263,3 +1316,173 @@ def _gradcheck(candidate: Any) -> None:
             "torch.autograd.gradcheck (float64, q (1, 2, 5, 4), k (1, 2, 7, 4), v (1, 2, 7, 3), causal, "
             f"block_size=3) finds your backward disagrees with finite differences of your forward: {first}"
         ) from None
+
+
+# ---------------------------------------------------------------------------------------------
+# The contracts of notebook 09's PyTorch exercises: what each must accept and return.
+
+SOFTMAX_BACKWARD_CONTRACT = Contract(
+    "softmax_backward",
+    args=(
+        Arg("p", ("B", "H", "T", "n"), views=VIEW_KINDS),
+        Arg("grad_p", ("B", "H", "T", "n"), views=VIEW_KINDS),
+    ),
+    axes=(
+        Axis("B", (2,)),
+        Axis("H", (3,)),
+        Axis("T", (5,)),
+        Axis("n", (6, 1), "a single entry per row: p = 1 and its gradient 0"),
+    ),
+    returns=(Returns("dx", ("B", "H", "T", "n")),),
+    dtypes=(torch.float32, torch.float64),
+)
+"""Exercise 1 of 09 (dim=-1 in the generated cases; the hand-picked ones try dim 1 and 0): two batch
+axes, p and grad_p each alone a view, float64, a row of one entry."""
+
+ATTENTION_BACKWARD_CONTRACT = Contract(
+    "attention_backward",
+    args=(
+        Arg("q", ("B", "H", "T_q", "d"), views=VIEW_KINDS),
+        Arg("k", ("B", "H", "T_k", "d"), views=VIEW_KINDS),
+        Arg("v", ("B", "H", "T_k", "d_v"), views=VIEW_KINDS),
+        Arg("grad_out", ("B", "H", "T_q", "d_v"), views=VIEW_KINDS),
+    ),
+    axes=(
+        Axis("B", (2,)),
+        Axis("H", (3,)),
+        Axis("T_q", (5, 9), "more queries than keys: with is_causal the first 2 rows see no key"),
+        Axis("T_k", (7, 3), "fewer keys than queries"),
+        Axis("d", (6,), "a width that is not a power of two"),
+        Axis("d_v", (5,)),
+    ),
+    returns=(
+        Returns("dq", ("B", "H", "T_q", "d")),
+        Returns("dk", ("B", "H", "T_k", "d")),
+        Returns("dv", ("B", "H", "T_k", "d_v")),
+    ),
+    dtypes=(torch.float32, torch.float64),
+    notes=("is_causal=True in every generated case; a query row that sees no key gets dq 0",),
+)
+"""Exercise 2 of 09: T_q ≠ T_k both ways, causal, each input alone a view, float64, the inputs' device."""
+
+FLASH_BLOCK = 4
+"""The block_size of `flash_attention_backward`'s generated cases."""
+
+FLASH_BACKWARD_CONTRACT = Contract(
+    "flash_attention_backward",
+    args=(
+        Arg("q", ("B", "H", "T_q", "d"), views=VIEW_KINDS),
+        Arg("k", ("B", "H", "T_k", "d"), views=VIEW_KINDS),
+        Arg("v", ("B", "H", "T_k", "d_v"), views=VIEW_KINDS),
+        Arg("out", ("B", "H", "T_q", "d_v"), views=("transposed", "sliced")),
+        Arg("lse", ("B", "H", "T_q"), views=("transposed", "sliced"), slice_axis=-1),
+        Arg("grad_out", ("B", "H", "T_q", "d_v"), views=VIEW_KINDS),
+    ),
+    axes=(
+        Axis("B", (2,)),
+        Axis("H", (3,)),
+        Axis("T_q", (6, 3, 4, 9), "below, at and above one block of 4"),
+        Axis("T_k", (10, 4), "fewer keys than queries (is_causal=False there)"),
+        Axis("d", (8, 6), "a width that is not a power of two"),
+        Axis("d_v", (5,)),
+    ),
+    returns=(
+        Returns("dq", ("B", "H", "T_q", "d")),
+        Returns("dk", ("B", "H", "T_k", "d")),
+        Returns("dv", ("B", "H", "T_k", "d_v")),
+    ),
+    dtypes=(torch.float32, torch.float64),
+    notes=(
+        "block_size=FLASH_BLOCK; is_causal=True where T_q <= T_k (no row without a key), else False; "
+        "out and lse are the forward's for q, k, v, laid out as the case asks",
+    ),
+)
+"""Exercise 3 of 09: ragged lengths around a block, T_q ≠ T_k both ways, each input alone a view, float64.
+The tensor-size limit stays the hand-written `_expect_tiled` (T = 128)."""
+
+FUNCTION_CONTRACT = Contract(
+    "FlashAttentionFunction",
+    args=(
+        Arg("q", ("B", "H", "T_q", "d"), views=VIEW_KINDS),
+        Arg("k", ("B", "H", "T_k", "d"), views=VIEW_KINDS),
+        Arg("v", ("B", "H", "T_k", "d"), views=VIEW_KINDS),
+    ),
+    axes=(
+        Axis("B", (2,)),
+        Axis("H", (3,)),
+        Axis("T_q", (6, 9), "above two blocks of 4"),
+        Axis("T_k", (10,)),
+        Axis("d", (6,), "a width that is not a power of two"),
+    ),
+    returns=(
+        Returns("out", ("B", "H", "T_q", "d")),
+        Returns("dq", ("B", "H", "T_q", "d")),
+        Returns("dk", ("B", "H", "T_k", "d")),
+        Returns("dv", ("B", "H", "T_k", "d")),
+    ),
+    dtypes=(torch.float32, torch.float64),
+    notes=("apply(q, k, v, True, FLASH_BLOCK); the gradients of one fixed grad_out",),
+)
+"""Exercise 4 of 09: the output and the gradients autograd gets through the Function, each input alone a
+view, float64."""
+
+
+def _softmax_values(case: Case, arg: Arg) -> Callable[..., torch.Tensor]:
+    """p a softmax along its last axis (each row sums to 1), grad_p seeded normal numbers."""
+    if arg.name == "p":
+        return lambda *shape: torch.softmax(randn(*shape, dtype=case.dtype, scale=2.0), dim=-1)
+    return lambda *shape: randn(*shape, dtype=case.dtype)
+
+
+def _causal(case: Case) -> bool:
+    """Whether a generated flash case is causal: where every query row sees a key."""
+    return case.size["T_q"] <= case.size["T_k"]
+
+
+def _with_forward(case: Case, tensors: tuple[torch.Tensor, ...]) -> dict[str, Any]:
+    """Write the forward's out and lse for the case's q, k, v into its out and lse (laid out as asked)."""
+    q, k, v, out, lse, _ = tensors
+    with torch.no_grad():
+        right_out, right_lse = flash.flash_attention_forward(q, k, v, is_causal=_causal(case))
+        out.copy_(right_out)
+        lse.copy_(right_lse)
+    return {"is_causal": _causal(case), "block_size": FLASH_BLOCK}
+
+
+def _through_function(function: Any) -> Callable[..., tuple[torch.Tensor, ...]]:
+    """apply(q, k, v, True, block) of `function`, and the gradients autograd gets through it."""
+
+    def run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        leaves = [x.detach().requires_grad_(True) for x in (q, k, v)]
+        with torch.enable_grad():
+            out = function.apply(*leaves, True, FLASH_BLOCK)
+            if not isinstance(out, torch.Tensor):
+                return (out,)
+            gen = torch.Generator().manual_seed(1)
+            grad_out = torch.randn(out.shape, generator=gen, dtype=out.dtype).to(out.device)
+            grads = torch.autograd.grad(out, leaves, grad_out, allow_unused=True)
+        dq, dk, dv = (torch.zeros_like(x) if g is None else g for g, x in zip(grads, leaves, strict=True))
+        return out.detach(), dq, dk, dv
+
+    run.__name__ = "FlashAttentionFunction.apply"
+    return run
+
+
+def _grads_of(name: str) -> Callable[[Any, tuple[Any, ...]], Sequence[Any]]:
+    """How a generated case reads the learner's (dq, dk, dv): as the hand-picked cases do."""
+
+    def unpack(result: Any, expected: tuple[Any, ...]) -> Sequence[Any]:
+        if isinstance(result, tuple | list) and len(result) == 3:
+            return tuple(result)
+        raise CheckFailed(
+            f"`{name}` should return a tuple (dq, dk, dv), one gradient per input, but returned "
+            f"{_what_is(result)}. End with `return dq, dk, dv`."
+        )
+
+    return unpack
+
+
+def _expect_contract(contract: Contract, exercise: Exercise) -> int:
+    """The contract's generated cases, then the meta-device run; how many ran."""
+    ran = expect_contract_cases(contract, exercise, contract_cases(contract))
+    return ran + expect_inputs_device(contract, exercise)

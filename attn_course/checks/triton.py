@@ -21,12 +21,21 @@ from attn_course.checks._contracts import (
     Contract,
     Returns,
     contiguous_strides,
+    dtype_cases,
+    dtype_name,
     make_arg,
     read_as,
     view_cases,
     view_words,
 )
-from attn_course.checks._harness import CheckFailed, Mistake, check, describe_args, diagnose_softmax
+from attn_course.checks._harness import (
+    CheckFailed,
+    Mistake,
+    check,
+    describe_args,
+    describe_error,
+    diagnose_softmax,
+)
 from attn_course.checks._simulate import STREAMING_SOFTMAX_MISTAKES
 from attn_course.checks._triton_harness import (
     Mode,
@@ -339,9 +348,67 @@ def check_triton_softmax(candidate: Callable[..., Any]) -> str:
             "`triton_softmax`", out, expected, mode, mistakes, called_as, nan_means_unknown=True,
             diagnose=functools.partial(diagnose_softmax, dim=-1, x=x),
         )  # fmt: skip
+    generated = _expect_softmax_contract_cases(candidate, mode)
     traced = " and streams each row in blocks of block_size" if mode.traced else ""
     inputs = f"{len(_SOFTMAX_CASES)} inputs (ragged rows, huge and very negative scores, -inf blocks, views)"
-    return f"matches torch.softmax on {inputs}{traced}."
+    more = "float16 inputs, " if not mode.gpu else ""
+    return (
+        f"matches torch.softmax on {inputs}{traced}, then on {generated} more from the exercise's contract "
+        f"({more}x an expanded view, rows 0 apart)."
+    )
+
+
+SOFTMAX_CONTRACT = Contract(
+    "triton_softmax",
+    args=(Arg("x", ("R", "N"), views=VIEW_KINDS, swap=(0, 1), slice_axis=-1, expand_axis=0),),
+    axes=(Axis("R", (3,)), Axis("N", (40,), "two and a half blocks of 16")),
+    returns=(Returns("out", ("R", "N")),),
+    dtypes=(torch.float32, torch.float16),
+    notes=("block_size=16; rows of x any stride(0) (0 too), stride(1) == 1 or made so",),
+)
+"""What `triton_softmax` must accept: the hand-picked cases try the transposed and sliced views, the
+generated ones float16 (the output in the inputs' dtype) and an expanded x, each row the same memory."""
+
+
+def _expect_softmax_contract_cases(candidate: Callable[..., Any], mode: Mode) -> int:
+    """float16 inputs and an expanded x, once the hand-picked cases passed; return how many ran."""
+    cases = [
+        *([] if mode.gpu else dtype_cases(SOFTMAX_CONTRACT)),
+        *(c for c in view_cases(SOFTMAX_CONTRACT) if c.view is not None and c.view[1] == "expanded"),
+    ]
+    for case in cases:
+        dtype = torch.float16 if mode.gpu else case.dtype
+        alloc = functools.partial(guarded, device=mode.device, dtype=dtype, scale=3.0)
+        (x,) = (make_arg(arg, case, alloc) for arg in SOFTMAX_CONTRACT.args)
+        change = (
+            view_words(x, SOFTMAX_CONTRACT.args[0], "expanded") + ", every row the same memory"
+            if case.view is not None
+            else f"{dtype_name(dtype)} inputs"
+        )
+        called_as = f"triton_softmax(x, block_size=16) on a {tuple(x.shape)} x, {change}"
+        hint = (
+            f"Here x is {change}. Pass x.stride(0) for x's rows and out.stride(0) for the output's."
+            if case.view is not None
+            else "Here x is float16: load with .to(tl.float32), compute in float32, and store in the "
+            "output's dtype (.to(out_ptr.dtype.element_ty)) into an output like x (torch.empty_like(x))."
+        )
+        result, trace = traced_call("triton_softmax", candidate, mode, x, block_size=16, hint=hint)
+        expect_launched("triton_softmax", trace)
+        expect_in_bounds("triton_softmax", trace, hint)
+        what = f"triton_softmax(x) with {change}"
+        try:
+            out = expect_result("triton_softmax", result, x, what)
+        except CheckFailed as failure:
+            raise CheckFailed(f"{failure} (The cases before, float32, passed.)") from None
+        expect_all_written(trace, out, "Each program should write every entry of its row: " + hint)
+        expected = torch.softmax(x.double(), dim=-1)  # (R, N)
+        gpu = mode.gpu or dtype == torch.float16  # float16's tolerance
+        if not close(out, expected, gpu):
+            raise CheckFailed(
+                f"`triton_softmax` is wrong on a case that differs from those that passed only in that it "
+                f"has {change}: {describe_error(out, expected)}. {hint}\n(Called as {called_as}.)"
+            )
+    return len(cases)
 
 
 def _expect_softmax_structure(

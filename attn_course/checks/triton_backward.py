@@ -216,12 +216,176 @@ def _check_kernel(name: str, candidate: Any) -> str:
         _name_mistake(
             result, expected, inputs, case, mode, f"`{name}`", called, (block_m, block_n), owned, hint
         )
+    generated = _expect_kernel_contract_cases(name, kernel, mode, owned)
     where = "interpreted on the CPU, every load traced" if mode.traced else mode.gpu_where
     grads = "dk and dv match" if name == DKDV else "dq matches"
     return (
         f"{grads} autograd on {len(_KERNEL_CASES)} shapes (ragged, causal, T_q ≠ T_k, BLOCK_M ≠ "
-        f"BLOCK_N, strided); {where}."
+        f"BLOCK_N, strided), then on {generated} more from the exercise's contract (d = 24 padded to "
+        f"32{'' if mode.gpu else ', float16 inputs'}, each of q, k, v and dO alone a view); {where}."
     )
+
+
+_KERNEL_AXES = ("B", "H", "T_q", "d")
+
+
+def _kernel_contract(name: str) -> Contract:
+    """What Exercise 5a's or 5b's kernel must accept, launched as the wrapper launches it."""
+    owned = (Returns("dk", ("B", "H", "T_k", "d")), Returns("dv", ("B", "H", "T_k", "d")))
+    return Contract(
+        name,
+        args=(
+            Arg("q_ptr", _KERNEL_AXES, views=VIEW_KINDS, expand_axis=1),
+            Arg("k_ptr", ("B", "H", "T_k", "d"), views=VIEW_KINDS, expand_axis=1),
+            Arg("v_ptr", ("B", "H", "T_k", "d"), views=VIEW_KINDS, expand_axis=1),
+            Arg("do_ptr", _KERNEL_AXES, views=VIEW_KINDS, expand_axis=1),
+        ),
+        axes=(
+            Axis("B", (1,)),
+            Axis("H", (2,)),
+            Axis("T_q", (20,), "one ragged block past the first: the hand-picked cases try the others"),
+            Axis("T_k", (20,)),
+            Axis("d", (16, 24), "a head dim that is not a power of two: HEAD_DIM = 24, BLOCK_D = 32"),
+        ),
+        returns=owned if name == DKDV else (Returns("dq", _KERNEL_AXES),),
+        dtypes=(torch.float32, torch.float16),
+        notes=(
+            "causal, BLOCK_M = BLOCK_N = 16; lse and D float32 and contiguous, as the wrapper gives them",
+            "each input alone a view (one kind each): every pointer stepped by its own tensor's strides",
+        ),
+    )
+
+
+DKDV_CONTRACT = _kernel_contract(DKDV)
+"""Exercise 5a: its generated cases each change one thing from d = 16, float32, contiguous."""
+
+DQ_CONTRACT = _kernel_contract(DQ)
+"""Exercise 5b: the same cases as 5a's."""
+
+_TENSORS = ("q", "k", "v", "dO")
+"""The tensors behind the kernels' q_ptr, k_ptr, v_ptr and do_ptr, as messages name them."""
+
+
+def _expect_kernel_contract_cases(name: str, kernel: Any, mode: Mode, owned: tuple[int, ...]) -> int:
+    """Run the kernel's generated cases once the hand-picked ones passed; return how many."""
+    from attn_course.triton_flash import launchers
+
+    contract = DKDV_CONTRACT if name == DKDV else DQ_CONTRACT
+    cases = [
+        *list(size_cases(contract))[1:],
+        *([] if mode.gpu else dtype_cases(contract)),
+        *view_cases(contract, one_kind_each=True),
+    ]
+    config = launchers.KernelConfig(16, 16)
+    kernels = (kernel, None) if name == DKDV else (None, kernel)
+    for case in cases:
+        dtype = torch.float16 if mode.gpu else case.dtype
+
+        def alloc(*shape: int, dtype: torch.dtype = dtype) -> torch.Tensor:
+            return guarded(*shape, device=mode.device, dtype=dtype)
+
+        q, k, v, grad_out = (make_arg(arg, case, alloc) for arg in contract.args)
+        out, lse = flash.flash_attention_forward(q.float(), k.float(), v.float(), is_causal=True)
+        inputs = (q, k, v, out.to(dtype), lse, grad_out)
+        d = case.size["d"]
+        viewed = ""
+        if case.view is not None:
+            index = [arg.name for arg in contract.args].index(case.view[0])
+            viewed = view_words(inputs[(0, 1, 2, 5)[index]], contract.args[index], case.view[1])
+            viewed = viewed.replace(f"`{case.view[0]}`", f"{_TENSORS[index]} (`{case.view[0]}`)", 1)
+        padding = (
+            f"The head dim here is d = {d}, not a power of two: the kernel gets HEAD_DIM = {d} and "
+            f"BLOCK_D = 32; load and store only the lanes offs_d < HEAD_DIM (d_inside) of every tile."
+            if d & (d - 1)
+            else ""
+        )
+        strides = (
+            f"Only one input is a view here, {viewed}; the others are contiguous. Step each pointer by "
+            "its own tensor's strides: q by stride_q*, k by stride_k*, v by stride_v*, dO by stride_do*."
+        )
+        cast = (
+            "The inputs here are float16: cast P and dS to the inputs' dtype before their tl.dot "
+            "(p.to(do.dtype)), keep the accumulators in float32, and store in the gradient's dtype."
+        )
+        hint = padding or (strides if viewed else cast if case.changed == "dtype" else "")
+
+        def launched(*inputs: torch.Tensor, config: Any = config, kernels: Any = kernels) -> Grads:
+            q, k, v, out, lse, grad_out = inputs
+            return launchers.launch_backward(q, k, v, out, lse, grad_out, True, config, *kernels)
+
+        result, trace = traced_call(name, launched, mode, *inputs, hint=hint)
+        expect_in_bounds(name, trace, hint)
+        for index in owned:
+            expect_all_written(trace, result[index], f"That is {NAMES[index]}, with {case.describe()}.")
+        expected = _autograd_grads(q, k, v, grad_out, True)
+        gpu = mode.gpu or dtype == torch.float16  # float16's tolerance
+        if all(close(result[i], expected[i], gpu) for i in owned):
+            continue
+        called = f"{name} launched with BLOCK_M = BLOCK_N = 16, IS_CAUSAL=True for {case.describe()}"
+        if case.view is not None:
+            raise CheckFailed(
+                _kernel_view_message(name, case, inputs, result, expected, owned, viewed, gpu)
+                + f"\n(Called as {called}.)"
+            )
+        hint = f"\nThe cases before, with d = 16 and 32, passed: {padding}" if padding else ""
+        if case.changed == "dtype":
+            hint = f"\nThe cases before, in float32, passed. {cast}"
+        legacy = (case.size["B"], case.size["H"], case.size["T_q"], case.size["T_k"], d, True, False)
+        _name_mistake(
+            result, expected, (q, k, v, grad_out), legacy, mode, f"`{name}`", called, (16, 16),
+            owned, hint,
+        )  # fmt: skip
+    return len(cases)
+
+
+def _kernel_view_message(
+    name: str,
+    case: Case,
+    inputs: tuple[torch.Tensor, ...],
+    grads: Grads,
+    expected: Grads,
+    owned: tuple[int, ...],
+    viewed: str,
+    gpu: bool,
+) -> str:
+    """Why a kernel's gradients are wrong with one input a view: read with another tensor's strides, or
+    as if contiguous, where that is what matches; else what is observed."""
+    assert case.view is not None
+    index = [arg.name for arg in _kernel_contract(name).args].index(case.view[0])
+    slot = (0, 1, 2, 5)[index]  # its place among (q, k, v, out, lse, grad_out)
+    tensor = _TENSORS[index]
+    others = [(_TENSORS[i], inputs[(0, 1, 2, 5)[i]]) for i in range(4) if i != index]
+    readings = [(f"{other}'s strides", x.stride()) for other, x in others if x.shape == inputs[slot].shape]
+    readings.append(("contiguous strides", contiguous_strides(tuple(inputs[slot].shape))))
+    for words, strides in readings:
+        misread = list(inputs)
+        try:
+            misread[slot] = read_as(inputs[slot], tuple(strides))
+            wrong = _misread_grads(misread, causal=True)
+        except RuntimeError:
+            continue
+        if all(close(grads[i], wrong[i], gpu) for i in owned) and not all(
+            close(wrong[i], expected[i], gpu) for i in owned
+        ):
+            how = "as if it were contiguous" if words.startswith("contiguous") else f"with {words}"
+            return (
+                f"`{name}` reads {tensor} {how}: with {viewed} and the other inputs contiguous, "
+                f"{' and '.join(NAMES[i] for i in owned)} are wrong (the cases with every input laid out "
+                f"alike passed). Step each pointer by its own tensor's strides ({_STRIDES[index]})."
+            )
+    return (
+        f"`{name}` is right when q, k, v and dO are laid out alike but wrong with {viewed}, the other "
+        f"inputs contiguous: step each pointer by its own tensor's strides ({_STRIDES[index]})."
+    )
+
+
+_STRIDES = (
+    "row i of q at i * stride_qm",
+    "key j of k at j * stride_kn",
+    "key j of v at j * stride_vn",
+    "row i of dO at i * stride_dom",
+)
+"""Where each tensor's rows are, by its own strides."""
 
 
 def _expect_kernel(name: str, kernel: Any) -> None:
@@ -397,12 +561,12 @@ def _expect_contract_cases(candidate: Callable[..., Any], mode: Mode, kernels_pa
     return len(cases)
 
 
-def _misread_grads(inputs: list[torch.Tensor]) -> Grads:
+def _misread_grads(inputs: list[torch.Tensor], causal: bool = True) -> Grads:
     """What the kernels give from these (misread) inputs with the forward's own out and lse: the course's
     tiled backward in float64, which recomputes P = exp(S - lse) as the kernels do (autograd through the
     misread inputs would renormalise P)."""
     q, k, v, out, lse, grad_out = (x.detach().to("cpu", torch.float64) for x in inputs)
-    return flash.flash_attention_backward(q, k, v, out, lse, grad_out, is_causal=True)
+    return flash.flash_attention_backward(q, k, v, out, lse, grad_out, is_causal=causal)
 
 
 def _read_with_the_views_strides(
