@@ -76,10 +76,10 @@ AFTER_THE_MERGE = {
     "[dkdv: causal start without the offset]": "harness",
 }
 """Tests that three branches landed together broke, each an open item of issue 27 (not strict xfails):
-'split' — notebook 09's Exercise 5 became three steps, so the kernels have no blind mistakes yet (the
-edits that no longer find their text are test_checks_blind.STALE); 'no key' — rows that see no key are now 0, as SDPA (notebook 06's solution
-too, since 2026-12-05); 'harness' — the learner-raised message of the new harness names this
-dK/dV mistake otherwise."""
+'split' — notebook 09's Exercise 5 became three steps, so the kernels have no blind mistakes yet
+(the edits that no longer find their text are test_checks_blind.STALE); 'no key' — rows that see no
+key are now 0, as SDPA (notebook 06's solution too, since 2026-12-05); 'harness' — the
+learner-raised message of the new harness names this dK/dV mistake otherwise."""
 _REASONS = {
     "split": "notebook 09's Exercise 5 split into three steps: the blind edits and tables to re-target",
     "no key": "rows without keys are now 0 (SDPA's convention); the blind comparison to follow it",

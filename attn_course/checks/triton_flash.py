@@ -519,6 +519,9 @@ _FLASH_CASES = (
 )
 
 
+_LSE_SHAPES = sum(case.lse for case in _FLASH_CASES)
+
+
 def _flash_inputs(case: _FlashCase, mode: Mode) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     dtype = torch.float16 if mode.gpu else torch.float32
 
@@ -773,9 +776,10 @@ def expect_flash_attention(candidate: Callable[..., Any], name: str) -> str:
     where = "interpreted on the CPU, every load traced" if mode.traced else mode.gpu_where
     return (
         f"matches attention on {len(_FLASH_CASES)} shapes (ragged, causal, T_q < T_k, strided){detail}, "
-        f"and with return_lse=True the log-sum-exp of every row of {sum(c.lse for c in _FLASH_CASES)} of them; then on {generated} more from the "
-        "exercise's contract (one block and one, T_q > T_k with rows that see no key, 3 heads, each of "
-        f"q, k and v alone a view: q expanded, k transposed, v sliced); {where}."
+        f"and with return_lse=True the log-sum-exp of every row of {_LSE_SHAPES} of them; then on "
+        f"{generated} more from the exercise's contract (one block and one, T_q > T_k with rows that see "
+        "no key, 3 heads, each of q, k and v alone a view: q expanded, k transposed, v sliced); "
+        f"{where}."
     )
 
 
