@@ -510,10 +510,17 @@ def test_the_first_measurement_is_recorded(name):
     assert len(named) == len(mistakes)
     assert not any(n and not c for n, c in zip(named, caught, strict=True)), "named but not caught"
     assert {i for i, c in enumerate(caught) if not c} >= set(uncaught)
-    assert {i for i, a in enumerate(first["alternatives"]) if a["outcome"] != "passed"} >= set(refused)
-    counts = (len(mistakes), sum(caught), sum(named), len(alternatives), len(alternatives) - len(refused))
+    refused_then = set(refused) - REFUSED_BY_A_LATER_DEMAND.get(name, set())
+    assert {i for i, a in enumerate(first["alternatives"]) if a["outcome"] != "passed"} >= refused_then
+    accepted = len(alternatives) - len(refused_then)
+    counts = (len(mistakes), sum(caught), sum(named), len(alternatives), accepted)
     assert counts == FIRST_COUNTS[name]
 
+
+REFUSED_BY_A_LATER_DEMAND = {"A": {17}, "C": {33}, "D": {17}}
+"""Alternatives that passed when their set was measured and are refused since by a demand the exercise's
+text added with issue 44's contracts (a mask made on x's device; no (T, T) mask before a mask_mod): each
+one's reason is in its REFUSED_ entry, and the runner above holds that it is refused."""
 
 FIRST_COUNTS = {
     "A": (106, 104, 75, 35, 35),
