@@ -3,6 +3,7 @@ declared contract held against its exercise's text (issue 44)."""
 
 from __future__ import annotations
 
+import inspect
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -16,6 +17,7 @@ from attn_course.checks import attention as attention_checks
 from attn_course.checks import check_dot_product_scores, triton_backward, triton_flash
 from attn_course.checks import decoder as decoder_checks
 from attn_course.checks import flash as flash_checks
+from attn_course.checks import generation as generation_checks
 from attn_course.checks import heads as heads_checks
 from attn_course.checks import kv_cache as kv_cache_checks
 from attn_course.checks import masking as masking_checks
@@ -121,6 +123,10 @@ CONTRACTS = {
     "sliding_window_flash_attention": modern_checks.FLASH_WINDOW_CONTRACT,
     "alibi_score_mod": modern_checks.ALIBI_CONTRACT,
     "document_mask_mod": modern_checks.DOCUMENT_CONTRACT,
+    # 07_kv_cache: generation and sampling
+    "generate_with_cache": generation_checks.GENERATE_CONTRACT,
+    "next_token_probs": generation_checks.PROBS_CONTRACT,
+    "sample_next": generation_checks.SAMPLE_CONTRACT,
 }
 
 # What each contract demands beyond the shapes, and the words of the exercise's text that state it.
@@ -242,6 +248,25 @@ STATED = {
         "`document_ids` may be a view (a slice, an expanded tensor), of any integer dtype, on any device",
         "never a `(T, T)` mask built beforehand",
     ],
+    # 07_kv_cache: generation and sampling
+    "generate_with_cache": [
+        "return all of them, `(b, t + n_new)`",
+        "The prompt may be one sequence or one token long (`b` or `t` of 1)",
+        "a slice of a longer batch, as `test.tokens[:8, :16]` below, or one prompt expanded over the batch",
+        "The result has the prompt's dtype and device",
+    ],
+    "next_token_probs": [
+        "Where several logits tie with the $k$-th largest, **all of them are kept**",
+        "`top_k` is `None` or a whole number from 1 to `vocab_size`",
+        "The logits are float32 or float64 and may be a view (a slice of a longer tensor, as "
+        "`model.step(...)[:, -1]` gives them, transposed, or one row expanded over the batch",
+        "the probabilities have the logits' dtype and device",
+    ],
+    "sample_next": [
+        "returns one token id per row, `(b, 1)` of dtype long",
+        "The logits are float32 or float64 and may be a view",
+        "with the `generator` it is handed as its only source of randomness",
+    ],
 }
 
 
@@ -265,7 +290,7 @@ def test_each_contract_is_its_exercises_and_its_text_states_its_demands(name):
     assert contract.exercise == name
     exercise = getattr(reference, name)
     method = getattr(exercise, "forward", None) or getattr(exercise, "append", None)  # a layer, or the cache
-    code = method.__code__ if isinstance(exercise, type) else exercise.__code__
+    code = method.__code__ if isinstance(exercise, type) else inspect.unwrap(exercise).__code__
     signature = code.co_varnames[: code.co_argcount]
     names = [arg.name for arg in contract.args]
     assert names == [name for name in signature if name in names], "the contract's arguments, in order"
