@@ -257,6 +257,7 @@ STATED = {
     ],
     "next_token_probs": [
         "Where several logits tie with the $k$-th largest, **all of them are kept**",
+        "The temperature is any number above 0, small ones too",
         "`top_k` is `None` or a whole number from 1 to `vocab_size`",
         "The logits are float32 or float64 and may be a view (a slice of a longer tensor, as "
         "`model.step(...)[:, -1]` gives them, transposed, or one row expanded over the batch",

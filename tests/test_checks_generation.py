@@ -193,6 +193,9 @@ WRONG = [
                                                            "            keep[row] = logits[row] >= logits[row].topk(top_k).values[-1]\n"
                                                            '        logits = logits.masked_fill(~keep, float("-inf"))\n')],
                  "off that device comes from `torch.zeros(…)`", id="probs-row-loop-mask-on-the-default-device"),
+    # exp without each row's maximum subtracted: NaN once a low temperature scales float32 logits past 88.
+    pytest.param("next_token_probs", PROBS, [(SOFTMAX, "e = logits.exp()\n    return e / e.sum(dim=-1, keepdim=True)")],
+                 "exactly the rows where exp(logits / temperature) overflows float32", id="probs-exp-without-max"),
     # Token ids of another integer dtype than long.
     pytest.param("sample_next", SAMPLE, [(DRAW, DRAW + ".int()")], "Your `tokens` has dtype int32: it must have dtype int64", id="sample-int32-tokens"),
 ]  # fmt: skip

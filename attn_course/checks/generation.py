@@ -366,6 +366,7 @@ def check_next_token_probs(candidate: Callable[..., Any]) -> str:
         diagnose = _diagnose_probs(logits, temperature, top_k)
         expect_close(out, want, what, mistakes=mistakes, diagnose=diagnose, called_as="")
     _expect_ties_handled(candidate)
+    _expect_low_temperature(candidate)
     exercise = Exercise(
         "next_token_probs",
         lambda case: (candidate, reference.next_token_probs),
@@ -376,7 +377,8 @@ def check_next_token_probs(candidate: Callable[..., Any]) -> str:
     generated = expect_contract_cases(PROBS_CONTRACT, exercise, contract_cases(PROBS_CONTRACT))
     generated += expect_inputs_device(PROBS_CONTRACT, exercise)
     return (
-        f"{len(_PROBS_CASES)} temperatures and top-k (k = 1 … vocab_size), and ties at the k-th logit; "
+        f"{len(_PROBS_CASES)} temperatures and top-k (k = 1 … vocab_size), ties at the k-th logit, a low "
+        "temperature on float32 logits; "
         f"{generated} more from the exercise's contract (one row, k = 1 and vocab_size, float32 and float64, "
         "views, on another device)"
     )
@@ -389,6 +391,33 @@ _GENERATED_TEMPERATURE = 0.7
 def _logits(case: Case, arg: Arg) -> Callable[..., torch.Tensor]:
     """Seeded logits of a trained model's spread (a few units), in the case's dtype."""
     return lambda *shape: randn(*shape, dtype=case.dtype, scale=3.0)
+
+
+def _expect_low_temperature(candidate: Callable[..., Any]) -> None:
+    """At temperature 0.1, float32 logits of a trained model's size give logits / T past 88, where exp
+    overflows float32: only a softmax that subtracts each row's maximum first stays finite."""
+    logits = randn(4, _VOCAB, dtype=torch.float32, scale=10.0)  # (b, vocab)
+    temperature = 0.1
+    what = f"The result of next_token_probs(logits, {temperature}, None) for float32 logits (4, {_VOCAB})"
+    got = call("next_token_probs", candidate, logits, temperature, None, hint=_PROBS_SIGNATURE)
+    probs = expect_tensor(got, logits.shape, what, finite=False)  # (b, vocab)
+    finite = torch.isfinite(probs.detach().cpu()).all(dim=-1)  # (b,)
+    if not finite.all():
+        overflows = torch.isinf(torch.exp(logits / temperature)).any(dim=-1)  # (b,)
+        rows = (~finite).nonzero().flatten().tolist()
+        largest = float((logits / temperature).amax())
+        if torch.equal(~finite, overflows):
+            raise CheckFailed(
+                f"{what} has NaN or inf in rows {rows}: exactly the rows where exp(logits / temperature) "
+                f"overflows float32 (logits / temperature reach {largest:.0f}, and exp of anything above 88 "
+                "is inf in float32). Take the softmax with torch.softmax, or subtract each row's maximum "
+                "before exp: a low temperature makes the scaled logits large."
+            )
+        raise CheckFailed(
+            f"{what} has NaN or inf in rows {rows}, where softmax(logits / temperature) is finite."
+        )
+    want = reference.next_token_probs(logits, temperature, None)  # (b, vocab)
+    expect_close(probs, want, what, diagnose=_diagnose_probs(logits, temperature, None), called_as="")
 
 
 def _expect_ties_handled(candidate: Callable[..., Any]) -> None:
