@@ -351,7 +351,8 @@ def _kept_count(kept: torch.Tensor, logits: torch.Tensor, top_k: int) -> str | N
 
 @check
 def check_next_token_probs(candidate: Callable[..., Any]) -> str:
-    """Logits (4, 10) at 6 (temperature, top_k) pairs, exactly; then top-k with ties at the k-th logit."""
+    """Logits (4, 10) at 6 (temperature, top_k) pairs, exactly; top-k with ties at the k-th logit; a low
+    temperature on float32 logits; then the cases of PROBS_CONTRACT and a run on the meta device."""
     logits = 2 * randn(4, _VOCAB)  # (b, vocab)
     for temperature, top_k in _PROBS_CASES:
         shown = f"next_token_probs(logits, {temperature}, {top_k}) for logits of shape (4, {_VOCAB})"
@@ -521,7 +522,8 @@ _SAMPLE_CASES: list[tuple[str, float, int | None]] = [
 
 @check
 def check_sample_next(candidate: Callable[..., Any]) -> str:
-    """10,000 draws per row at 3 settings: frequencies within 6σ of next_token_probs; the generator used."""
+    """10,000 draws per row at 3 settings: frequencies within 6σ of next_token_probs; the generator used;
+    then the cases of SAMPLE_CONTRACT (top_k = 1: every right draw is the argmax)."""
     vocab = 8
     for kind, temperature, top_k in _SAMPLE_CASES:
         logits = (
@@ -731,7 +733,8 @@ _GEN_SIGNATURE = (
 
 @check
 def check_generate_with_cache(candidate: Callable[..., Any]) -> str:
-    """Generation from a random float64 model with 3 picks, token-exact, and model.step's calls counted."""
+    """Generation from a random float64 model with 3 picks, token-exact, and model.step's calls counted;
+    then the cases of GENERATE_CONTRACT and a run on the meta device."""
     model = TinyDecoder(_GEN_CONFIG).double()
     for b, t, n_new in [(3, 5, 6), (2, 4, 1)]:
         _expect_generation(candidate, model, b, t, n_new, *_PICKS[0])
