@@ -3,6 +3,7 @@ declared contract held against its exercise's text (issue 44)."""
 
 from __future__ import annotations
 
+import inspect
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -17,6 +18,7 @@ from attn_course.checks import backward as backward_checks
 from attn_course.checks import check_dot_product_scores, triton_backward, triton_flash
 from attn_course.checks import decoder as decoder_checks
 from attn_course.checks import flash as flash_checks
+from attn_course.checks import generation as generation_checks
 from attn_course.checks import heads as heads_checks
 from attn_course.checks import kv_cache as kv_cache_checks
 from attn_course.checks import masking as masking_checks
@@ -131,6 +133,10 @@ CONTRACTS = {
     "flash_attention_backward_dq_kernel": triton_backward.DQ_CONTRACT,
     # notebook 08
     "triton_softmax": triton_checks.SOFTMAX_CONTRACT,
+    # 07_kv_cache: generation and sampling
+    "generate_with_cache": generation_checks.GENERATE_CONTRACT,
+    "next_token_probs": generation_checks.PROBS_CONTRACT,
+    "sample_next": generation_checks.SAMPLE_CONTRACT,
 }
 
 # What each contract demands beyond the shapes, and the words of the exercise's text that state it.
@@ -292,6 +298,26 @@ STATED = {
         "float16 inputs too (the output in the inputs' dtype)",
         "transposed, a slice of a wider tensor, and expanded (every row the same memory, `x.stride(0) == 0`)",
     ],
+    # 07_kv_cache: generation and sampling
+    "generate_with_cache": [
+        "return all of them, `(b, t + n_new)`",
+        "The prompt may be one sequence or one token long (`b` or `t` of 1)",
+        "a slice of a longer batch, as `test.tokens[:8, :16]` below, or one prompt expanded over the batch",
+        "The result has the prompt's dtype and device",
+    ],
+    "next_token_probs": [
+        "Where several logits tie with the $k$-th largest, **all of them are kept**",
+        "The temperature is any number above 0, small ones too",
+        "`top_k` is `None` or a whole number from 1 to `vocab_size`",
+        "The logits are float32 or float64 and may be a view (a slice of a longer tensor, as "
+        "`model.step(...)[:, -1]` gives them, transposed, or one row expanded over the batch",
+        "the probabilities have the logits' dtype and device",
+    ],
+    "sample_next": [
+        "returns one token id per row, `(b, 1)` of dtype long",
+        "The logits are float32 or float64 and may be a view",
+        "with the `generator` it is handed as its only source of randomness",
+    ],
 }
 
 
@@ -316,7 +342,7 @@ def test_each_contract_is_its_exercises_and_its_text_states_its_demands(name):
     exercise = getattr(reference, name)
     method = getattr(exercise, "forward", None) or getattr(exercise, "append", None)  # a layer, or the cache
     kernel = getattr(getattr(exercise, "kernel", exercise), "fn", None)  # a Triton kernel's Python function
-    code = method.__code__ if isinstance(exercise, type) else (kernel or exercise).__code__
+    code = method.__code__ if isinstance(exercise, type) else inspect.unwrap(kernel or exercise).__code__
     signature = code.co_varnames[: code.co_argcount]
     names = [arg.name for arg in contract.args]
     assert names == [name for name in signature if name in names], "the contract's arguments, in order"

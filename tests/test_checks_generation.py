@@ -36,6 +36,15 @@ GUMBEL = (
     "    return (probs.log() + noise).argmax(dim=-1, keepdim=True)",
 )
 
+APPEND = "tokens = torch.cat([tokens, next_token], dim=1)"
+PREALLOCATED = (
+    "    b, t = prompt.shape\n    tokens = torch.zeros(b, t + n_new{})\n    tokens[:, :t] = prompt\n"
+)
+TOP_K_LINES = (
+    "        threshold = torch.topk(logits, top_k, dim=-1).values[:, -1:]\n"
+    '        logits = logits.masked_fill(logits < threshold, float("-inf"))\n'
+)
+
 WRONG = [
     pytest.param("next_token_probs", PROBS, [(SCALE, ""), (SOFTMAX, SOFTMAX + " ** (1 / temperature)")],
                  "applies the temperature after the softmax", id="probs-power-after-softmax"),
@@ -160,6 +169,35 @@ WRONG = [
                  "keeps k - 1 tokens, not k", id="probs-second-largest"),
     # exactly k through topk's indices: right without ties, but ties at the k-th logit are kept (the contract)
     pytest.param("next_token_probs", PROBS, list(SCATTER), "(ties kept)", id="probs-scatter-exactly-k"),
+    # The exercises' contracts (issue 44): each passed the check before its generated cases.
+    # One sequence (b = 1): a squeeze that drops the batch axis with the time axis.
+    pytest.param("generate_with_cache", GENERATE, [(PREFILL + "\n", PREFILL + "[:, -1]\n"), (PICK, "next_token = pick(logits)"), (STEP, STEP + ".squeeze()")],
+                 "got (13,). The batch axis, of size 1 for one sequence, is gone", id="gen-squeezed-logits-one-sequence"),
+    pytest.param("generate_with_cache", GENERATE, [(PICK, PICK + ".squeeze()"), ("torch.cat([tokens, next_token], dim=1)", "torch.cat([tokens, next_token[:, None]], dim=1)"),
+                                                   (STEP, STEP.replace("next_token", "next_token[:, None]"))],
+                 "differs from them only in that it has B = 1 (a single sequence)", id="gen-squeezed-token-one-sequence"),
+    # The tokens preallocated: on the default device, or as floats.
+    pytest.param("generate_with_cache", GENERATE, [("    tokens = prompt\n", PREALLOCATED.format(", dtype=torch.long")), (APPEND, "tokens[:, t + i] = next_token[:, 0]")],
+                 "the first tensor your code makes off that device comes from `torch.zeros(…)`", id="gen-tokens-on-the-default-device"),
+    pytest.param("generate_with_cache", GENERATE, [("    tokens = prompt\n", PREALLOCATED.format(", device=prompt.device")), (APPEND, "tokens[:, t + i] = next_token[:, 0]")],
+                 "Your `tokens` has dtype float32 for int64 inputs", id="gen-float-tokens"),
+    # float64 inside, not cast back: the model's logits are float32.
+    pytest.param("next_token_probs", PROBS, [("logits = logits / temperature", "logits = logits.double() / temperature")],
+                 "Your `probs` has dtype float64 for float32 inputs", id="probs-float64-returned"),
+    pytest.param("next_token_probs", PROBS, [(SOFTMAX, "return torch.softmax(logits, dim=-1, dtype=torch.float64)")],
+                 "The first float64 tensor your code makes comes from `torch.softmax(…)`", id="probs-softmax-in-float64"),
+    # A tensor made on the default device, not the logits'.
+    pytest.param("next_token_probs", PROBS, [('logits.masked_fill(logits < threshold, float("-inf"))', 'torch.where(logits >= threshold, logits, torch.full(logits.shape, float("-inf")))')],
+                 "off that device comes from `torch.full(…)`", id="probs-fill-on-the-default-device"),
+    pytest.param("next_token_probs", PROBS, [(TOP_K_LINES, "        keep = torch.zeros(logits.shape, dtype=torch.bool)\n        for row in range(logits.shape[0]):\n"
+                                                           "            keep[row] = logits[row] >= logits[row].topk(top_k).values[-1]\n"
+                                                           '        logits = logits.masked_fill(~keep, float("-inf"))\n')],
+                 "off that device comes from `torch.zeros(…)`", id="probs-row-loop-mask-on-the-default-device"),
+    # exp without each row's maximum subtracted: NaN once a low temperature scales float32 logits past 88.
+    pytest.param("next_token_probs", PROBS, [(SOFTMAX, "e = logits.exp()\n    return e / e.sum(dim=-1, keepdim=True)")],
+                 "exactly the rows where exp(logits / temperature) overflows float32", id="probs-exp-without-max"),
+    # Token ids of another integer dtype than long.
+    pytest.param("sample_next", SAMPLE, [(DRAW, DRAW + ".int()")], "Your `tokens` has dtype int32: it must have dtype int64", id="sample-int32-tokens"),
 ]  # fmt: skip
 """(exercise, learner source, text edits, the phrase the check's message must contain)."""
 
@@ -178,6 +216,26 @@ RIGHT = [
                  id="gen-pick-of-a-copy"),
     pytest.param("next_token_probs", PROBS, [(KTH, "torch.kthvalue(logits, logits.shape[-1] - top_k + 1, dim=-1, keepdim=True).values")],
                  id="probs-kthvalue"),
+    # Right in other styles on every input the contracts allow (issue 44).
+    pytest.param("next_token_probs", PROBS, [(SOFTMAX, "return torch.softmax(logits.double(), dim=-1).to(logits.dtype)")],
+                 id="probs-float64-inside"),
+    pytest.param("next_token_probs", PROBS, [(SOFTMAX, "return (logits - logits.logsumexp(dim=-1, keepdim=True)).exp()")],
+                 id="probs-logsumexp"),
+    pytest.param("next_token_probs", PROBS, [('logits.masked_fill(logits < threshold, float("-inf"))', 'torch.where(logits >= threshold, logits, torch.full_like(logits, float("-inf")))')],
+                 id="probs-full-like"),
+    pytest.param("next_token_probs", PROBS, [(TOP_K_LINES, "        keep = torch.zeros_like(logits, dtype=torch.bool)\n        for row in range(logits.shape[0]):\n"
+                                                           "            keep[row] = logits[row] >= logits[row].sort(descending=True).values[top_k - 1]\n"
+                                                           '        logits = logits.masked_fill(~keep, float("-inf"))\n')],
+                 id="probs-row-loop"),
+    pytest.param("sample_next", SAMPLE, [(DRAW, "return torch.multinomial(probs.double(), 1, generator=generator).reshape(-1, 1)")],
+                 id="sample-float64-draw"),
+    pytest.param("generate_with_cache", GENERATE, [("    tokens = prompt\n", PREALLOCATED.format(", dtype=prompt.dtype, device=prompt.device")), (APPEND, "tokens[:, t + i] = next_token[:, 0]")],
+                 id="gen-preallocated-on-the-prompts-device"),
+    pytest.param("generate_with_cache", GENERATE, [("    tokens = prompt\n", "    tokens = prompt.new_empty((prompt.shape[0], prompt.shape[1] + n_new))\n    tokens[:, :prompt.shape[1]] = prompt\n"),
+                                                   (APPEND, "tokens[:, prompt.shape[1] + i] = next_token.squeeze(1)")],
+                 id="gen-new-empty"),
+    pytest.param("generate_with_cache", GENERATE, [(PREFILL + "\n", PREFILL + "[:, -1]\n"), (PICK, "next_token = pick(logits)"), (STEP, STEP + ".squeeze(1)")],
+                 id="gen-squeeze-the-time-axis-alone"),
 ]  # fmt: skip
 
 CHECKS = {

@@ -22,6 +22,7 @@ from attn_course.checks.decoder import (
     _random_block,
     _random_model,
 )
+from attn_course.checks.generation import _PROBS_MISTAKES, ProbsVariant, _probs
 from attn_course.checks.modern import WindowVariant, _alibi, _document, _gqa_forward, _masked, _window
 
 
@@ -100,3 +101,22 @@ def test_the_document_mask_with_its_default_variant_is_the_reference(lengths):
     ids = flex.document_ids_from_lengths(lengths)
     t = len(ids)
     assert torch.equal(_document(ids), flex.evaluate_mask_mod(reference.document_mask_mod(ids), 1, t, t)[0])
+
+
+@pytest.mark.parametrize(("temperature", "top_k"), [(1.0, None), (0.5, 3), (1.7, 1), (0.8, 10)])
+def test_next_token_probs_with_its_default_variant_is_the_reference(temperature, top_k):
+    torch.manual_seed(0)
+    logits = 2 * torch.randn(4, 10, dtype=torch.float64)
+    expected = reference.next_token_probs(logits, temperature, top_k)
+    torch.testing.assert_close(_probs(logits, temperature, top_k), expected)
+    torch.testing.assert_close(_probs(logits, temperature, top_k, ProbsVariant()), expected)
+
+
+@pytest.mark.parametrize(("message", "variant"), _PROBS_MISTAKES, ids=[m[:40] for m, _ in _PROBS_MISTAKES])
+def test_each_named_next_token_probs_mistake_is_one_variant_that_differs(message, variant):
+    torch.manual_seed(0)
+    logits = 2 * torch.randn(4, 10, dtype=torch.float64)
+    assert variant != ProbsVariant()
+    right = ProbsVariant()
+    assert sum(getattr(variant, f) != getattr(right, f) for f in ProbsVariant.__dataclass_fields__) == 1
+    assert not torch.allclose(_probs(logits, 0.5, 3, variant), reference.next_token_probs(logits, 0.5, 3))

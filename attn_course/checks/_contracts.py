@@ -21,8 +21,11 @@ the learner's code reads wrongly.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
+import sys
 import traceback
+import types
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -469,10 +472,15 @@ def _expect_layout(
     inputs = f"for {dtype_name(dtype)} inputs" if returns.dtype == "inputs" else ""
     rule = "the inputs' dtype" if returns.dtype == "inputs" else f"dtype {dtype_name(wanted)}"
     raise CheckFailed(
-        f"{what} has dtype {dtype_name(value.dtype)} {inputs}: it must have {rule} (seen {seen})."
+        f"{what} has dtype {dtype_name(value.dtype)}{' ' + inputs if inputs else ''}: it must have {rule} "
+        f"(seen {seen})."
         + (f" The first {dtype_name(value.dtype)} tensor your code makes comes from {made}." if made else "")
-        + f" Make new tensors in {rule} (dtype={name}.dtype, torch.zeros_like({name}), "
-        f"{name}.new_zeros(...)) and cast nothing to another dtype."
+        + (
+            f" Make new tensors in {rule} (dtype={name}.dtype, torch.zeros_like({name}), "
+            f"{name}.new_zeros(...)) and cast nothing to another dtype."
+            if returns.dtype == "inputs"
+            else f" Return it as torch.{dtype_name(wanted)}, without casting it to another dtype."
+        )
     )
 
 
@@ -587,7 +595,7 @@ def expect_inputs_device(contract: Contract, exercise: Exercise, case: Case | No
         text = str(error).strip().splitlines()[0]
         raise CheckFailed(
             f"Your {exercise.name} raised {type(error).__name__}: {text}, {where}"
-            + (f"; {off} {mode.found}" if mode.found else "")
+            + (f"; {off} {mode.first}" if mode.first else "")
             + f". Make every new tensor on the inputs' device: device={first}.device, or "
             f"torch.zeros_like({first}), {first}.new_ones(...)."
         ) from None
@@ -597,7 +605,7 @@ def expect_inputs_device(contract: Contract, exercise: Exercise, case: Case | No
             raise CheckFailed(
                 f"Your {exercise.name} returns its `{returns.name}` on {value.device.type} {where}: it must "
                 "be on the inputs' device."
-                + (f" {off.capitalize()} {mode.found}." if mode.found else "")
+                + (f" {off.capitalize()} {mode.first}." if mode.first else "")
                 + f" Make every new tensor on the inputs' device: device={first}.device, or "
                 f"torch.zeros_like({first})."
             )
@@ -652,6 +660,9 @@ class _FirstUnlike(TorchFunctionMode):
         super().__init__()
         self.dtype, self.device = dtype, device
         self.found = ""
+        self.found_in_course = ""
+        """The first such tensor made inside the course's own code (its model, say) that the learner's
+        code called: named only where the learner's own lines make none."""
         self.raised_by = ""
         """The operation that raised, innermost first ("__setitem__" for `cpu[i] = meta`)."""
 
@@ -664,9 +675,17 @@ class _FirstUnlike(TorchFunctionMode):
         if not self.found:
             for tensor in tree_flatten(out)[0]:
                 if isinstance(tensor, torch.Tensor) and tensor.dim() > 0 and self._unlike(tensor):
-                    self.found = _op_words(func) + _learner_line()
+                    if _called_from_learner():
+                        self.found = _op_words(func) + _learner_line()
+                    elif not self.found_in_course:
+                        self.found_in_course = _op_words(func) + _learner_line()
                     break
         return out
+
+    @property
+    def first(self) -> str:
+        """Where the first tensor unlike the inputs comes from: the learner's own line where one makes it."""
+        return self.found or self.found_in_course
 
     def _unlike(self, tensor: torch.Tensor) -> bool:
         if self.device is not None and tensor.device.type != self.device:
@@ -683,7 +702,7 @@ def _first_unlike(learner: Callable[..., Any], called: Call, dtype: torch.dtype)
             learner(*args, **kwargs)
     except Exception:  # noqa: BLE001 - it ran before; no observation if it does not now
         return ""
-    return mode.found
+    return mode.first
 
 
 def _op_words(func: Any) -> str:
@@ -694,6 +713,29 @@ def _op_words(func: Any) -> str:
     if getattr(torch.Tensor, name, None) is func:
         return f"`.{name}(…)`"
     return f"`torch.{name}(…)`"
+
+
+def _called_from_learner() -> bool:
+    """Whether the torch operation running now was called by the learner's own code (through torch or
+    einops at most), not by the course's (its model, its helpers) nor by the check."""
+    frame: types.FrameType | None = sys._getframe(2)  # past this function and __torch_function__
+    while frame is not None:
+        kind = _file_kind(frame.f_code.co_filename)
+        if kind != "library":
+            return kind == "learner"
+        frame = frame.f_back
+    return False
+
+
+@functools.lru_cache(maxsize=512)
+def _file_kind(filename: str) -> str:
+    """Whose code a file holds: "course" (this package), "library" (torch, einops, ...) or "learner"."""
+    from attn_course.checks._harness import library_dirs
+
+    path = str(Path(filename).resolve())
+    if path.startswith(str(Path(__file__).resolve().parent.parent)):
+        return "course"
+    return "library" if path.startswith(library_dirs()) else "learner"
 
 
 def _learner_line() -> str:

@@ -2,13 +2,28 @@
 
 from __future__ import annotations
 
+import copy
+import functools
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from attn_course import reference
+from attn_course.checks._contracts import (
+    VIEW_KINDS,
+    Arg,
+    Axis,
+    Case,
+    Contract,
+    Exercise,
+    Returns,
+    contract_cases,
+    expect_contract_cases,
+    expect_inputs_device,
+)
 from attn_course.checks._harness import (
     CheckFailed,
     Mistake,
@@ -20,6 +35,52 @@ from attn_course.checks._harness import (
 )
 from attn_course.decoder import DecoderConfig, TinyDecoder
 from attn_course.generation import greedy
+
+# ---------------------------------------------------------------------------------------------
+# The contracts of notebook 07's Exercises 5 and 6: what each function must accept and return.
+
+PROBS_CONTRACT = Contract(
+    "next_token_probs",
+    args=(Arg("logits", ("B", "V"), views=VIEW_KINDS, swap=(0, 1), slice_axis=-1, expand_axis=0),),
+    axes=(
+        Axis("B", (4, 1), "a single row"),
+        Axis("V", (10, 33), "another vocabulary size"),
+        Axis("k", (3, 1, 10), "top_k = 1, and top_k = vocab_size: every token kept"),
+    ),
+    returns=(Returns("probs", ("B", "V")),),
+    dtypes=(torch.float32, torch.float64),
+    notes=("temperature 0.7 and top_k = k in every generated case; top_k is None or 1 … vocab_size",),
+)
+"""Exercise 6 of 07, first half: logits (b, vocab_size) of float32 or float64, a view or not (a slice as
+model.step(...)[:, -1] gives, transposed, one row expanded over the batch); probabilities in their dtype,
+on their device."""
+
+SAMPLE_CONTRACT = Contract(
+    "sample_next",
+    args=(Arg("logits", ("B", "V"), views=VIEW_KINDS, swap=(0, 1), slice_axis=-1, expand_axis=0),),
+    axes=(Axis("B", (3, 1), "a single row"), Axis("V", (8, 33), "another vocabulary size")),
+    returns=(Returns("tokens", ("B", "1"), dtype="int64"),),
+    dtypes=(torch.float32, torch.float64),
+    notes=(
+        "top_k = 1 in every generated case, so that every right draw is the argmax (the distribution is "
+        "the hand-written cases' to test); no run on another device: the text leaves devices open, and "
+        "random numbers come from `generator`'s device",
+    ),
+)
+"""Exercise 6 of 07, second half: the same logits; one token id per row, (b, 1), dtype long."""
+
+GENERATE_CONTRACT = Contract(
+    "generate_with_cache",
+    args=(Arg("prompt", ("B", "T"), views=("sliced", "expanded"), slice_axis=-1, expand_axis=0),),
+    axes=(Axis("B", (3, 1), "a single sequence"), Axis("T", (4, 1), "a prompt of one token")),
+    returns=(Returns("tokens", ("B", "T + n_new")),),
+    dtypes=(torch.int64,),
+    notes=("n_new = 4 and a pick that takes the second most likely token in every generated case",),
+)
+"""Exercise 5 of 07: prompts (b, t) with b and t down to 1, a slice of a longer batch or one prompt
+expanded over it; the tokens in the prompt's dtype, on its device."""
+
+_GENERATED_N_NEW = 4
 
 # ---------------------------------------------------------------------------------------------
 # next_token_probs
@@ -36,31 +97,46 @@ _PROBS_CASES: list[tuple[float, int | None]] = [
 """(temperature, top_k) of each call: with and without top-k, k = 1 and k = vocab_size."""
 
 
+@dataclass(frozen=True)
+class ProbsVariant:
+    """How one next_token_probs is written: the right one with the defaults, each other value a named
+    mistake (`_probs` computes what it gives; `_PROBS_MISTAKES` names each)."""
+
+    when: str = "before"
+    """Where the temperature acts: "before" the softmax on the logits (right), "after" (the probabilities
+    divided by it), "power" (probs ** (1 / T)) or "never"."""
+    scale: str = "divide"
+    """How it acts on the logits: "divide" (right) or "multiply"."""
+    keep: int = 0
+    """Tokens kept beyond top_k (-1: k - 1, 1: k + 1, a huge number: top_k ignored)."""
+    fill: float = -math.inf
+    """What the logits outside the top k become: -inf (right) or another value (0.0)."""
+    softmax: bool = True
+    """False: the masked logits returned, no softmax."""
+    renormalise: bool = True
+    """False: the probabilities outside the top k zeroed after the softmax, the rest not renormalised."""
+
+
+_RIGHT_PROBS = ProbsVariant()
+
+
 def _probs(
-    logits: torch.Tensor,
-    temperature: float,
-    top_k: int | None,
-    *,
-    when: str = "before",
-    scale: str = "divide",
-    keep: int = 0,
-    fill: float = float("-inf"),
-    softmax: bool = True,
-    renormalise: bool = True,
+    logits: torch.Tensor, temperature: float, top_k: int | None, variant: ProbsVariant = _RIGHT_PROBS
 ) -> torch.Tensor:
-    """next_token_probs with each knob a learner might get wrong; the defaults are right."""
+    """next_token_probs written as `variant`; the default variant is right."""
+    when, keep, fill = variant.when, variant.keep, variant.fill
     scaled = logits
     if when == "before":
-        scaled = logits / temperature if scale == "divide" else logits * temperature  # (b, vocab)
+        scaled = logits / temperature if variant.scale == "divide" else logits * temperature  # (b, vocab)
     if top_k is not None and top_k + keep >= 1:
         k = min(top_k + keep, logits.shape[-1])
         kth = scaled.topk(k, dim=-1).values[:, -1:]  # (b, 1)
         outside = scaled < kth  # (b, vocab)
-        if not renormalise:
+        if not variant.renormalise:
             probs = torch.softmax(scaled, dim=-1).masked_fill(outside, 0.0)  # (b, vocab)
             return probs if when != "power" else probs ** (1 / temperature)
         scaled = scaled.masked_fill(outside, fill)  # (b, vocab)
-    if not softmax:
+    if not variant.softmax:
         return scaled
     probs = torch.softmax(scaled, dim=-1)  # (b, vocab)
     if when == "power":
@@ -70,54 +146,54 @@ def _probs(
     return probs
 
 
-_PROBS_MISTAKES: list[tuple[str, dict[str, Any]]] = [
+_PROBS_MISTAKES: list[tuple[str, ProbsVariant]] = [
     (
         "applies the temperature after the softmax (probs ** (1 / T)), so the rows no longer sum to 1: "
         "divide the logits by the temperature, then take the softmax.",
-        {"when": "power"},
+        ProbsVariant(when="power"),
     ),
     (
         "divides the probabilities by the temperature: the temperature divides the logits, before the "
         "softmax, softmax(logits / temperature).",
-        {"when": "after"},
+        ProbsVariant(when="after"),
     ),
     (
         "multiplies the logits by the temperature: divide by it, softmax(logits / temperature), so that a "
         "high temperature flattens the distribution and a low one sharpens it.",
-        {"scale": "multiply"},
+        ProbsVariant(scale="multiply"),
     ),
     (
         "ignores the temperature: softmax(logits / temperature).",
-        {"when": "never"},
+        ProbsVariant(when="never"),
     ),
     (
         "keeps k - 1 tokens, not k: keep every logit at least as large as the k-th largest, "
         "logits.topk(k).values[:, -1:], and mask the ones below it (<, not <=).",
-        {"keep": -1},
+        ProbsVariant(keep=-1),
     ),
     (
         "keeps k + 1 tokens, not k: the k-th largest logit is logits.topk(k).values[:, -1:] (index k - 1, "
         "counting from 0).",
-        {"keep": 1},
+        ProbsVariant(keep=1),
     ),
     (
         "sets the logits outside the top k to 0, which still gives them probability: set them to "
         "float('-inf'), so that exp makes them exactly 0.",
-        {"fill": 0.0},
+        ProbsVariant(fill=0.0),
     ),
     (
         "returns logits, not probabilities: finish with torch.softmax(scaled, dim=-1).",
-        {"softmax": False},
+        ProbsVariant(softmax=False),
     ),
     (
         "zeroes the tokens outside the top k after the softmax without renormalising, so the rows sum to "
         "less than 1: mask the logits with -inf before the softmax (or divide by the new sum).",
-        {"renormalise": False},
+        ProbsVariant(renormalise=False),
     ),
     (
         "ignores top_k: keep only the top_k largest logits of each row (the others -inf) before the "
         "softmax, when top_k is not None.",
-        {"keep": 10**6},
+        ProbsVariant(keep=10**6),
     ),
 ]
 
@@ -275,7 +351,8 @@ def _kept_count(kept: torch.Tensor, logits: torch.Tensor, top_k: int) -> str | N
 
 @check
 def check_next_token_probs(candidate: Callable[..., Any]) -> str:
-    """Logits (4, 10) at 6 (temperature, top_k) pairs, exactly; then top-k with ties at the k-th logit."""
+    """Logits (4, 10) at 6 (temperature, top_k) pairs, exactly; top-k with ties at the k-th logit; a low
+    temperature on float32 logits; then the cases of PROBS_CONTRACT and a run on the meta device."""
     logits = 2 * randn(4, _VOCAB)  # (b, vocab)
     for temperature, top_k in _PROBS_CASES:
         shown = f"next_token_probs(logits, {temperature}, {top_k}) for logits of shape (4, {_VOCAB})"
@@ -284,13 +361,64 @@ def check_next_token_probs(candidate: Callable[..., Any]) -> str:
         what = f"The result of {shown}"
         out = expect_tensor(got, want.shape, what, finite=False)
         mistakes = [
-            Mistake(message, lambda knobs=knobs, t=temperature, k=top_k: _probs(logits, t, k, **knobs))
-            for message, knobs in _PROBS_MISTAKES
+            Mistake(message, lambda v=variant, t=temperature, k=top_k: _probs(logits, t, k, v))
+            for message, variant in _PROBS_MISTAKES
         ]
         diagnose = _diagnose_probs(logits, temperature, top_k)
         expect_close(out, want, what, mistakes=mistakes, diagnose=diagnose, called_as="")
     _expect_ties_handled(candidate)
-    return f"{len(_PROBS_CASES)} temperatures and top-k (k = 1 … vocab_size), and ties at the k-th logit"
+    _expect_low_temperature(candidate)
+    exercise = Exercise(
+        "next_token_probs",
+        lambda case: (candidate, reference.next_token_probs),
+        after=lambda case: (_GENERATED_TEMPERATURE, case.size["k"]),
+        alloc=_logits,
+        diagnose=lambda case, called: _diagnose_probs(called[0][0], *called[0][1:3]),
+    )
+    generated = expect_contract_cases(PROBS_CONTRACT, exercise, contract_cases(PROBS_CONTRACT))
+    generated += expect_inputs_device(PROBS_CONTRACT, exercise)
+    return (
+        f"{len(_PROBS_CASES)} temperatures and top-k (k = 1 … vocab_size), ties at the k-th logit, a low "
+        "temperature on float32 logits; "
+        f"{generated} more from the exercise's contract (one row, k = 1 and vocab_size, float32 and float64, "
+        "views, on another device)"
+    )
+
+
+_GENERATED_TEMPERATURE = 0.7
+"""The temperature of every generated case of next_token_probs."""
+
+
+def _logits(case: Case, arg: Arg) -> Callable[..., torch.Tensor]:
+    """Seeded logits of a trained model's spread (a few units), in the case's dtype."""
+    return lambda *shape: randn(*shape, dtype=case.dtype, scale=3.0)
+
+
+def _expect_low_temperature(candidate: Callable[..., Any]) -> None:
+    """At temperature 0.1, float32 logits of a trained model's size give logits / T past 88, where exp
+    overflows float32: only a softmax that subtracts each row's maximum first stays finite."""
+    logits = randn(4, _VOCAB, dtype=torch.float32, scale=10.0)  # (b, vocab)
+    temperature = 0.1
+    what = f"The result of next_token_probs(logits, {temperature}, None) for float32 logits (4, {_VOCAB})"
+    got = call("next_token_probs", candidate, logits, temperature, None, hint=_PROBS_SIGNATURE)
+    probs = expect_tensor(got, logits.shape, what, finite=False)  # (b, vocab)
+    finite = torch.isfinite(probs.detach().cpu()).all(dim=-1)  # (b,)
+    if not finite.all():
+        overflows = torch.isinf(torch.exp(logits / temperature)).any(dim=-1)  # (b,)
+        rows = (~finite).nonzero().flatten().tolist()
+        largest = float((logits / temperature).amax())
+        if torch.equal(~finite, overflows):
+            raise CheckFailed(
+                f"{what} has NaN or inf in rows {rows}: exactly the rows where exp(logits / temperature) "
+                f"overflows float32 (logits / temperature reach {largest:.0f}, and exp of anything above 88 "
+                "is inf in float32). Take the softmax with torch.softmax, or subtract each row's maximum "
+                "before exp: a low temperature makes the scaled logits large."
+            )
+        raise CheckFailed(
+            f"{what} has NaN or inf in rows {rows}, where softmax(logits / temperature) is finite."
+        )
+    want = reference.next_token_probs(logits, temperature, None)  # (b, vocab)
+    expect_close(probs, want, what, diagnose=_diagnose_probs(logits, temperature, None), called_as="")
 
 
 def _expect_ties_handled(candidate: Callable[..., Any]) -> None:
@@ -394,7 +522,8 @@ _SAMPLE_CASES: list[tuple[str, float, int | None]] = [
 
 @check
 def check_sample_next(candidate: Callable[..., Any]) -> str:
-    """10,000 draws per row at 3 settings: frequencies within 6σ of next_token_probs; the generator used."""
+    """10,000 draws per row at 3 settings: frequencies within 6σ of next_token_probs; the generator used;
+    then the cases of SAMPLE_CONTRACT (top_k = 1: every right draw is the argmax)."""
     vocab = 8
     for kind, temperature, top_k in _SAMPLE_CASES:
         logits = (
@@ -449,7 +578,17 @@ def check_sample_next(candidate: Callable[..., Any]) -> str:
                 "from `generator` (a seed set inside, or a fixed draw). Pass it on, torch.multinomial(probs, "
                 "1, generator=generator), and set no seed yourself."
             )
-    return f"{_DRAWS:,} draws per row at 3 temperatures and top-k fit the probabilities; seeds reproduce"
+    exercise = Exercise(
+        "sample_next",
+        lambda case: (candidate, reference.sample_next),
+        after=lambda case: (_GENERATED_TEMPERATURE, 1, torch.Generator().manual_seed(1234)),
+        alloc=_logits,
+    )
+    generated = expect_contract_cases(SAMPLE_CONTRACT, exercise, contract_cases(SAMPLE_CONTRACT))
+    return (
+        f"{_DRAWS:,} draws per row at 3 temperatures and top-k fit the probabilities; seeds reproduce; "
+        f"{generated} more from the exercise's contract (one row, float32 and float64, views)"
+    )
 
 
 def _diagnose_draws(
@@ -566,11 +705,16 @@ def _watched_pick(
     def pick(logits: torch.Tensor) -> torch.Tensor:
         if not isinstance(logits, torch.Tensor) or tuple(logits.shape) != (b, vocab):
             shape = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
-            why = (
-                " Slicing [:, -1:] keeps a time axis of length 1: take the last position with [:, -1]."
-                if shape == (b, 1, vocab)
-                else " Take the logits of the last position, model.step(...)[:, -1]."
-            )
+            if shape == (b, 1, vocab):
+                why = " Slicing [:, -1:] keeps a time axis of length 1: take the last position with [:, -1]."
+            elif shape == (vocab,) and b == 1:
+                why = (
+                    " The batch axis, of size 1 for one sequence, is gone (a .squeeze() drops every "
+                    "axis of size 1): take the last position with [:, -1], or .squeeze(1) for the time "
+                    "axis alone."
+                )
+            else:
+                why = " Take the logits of the last position, model.step(...)[:, -1]."
             raise _PickInputError(f"pick(logits) expects logits of shape {(b, vocab)}, got {shape}.{why}")
         picks.append(logits.detach().clone())
         token = choose(logits)  # (b, 1)
@@ -589,16 +733,67 @@ _GEN_SIGNATURE = (
 
 @check
 def check_generate_with_cache(candidate: Callable[..., Any]) -> str:
-    """Generation from a random float64 model with 3 picks, token-exact, and model.step's calls counted."""
+    """Generation from a random float64 model with 3 picks, token-exact, and model.step's calls counted;
+    then the cases of GENERATE_CONTRACT and a run on the meta device."""
     model = TinyDecoder(_GEN_CONFIG).double()
     for b, t, n_new in [(3, 5, 6), (2, 4, 1)]:
         _expect_generation(candidate, model, b, t, n_new, *_PICKS[0])
     for label, make in _PICKS[1:]:
         _expect_generation(candidate, model, 3, 4, 5, label, make)
+    exercise = Exercise(
+        "generate_with_cache",
+        functools.partial(_generations, candidate, model),
+        positional=0,
+        after=lambda case: (_Shown("model"),),
+        extra=lambda case, tensors: {
+            "n_new": _GENERATED_N_NEW,
+            "pick": _Shown("<a pick of the second most likely token>"),
+            "cache": _Shown("KVCache()"),
+            "attend": _Shown("cached_attention"),
+        },
+        alloc=_prompts,
+    )
+    generated = expect_contract_cases(GENERATE_CONTRACT, exercise, contract_cases(GENERATE_CONTRACT))
+    generated += expect_inputs_device(GENERATE_CONTRACT, exercise)
     return (
         "tokens match with a greedy pick, a second-best pick and a seeded sampler; one prefill of the "
-        "prompt, then one new token per model.step"
+        f"prompt, then one new token per model.step; {generated} more from the exercise's contract (one "
+        "sequence, a one-token prompt, a sliced or expanded prompt, on another device)"
     )
+
+
+def _prompts(case: Case, arg: Arg) -> Callable[..., torch.Tensor]:
+    """Random token ids of the check's model."""
+    return lambda *shape: torch.randint(0, _GEN_CONFIG.vocab_size, shape)
+
+
+class _Shown:
+    """An argument as a message shows it; the generated cases put the real one in its place."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+def _generations(
+    candidate: Callable[..., Any], model: TinyDecoder, case: Case
+) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """The learner's and the course's generation for a generated case: the model (a copy on PyTorch's
+    meta device for that case), a pick of the second most likely token, a fresh cache each."""
+    on = copy.deepcopy(model).to("meta") if case.changed == "meta" else model
+    vocab = _GEN_CONFIG.vocab_size
+
+    @torch.no_grad()
+    def learners(_: Any, prompt: torch.Tensor, n_new: int, **shown: Any) -> Any:
+        pick = _watched_pick(prompt.shape[0], vocab, [], _second_best, [])
+        return candidate(on, prompt, n_new, pick, reference.KVCache(), reference.cached_attention)
+
+    def course(_: Any, prompt: torch.Tensor, n_new: int, **shown: Any) -> torch.Tensor:
+        return reference.generate_with_cache(on, prompt, n_new, _second_best, reference.KVCache())
+
+    return learners, course
 
 
 def _expect_generation(
