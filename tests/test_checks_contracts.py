@@ -17,7 +17,9 @@ from attn_course.checks import check_dot_product_scores, triton_backward, triton
 from attn_course.checks import flash as flash_checks
 from attn_course.checks import heads as heads_checks
 from attn_course.checks import masking as masking_checks
+from attn_course.checks import rolling_window as rolling_window_checks
 from attn_course.checks import rope as rope_checks
+from attn_course.checks import rotary_window as rotary_window_checks
 from attn_course.checks import triton as triton_checks
 from attn_course.checks._contracts import (
     VIEW_KINDS,
@@ -106,6 +108,9 @@ CONTRACTS = {
     "rope_frequencies": rope_checks.FREQUENCIES_CONTRACT,
     "apply_rope": rope_checks.ROPE_CONTRACT,
     "RotaryMultiHeadAttention": rope_checks.ROTARY_CONTRACT,
+    # notebook 10
+    "rotary_window_attention": rotary_window_checks.CONTRACT,
+    "rolling_window_step": rolling_window_checks.CONTRACT,
 }
 
 # What each contract demands beyond the shapes, and the words of the exercise's text that state it.
@@ -175,6 +180,17 @@ STATED = {
     "score_variance": [
         "It returns the estimate as a Python float",
         "not the score of every query against every key",
+    ],
+    # notebook 10
+    "rotary_window_attention": [
+        "Any head counts (not only powers of two), any batch, a single token, and a window larger than `t`",
+        "`x` and `positions` may be views (transposed, sliced, expanded), and `x` float32 or float64",
+        "the output has `x`'s dtype and device",
+    ],
+    "rolling_window_step": [
+        "The token may be a view of the whole text (transposed, sliced, expanded)",
+        "float32 or float64 with a buffer of that dtype",
+        "each output has `x`'s dtype and device",
     ],
 }
 

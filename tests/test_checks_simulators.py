@@ -46,3 +46,24 @@ def test_the_grouped_query_layer_with_its_default_knobs_is_the_reference():
 @pytest.mark.parametrize(("t_q", "t_k", "window"), [(6, 6, 3), (3, 8, 2), (5, 5, 1), (4, 4, 9)])
 def test_the_window_with_its_default_knobs_is_the_reference(t_q, t_k, window):
     assert torch.equal(_window(t_q, t_k, window), reference.sliding_window_mask(t_q, t_k, window))
+
+
+# notebook 10's last two exercises: the rotary window layer and its rolling buffer
+
+
+@pytest.mark.parametrize(("n_heads", "n_kv_heads", "t", "window"), [(4, 2, 7, 3), (6, 3, 5, 9), (2, 1, 6, 1)])
+def test_the_rotary_window_layer_and_its_rolling_buffer_with_their_default_variants_are_the_reference(
+    n_heads, n_kv_heads, t, window
+):
+    from attn_course.checks.rolling_window import _decode
+    from attn_course.checks.rotary_window import _dense, _layer
+
+    layer = _layer(8 * n_heads, n_heads, n_kv_heads)
+    x = torch.randn(2, t, 8 * n_heads, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    positions = torch.arange(t) * 2 + 5
+    with torch.no_grad():
+        whole = reference.rotary_window_attention(layer, x, window, positions)
+        torch.testing.assert_close(_dense(layer, x, window, positions), whole)
+        torch.testing.assert_close(
+            _decode(layer, x, window), reference.rotary_window_attention(layer, x, window)
+        )

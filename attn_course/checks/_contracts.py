@@ -577,7 +577,6 @@ def expect_inputs_device(contract: Contract, exercise: Exercise, case: Case | No
     )
     first = contract.args[0].name if contract.args else "x"
     mode = _FirstUnlike(device="meta")
-    off = "the first tensor your code makes off that device comes from"
     try:
         with mode:
             result = learner(*args, **kwargs)
@@ -587,7 +586,7 @@ def expect_inputs_device(contract: Contract, exercise: Exercise, case: Case | No
         text = str(error).strip().splitlines()[0]
         raise CheckFailed(
             f"Your {exercise.name} raised {type(error).__name__}: {text}, {where}"
-            + (f"; {off} {mode.found}" if mode.found else "")
+            + _where_made(mode, "; ")
             + f". Make every new tensor on the inputs' device: device={first}.device, or "
             f"torch.zeros_like({first}), {first}.new_ones(...)."
         ) from None
@@ -597,11 +596,28 @@ def expect_inputs_device(contract: Contract, exercise: Exercise, case: Case | No
             raise CheckFailed(
                 f"Your {exercise.name} returns its `{returns.name}` on {value.device.type} {where}: it must "
                 "be on the inputs' device."
-                + (f" {off.capitalize()} {mode.found}." if mode.found else "")
+                + _where_made(mode, " ", ".")
                 + f" Make every new tensor on the inputs' device: device={first}.device, or "
                 f"torch.zeros_like({first})."
             )
     return True
+
+
+_REACHED = "a tensor that the course's code made off that device, called without device=, first reaches"
+
+
+def _where_made(mode: _FirstUnlike, before: str, after: str = "") -> str:
+    """Where the tensor off the device came from, for a message: the one the failing operation met, else the
+    first the learner's code made, else where one the course's code made first reached it; "" if unknown."""
+    if mode.met and mode.met != mode.found:  # the first one made is not the one that met the inputs
+        text = f"the tensor off that device that the failing operation was given comes from {mode.met}"
+    elif mode.found:
+        text = f"the first tensor your code makes off that device comes from {mode.found}"
+    elif mode.reached:
+        text = f"{_REACHED} {mode.reached}"
+    else:
+        return ""
+    return before + (text[0].upper() + text[1:] if before == " " else text) + after
 
 
 _FACTORIES = frozenset(
@@ -654,19 +670,47 @@ class _FirstUnlike(TorchFunctionMode):
         self.found = ""
         self.raised_by = ""
         """The operation that raised, innermost first ("__setitem__" for `cpu[i] = meta`)."""
+        self.reached = ""
+        """The first operation of the learner's code given a tensor off the device, where the course's code
+        (called without device=) made it."""
+        self.made: dict[int, tuple[torch.Tensor, str]] = {}
+        """The tensors the learner's lines made off the device, by id: each with where it was made (where the
+        first of its kind was, for one computed from another: `~keep` comes from where `keep` does)."""
+        self.met = ""
+        """Where the learner's code made the tensor off the device that the operation which raised got."""
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if (
+            not self.found
+            and not self.reached
+            and self.device is not None
+            and self._any_unlike((args, kwargs))
+        ):
+            if not _called_by_course():  # given a tensor the course's code made off the device
+                self.reached = _op_words(func) + _learner_line()
         try:
             out = func(*args, **(kwargs or {}))
         except Exception:
             self.raised_by = self.raised_by or getattr(func, "__name__", "")
+            met = [t for t in tree_flatten((args, kwargs or {}))[0] if id(t) in self.made]
+            self.met = self.met or (self.made[id(met[0])][1] if met else "")
             raise
-        if not self.found:
-            for tensor in tree_flatten(out)[0]:
-                if isinstance(tensor, torch.Tensor) and tensor.dim() > 0 and self._unlike(tensor):
-                    self.found = _op_words(func) + _learner_line()
-                    break
+        unlike = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor) and self._is_unlike(t)]
+        if unlike and not _called_by_course():  # the course's code moves what it makes itself
+            inherited = [t for t in tree_flatten((args, kwargs or {}))[0] if id(t) in self.made]
+            words = self.made[id(inherited[0])][1] if inherited else _op_words(func) + _learner_line()
+            self.found = self.found or words
+            if self.device is not None:
+                self.made.update((id(t), (t, words)) for t in unlike)  # kept alive: ids stay theirs
         return out
+
+    def _any_unlike(self, tree: Any) -> bool:
+        return any(
+            isinstance(tensor, torch.Tensor) and self._is_unlike(tensor) for tensor in tree_flatten(tree)[0]
+        )
+
+    def _is_unlike(self, tensor: torch.Tensor) -> bool:
+        return tensor.dim() > 0 and self._unlike(tensor)
 
     def _unlike(self, tensor: torch.Tensor) -> bool:
         if self.device is not None and tensor.device.type != self.device:
@@ -684,6 +728,22 @@ def _first_unlike(learner: Callable[..., Any], called: Call, dtype: torch.dtype)
     except Exception:  # noqa: BLE001 - it ran before; no observation if it does not now
         return ""
     return mode.found
+
+
+def _called_by_course() -> bool:
+    """Whether the torch call now running comes from the course's own code (a helper the learner called),
+    not from the learner's lines: what a helper makes on the way, it moves where it belongs itself."""
+    from attn_course.checks._harness import _PACKAGE_DIR, _TORCH_DIR
+
+    for frame in reversed(traceback.extract_stack()[:-2]):  # innermost first, past this and its caller
+        path = str(Path(frame.filename).resolve())
+        if path.startswith(_TORCH_DIR):
+            continue
+        return path.startswith(_PACKAGE_DIR) and not path.startswith(_CHECKS_DIR)
+    return False
+
+
+_CHECKS_DIR = str(Path(__file__).resolve().parent)
 
 
 def _op_words(func: Any) -> str:
