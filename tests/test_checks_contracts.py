@@ -23,7 +23,9 @@ from attn_course.checks import heads as heads_checks
 from attn_course.checks import kv_cache as kv_cache_checks
 from attn_course.checks import masking as masking_checks
 from attn_course.checks import modern as modern_checks
+from attn_course.checks import rolling_window as rolling_window_checks
 from attn_course.checks import rope as rope_checks
+from attn_course.checks import rotary_window as rotary_window_checks
 from attn_course.checks import triton as triton_checks
 from attn_course.checks._contracts import (
     VIEW_KINDS,
@@ -137,6 +139,9 @@ CONTRACTS = {
     "generate_with_cache": generation_checks.GENERATE_CONTRACT,
     "next_token_probs": generation_checks.PROBS_CONTRACT,
     "sample_next": generation_checks.SAMPLE_CONTRACT,
+    # notebook 10
+    "rotary_window_attention": rotary_window_checks.CONTRACT,
+    "rolling_window_step": rolling_window_checks.CONTRACT,
 }
 
 # What each contract demands beyond the shapes, and the words of the exercise's text that state it.
@@ -317,6 +322,17 @@ STATED = {
         "returns one token id per row, `(b, 1)` of dtype long",
         "The logits are float32 or float64 and may be a view",
         "with the `generator` it is handed as its only source of randomness",
+    ],
+    # notebook 10
+    "rotary_window_attention": [
+        "Any head counts (not only powers of two), any batch, a single token, and a window larger than `t`",
+        "`x` and `positions` may be views (transposed, sliced, expanded), and `x` float32 or float64",
+        "the output has `x`'s dtype and device",
+    ],
+    "rolling_window_step": [
+        "The token may be a view of the whole text (transposed, sliced, expanded)",
+        "float32 or float64 with a buffer of that dtype",
+        "each output has `x`'s dtype and device",
     ],
 }
 

@@ -8,6 +8,7 @@ answer; what it must not do is name a change the learner did not make.
 
 from __future__ import annotations
 
+import contextvars
 import math
 
 import pytest
@@ -17,6 +18,7 @@ from check_assertions import assert_accepted, assert_rejected
 from attn_course import reference
 from attn_course.checks import (
     _mutants,
+    _repairs,
     check_attention,
     check_dot_product_attention,
     check_merge_heads,
@@ -133,3 +135,39 @@ def test_an_error_the_reference_raises_with_one_change_is_named_by_that_change(c
     with pytest.raises(AssertionError) as failure:
         check_dot_product_attention(dot_product_attention_transposed)
     assert "`weights` transposed in `weights @ v`" in str(failure.value)
+
+
+def attention_keys_numbered_from_the_end(q, k, v, mask=None, is_causal=False):
+    """Bottom-right queries, and keys numbered as if they ended with the queries too: the keys' line is
+    wrong, the queries' line is right."""
+    t_q, t_k = q.shape[-2], k.shape[-2]
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (..., t_q, t_k)
+    if is_causal:
+        query_pos = torch.arange(t_q, device=q.device)[:, None] + t_k - t_q  # (t_q, 1)
+        key_pos = torch.arange(t_q - t_k, t_q, device=q.device)[None, :]  # (1, t_k)
+        causal = key_pos <= query_pos
+        mask = causal if mask is None else mask & causal
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    if mask is not None:
+        weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
+    return weights @ v, weights
+
+
+def test_a_repair_never_swaps_a_name_for_one_its_statement_already_reads():
+    """`+ t_k - t_q` written `+ t_k - t_k` cancels the queries' offset, which makes the keys' wrong offset
+    right by accident: the repair named the right line as the mistake. A swap into a name the statement
+    already reads names no mix-up of names (the rule of `_mutants._changes` for local pairs), so the
+    repair layer no longer tries it."""
+    function = attention_keys_numbered_from_the_end
+    cancelled = [m for m in _mutants.mutants(function) if m.after.endswith("+ t_k - t_k")]
+    assert cancelled and all(m.into_present for m in cancelled)
+    assert _repairs._passes(check_attention.__wrapped__, cancelled[0].function)  # what it used to say
+
+    def repaired() -> str | None:
+        _repairs.begin_check(check_attention.__wrapped__, function)
+        return _repairs.name_by_repair()
+
+    found = contextvars.copy_context().run(repaired)
+    assert found is None or "query_pos" not in found

@@ -55,7 +55,7 @@ def with_a_slot_mask(layer, x, buffer, position):  # every slot, the empty ones 
     q, k, v = _qkv(layer, x, position)
     buffer.keys[:, :, position % window : position % window + 1] = k
     buffer.values[:, :, position % window : position % window + 1] = v
-    written = torch.arange(window) <= position  # (W,)
+    written = torch.arange(window, device=x.device) <= position  # (W,)
     n_rep = layer.n_heads // layer.n_kv_heads
     out, _ = attention(q, repeat_kv(buffer.keys, n_rep), repeat_kv(buffer.values, n_rep), mask=written)
     return layer.out(merge_heads(out))
@@ -90,8 +90,25 @@ def rolled_into_order(layer, x, buffer, position):  # torch.roll to time order, 
     return layer.out(merge_heads(weights @ values))
 
 
+def einsum_in_float64(layer, x, buffer, position):  # groups by einsum, scores in float64, view not rearrange
+    b, _, d_model = x.shape
+    h, h_kv, window = layer.n_heads, layer.n_kv_heads, buffer.window
+    d = d_model // h
+    at = torch.tensor([position], device=x.device)
+    q = apply_rope(layer.q(x).view(b, 1, h, d).transpose(1, 2), at)  # (b, h, 1, d)
+    k = apply_rope(layer.k(x).view(b, 1, h_kv, d).transpose(1, 2), at)  # (b, h_kv, 1, d)
+    buffer.keys[:, :, position % window] = k[:, :, 0]
+    buffer.values[:, :, position % window] = layer.v(x).view(b, h_kv, d)
+    n = min(position + 1, window)
+    q = q.reshape(b, h_kv, h // h_kv, d).double()  # (b, h_kv, g, d): consecutive query heads share
+    scores = torch.einsum("bkgd,bknd->bkgn", q, buffer.keys[:, :, :n].double()) / math.sqrt(d)
+    out = torch.einsum("bkgn,bknd->bkgd", scores.softmax(dim=-1), buffer.values[:, :, :n].double())
+    return layer.out(out.reshape(b, 1, d_model).to(x.dtype))
+
+
 CORRECT = [
     pytest.param(reference.rolling_window_step, id="reference"),
+    pytest.param(einsum_in_float64, id="einsum-float64"),
     pytest.param(with_sdpa, id="sdpa"),
     pytest.param(with_a_slot_mask, id="slot-mask"),
     pytest.param(rotated_when_read, id="rotated-when-read"),
@@ -250,6 +267,27 @@ def scores_not_scaled(layer, x, buffer, position):  # nobody listed this one
         q, buffer.keys[:, :, :n], buffer.values[:, :, :n], enable_gqa=True, scale=1.0
     )
     return layer.out(merge_heads(out))
+
+
+# The contract's cases (issue 44): the old check passed this.
+
+
+def slot_mask_on_the_cpu(layer, x, buffer, position):  # every slot, the empty ones masked by a CPU mask
+    window = buffer.window
+    q, k, v = _qkv(layer, x, position)
+    buffer.keys[:, :, position % window : position % window + 1] = k
+    buffer.values[:, :, position % window : position % window + 1] = v
+    written = torch.arange(window) <= position  # (W,)
+    n_rep = layer.n_heads // layer.n_kv_heads
+    out, _ = attention(q, repeat_kv(buffer.keys, n_rep), repeat_kv(buffer.values, n_rep), mask=written)
+    return layer.out(merge_heads(out))
+
+
+def test_the_contract_catches_a_mask_made_on_the_cpu(capsys):
+    phrase = (
+        "the tensor off that device that the failing operation was given comes from `torch.arange(…)` at line"
+    )
+    assert_rejected(check_rolling_window_step, slot_mask_on_the_cpu, phrase, capsys)
 
 
 WRONG = [

@@ -54,7 +54,9 @@ def with_sdpa_and_repeat(layer, x, window, positions=None):  # no FlexAttention:
     n_rep = layer.n_heads // layer.n_kv_heads
     k, v = repeat_kv(apply_rope(k, positions), n_rep), repeat_kv(v, n_rep)  # rotate before the repeat
     q = apply_rope(q, positions)
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=sliding_window_mask(t, t, window))
+    out = F.scaled_dot_product_attention(
+        q, k, v, attn_mask=sliding_window_mask(t, t, window, device=x.device)
+    )
     return layer.out(out.transpose(1, 2).reshape(b, t, -1))
 
 
@@ -80,9 +82,25 @@ def by_hand(layer, x, window, positions=None):  # every score, the mask built wi
     k = apply_rope(split_heads(layer.k(x), layer.n_kv_heads), positions).repeat_interleave(n_rep, dim=1)
     v = split_heads(layer.v(x), layer.n_kv_heads).repeat_interleave(n_rep, dim=1)
     scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
-    keep = torch.ones(t, t, dtype=torch.bool).tril() & ~torch.ones(t, t, dtype=torch.bool).tril(-window)
+    ones = torch.ones(t, t, dtype=torch.bool, device=x.device)
+    keep = ones.tril() & ~ones.tril(-window)
     weights = scores.masked_fill(~keep, float("-inf")).softmax(dim=-1)
     return layer.out(merge_heads(weights @ v))
+
+
+def einsum_in_float64(layer, x, window, positions=None):  # einsum over the groups, scores in float64
+    b, t, _ = x.shape
+    g = layer.n_heads // layer.n_kv_heads
+    q = apply_rope(split_heads(layer.q(x), layer.n_heads), positions)
+    k = apply_rope(split_heads(layer.k(x), layer.n_kv_heads), positions)
+    v = split_heads(layer.v(x), layer.n_kv_heads)
+    q = q.reshape(b, layer.n_kv_heads, g, t, -1)  # (b, h_kv, g, t, d): consecutive query heads share
+    scores = torch.einsum("bkgqd,bkjd->bkgqj", q.double(), k.double()) / math.sqrt(q.shape[-1])
+    i = torch.arange(t, device=x.device)
+    keep = (i[:, None] >= i[None, :]) & (i[:, None] - i[None, :] < window)
+    weights = scores.masked_fill(~keep, float("-inf")).softmax(dim=-1)
+    out = torch.einsum("bkgqj,bkjd->bkgqd", weights, v.double()).to(x.dtype)
+    return layer.out(out.reshape(b, layer.n_heads, t, -1).transpose(1, 2).reshape(b, t, -1))
 
 
 def with_flex_scale_given(layer, x, window, positions=None):  # scale written out, positions made explicit
@@ -106,6 +124,7 @@ CORRECT = [
     pytest.param(rope_after_repeat, id="rope-after-repeat"),
     pytest.param(by_hand, id="by-hand"),
     pytest.param(with_flex_scale_given, id="scale-given"),
+    pytest.param(einsum_in_float64, id="einsum-float64"),
 ]
 
 
@@ -298,6 +317,64 @@ def rope_on_the_projections(layer, x, window, positions=None):  # rotated over d
 
     mask = create_block_mask(in_window, None, None, t, t, device="cpu")
     return layer.out(merge_heads(flex_attention(q, k, v, block_mask=mask, enable_gqa=True)))
+
+
+# The contract's cases (issue 44): the old check passed each of these.
+
+
+def mask_made_on_the_cpu(layer, x, window, positions=None):  # a GPU's scores meet a CPU mask
+    t = x.shape[1]
+    n_rep = layer.n_heads // layer.n_kv_heads
+    q = apply_rope(split_heads(layer.q(x), layer.n_heads), positions)
+    k = apply_rope(split_heads(layer.k(x), layer.n_kv_heads), positions).repeat_interleave(n_rep, dim=1)
+    v = split_heads(layer.v(x), layer.n_kv_heads).repeat_interleave(n_rep, dim=1)
+    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    keep = torch.ones(t, t, dtype=torch.bool).tril() & ~torch.ones(t, t, dtype=torch.bool).tril(-window)
+    weights = scores.masked_fill(~keep, float("-inf")).softmax(dim=-1)
+    return layer.out(merge_heads(weights @ v))
+
+
+def course_mask_without_device(layer, x, window, positions=None):  # sliding_window_mask on the CPU
+    b, t, _ = x.shape
+    n_rep = layer.n_heads // layer.n_kv_heads
+    q = apply_rope(split_heads(layer.q(x), layer.n_heads), positions)
+    k = repeat_kv(apply_rope(split_heads(layer.k(x), layer.n_kv_heads), positions), n_rep)
+    v = repeat_kv(split_heads(layer.v(x), layer.n_kv_heads), n_rep)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=sliding_window_mask(t, t, window))
+    return layer.out(merge_heads(out))
+
+
+def band_of_diagonals(layer, x, window, positions=None):  # the window as its diagonals: none past t - 1
+    t = x.shape[1]
+    n_rep = layer.n_heads // layer.n_kv_heads
+    q = apply_rope(split_heads(layer.q(x), layer.n_heads), positions)
+    k = apply_rope(split_heads(layer.k(x), layer.n_kv_heads), positions).repeat_interleave(n_rep, dim=1)
+    v = split_heads(layer.v(x), layer.n_kv_heads).repeat_interleave(n_rep, dim=1)
+    keep = torch.zeros(t, t, dtype=torch.bool, device=x.device)
+    for offset in range(window):  # the query's own key, then each one further back
+        keep |= torch.ones(t - offset, dtype=torch.bool, device=x.device).diag(-offset)
+    weights = (q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])).masked_fill(~keep, float("-inf"))
+    return layer.out(merge_heads(weights.softmax(dim=-1) @ v))
+
+
+CONTRACT_WRONG = [
+    pytest.param(
+        mask_made_on_the_cpu,
+        "the first tensor your code makes off that device comes from `torch.ones(…)` at line",
+        id="mask-on-cpu",
+    ),
+    pytest.param(
+        course_mask_without_device,
+        "called without device=, first reaches `torch.scaled_dot_product_attention(…)`",
+        id="course-mask-on-cpu",
+    ),
+    pytest.param(band_of_diagonals, "only in that it has t = 1 (a single token)", id="band"),
+]
+
+
+@pytest.mark.parametrize(("candidate", "phrase"), CONTRACT_WRONG)
+def test_the_contract_catches_what_the_old_cases_passed(candidate, phrase, capsys):
+    assert_rejected(check_rotary_window_attention, candidate, phrase, capsys)
 
 
 WRONG = [

@@ -120,3 +120,24 @@ def test_each_named_next_token_probs_mistake_is_one_variant_that_differs(message
     right = ProbsVariant()
     assert sum(getattr(variant, f) != getattr(right, f) for f in ProbsVariant.__dataclass_fields__) == 1
     assert not torch.allclose(_probs(logits, 0.5, 3, variant), reference.next_token_probs(logits, 0.5, 3))
+
+
+# notebook 10's last two exercises: the rotary window layer and its rolling buffer
+
+
+@pytest.mark.parametrize(("n_heads", "n_kv_heads", "t", "window"), [(4, 2, 7, 3), (6, 3, 5, 9), (2, 1, 6, 1)])
+def test_the_rotary_window_layer_and_its_rolling_buffer_with_their_default_variants_are_the_reference(
+    n_heads, n_kv_heads, t, window
+):
+    from attn_course.checks.rolling_window import _decode
+    from attn_course.checks.rotary_window import _dense, _layer
+
+    layer = _layer(8 * n_heads, n_heads, n_kv_heads)
+    x = torch.randn(2, t, 8 * n_heads, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    positions = torch.arange(t) * 2 + 5
+    with torch.no_grad():
+        whole = reference.rotary_window_attention(layer, x, window, positions)
+        torch.testing.assert_close(_dense(layer, x, window, positions), whole)
+        torch.testing.assert_close(
+            _decode(layer, x, window), reference.rotary_window_attention(layer, x, window)
+        )

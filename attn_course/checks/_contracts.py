@@ -21,11 +21,8 @@ the learner's code reads wrongly.
 from __future__ import annotations
 
 import contextlib
-import functools
 import math
-import sys
 import traceback
-import types
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -585,7 +582,6 @@ def expect_inputs_device(contract: Contract, exercise: Exercise, case: Case | No
     )
     first = contract.args[0].name if contract.args else "x"
     mode = _FirstUnlike(device="meta")
-    off = "the first tensor your code makes off that device comes from"
     try:
         with mode:
             result = learner(*args, **kwargs)
@@ -595,7 +591,7 @@ def expect_inputs_device(contract: Contract, exercise: Exercise, case: Case | No
         text = str(error).strip().splitlines()[0]
         raise CheckFailed(
             f"Your {exercise.name} raised {type(error).__name__}: {text}, {where}"
-            + (f"; {off} {mode.first}" if mode.first else "")
+            + _where_made(mode, "; ")
             + f". Make every new tensor on the inputs' device: device={first}.device, or "
             f"torch.zeros_like({first}), {first}.new_ones(...)."
         ) from None
@@ -605,11 +601,28 @@ def expect_inputs_device(contract: Contract, exercise: Exercise, case: Case | No
             raise CheckFailed(
                 f"Your {exercise.name} returns its `{returns.name}` on {value.device.type} {where}: it must "
                 "be on the inputs' device."
-                + (f" {off.capitalize()} {mode.first}." if mode.first else "")
+                + _where_made(mode, " ", ".")
                 + f" Make every new tensor on the inputs' device: device={first}.device, or "
                 f"torch.zeros_like({first})."
             )
     return True
+
+
+_REACHED = "a tensor that the course's code made off that device, called without device=, first reaches"
+
+
+def _where_made(mode: _FirstUnlike, before: str, after: str = "") -> str:
+    """Where the tensor off the device came from, for a message: the one the failing operation met, else the
+    first the learner's code made, else where one the course's code made first reached it; "" if unknown."""
+    if mode.met and mode.met != mode.found:  # the first one made is not the one that met the inputs
+        text = f"the tensor off that device that the failing operation was given comes from {mode.met}"
+    elif mode.found:
+        text = f"the first tensor your code makes off that device comes from {mode.found}"
+    elif mode.reached:
+        text = f"{_REACHED} {mode.reached}"
+    else:
+        return ""
+    return before + (text[0].upper() + text[1:] if before == " " else text) + after
 
 
 _FACTORIES = frozenset(
@@ -660,32 +673,49 @@ class _FirstUnlike(TorchFunctionMode):
         super().__init__()
         self.dtype, self.device = dtype, device
         self.found = ""
-        self.found_in_course = ""
-        """The first such tensor made inside the course's own code (its model, say) that the learner's
-        code called: named only where the learner's own lines make none."""
         self.raised_by = ""
         """The operation that raised, innermost first ("__setitem__" for `cpu[i] = meta`)."""
+        self.reached = ""
+        """The first operation of the learner's code given a tensor off the device, where the course's code
+        (called without device=) made it."""
+        self.made: dict[int, tuple[torch.Tensor, str]] = {}
+        """The tensors the learner's lines made off the device, by id: each with where it was made (where the
+        first of its kind was, for one computed from another: `~keep` comes from where `keep` does)."""
+        self.met = ""
+        """Where the learner's code made the tensor off the device that the operation which raised got."""
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if (
+            not self.found
+            and not self.reached
+            and self.device is not None
+            and self._any_unlike((args, kwargs))
+        ):
+            if not _called_by_course():  # given a tensor the course's code made off the device
+                self.reached = _op_words(func) + _learner_line()
         try:
             out = func(*args, **(kwargs or {}))
         except Exception:
             self.raised_by = self.raised_by or getattr(func, "__name__", "")
+            met = [t for t in tree_flatten((args, kwargs or {}))[0] if id(t) in self.made]
+            self.met = self.met or (self.made[id(met[0])][1] if met else "")
             raise
-        if not self.found:
-            for tensor in tree_flatten(out)[0]:
-                if isinstance(tensor, torch.Tensor) and tensor.dim() > 0 and self._unlike(tensor):
-                    if _called_from_learner():
-                        self.found = _op_words(func) + _learner_line()
-                    elif not self.found_in_course:
-                        self.found_in_course = _op_words(func) + _learner_line()
-                    break
+        unlike = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor) and self._is_unlike(t)]
+        if unlike and not _called_by_course():  # the course's code moves what it makes itself
+            inherited = [t for t in tree_flatten((args, kwargs or {}))[0] if id(t) in self.made]
+            words = self.made[id(inherited[0])][1] if inherited else _op_words(func) + _learner_line()
+            self.found = self.found or words
+            if self.device is not None:
+                self.made.update((id(t), (t, words)) for t in unlike)  # kept alive: ids stay theirs
         return out
 
-    @property
-    def first(self) -> str:
-        """Where the first tensor unlike the inputs comes from: the learner's own line where one makes it."""
-        return self.found or self.found_in_course
+    def _any_unlike(self, tree: Any) -> bool:
+        return any(
+            isinstance(tensor, torch.Tensor) and self._is_unlike(tensor) for tensor in tree_flatten(tree)[0]
+        )
+
+    def _is_unlike(self, tensor: torch.Tensor) -> bool:
+        return tensor.dim() > 0 and self._unlike(tensor)
 
     def _unlike(self, tensor: torch.Tensor) -> bool:
         if self.device is not None and tensor.device.type != self.device:
@@ -702,7 +732,23 @@ def _first_unlike(learner: Callable[..., Any], called: Call, dtype: torch.dtype)
             learner(*args, **kwargs)
     except Exception:  # noqa: BLE001 - it ran before; no observation if it does not now
         return ""
-    return mode.first
+    return mode.found
+
+
+def _called_by_course() -> bool:
+    """Whether the torch call now running comes from the course's own code (a helper the learner called),
+    not from the learner's lines: what a helper makes on the way, it moves where it belongs itself."""
+    from attn_course.checks._harness import _PACKAGE_DIR, _TORCH_DIR
+
+    for frame in reversed(traceback.extract_stack()[:-2]):  # innermost first, past this and its caller
+        path = str(Path(frame.filename).resolve())
+        if path.startswith(_TORCH_DIR):
+            continue
+        return path.startswith(_PACKAGE_DIR) and not path.startswith(_CHECKS_DIR)
+    return False
+
+
+_CHECKS_DIR = str(Path(__file__).resolve().parent)
 
 
 def _op_words(func: Any) -> str:
@@ -713,29 +759,6 @@ def _op_words(func: Any) -> str:
     if getattr(torch.Tensor, name, None) is func:
         return f"`.{name}(…)`"
     return f"`torch.{name}(…)`"
-
-
-def _called_from_learner() -> bool:
-    """Whether the torch operation running now was called by the learner's own code (through torch or
-    einops at most), not by the course's (its model, its helpers) nor by the check."""
-    frame: types.FrameType | None = sys._getframe(2)  # past this function and __torch_function__
-    while frame is not None:
-        kind = _file_kind(frame.f_code.co_filename)
-        if kind != "library":
-            return kind == "learner"
-        frame = frame.f_back
-    return False
-
-
-@functools.lru_cache(maxsize=512)
-def _file_kind(filename: str) -> str:
-    """Whose code a file holds: "course" (this package), "library" (torch, einops, ...) or "learner"."""
-    from attn_course.checks._harness import library_dirs
-
-    path = str(Path(filename).resolve())
-    if path.startswith(str(Path(__file__).resolve().parent.parent)):
-        return "course"
-    return "library" if path.startswith(library_dirs()) else "learner"
 
 
 def _learner_line() -> str:

@@ -100,6 +100,8 @@ class Mutant:
     """That line with the change ("" where the statement was left out)."""
     index_shift: bool = False
     """Whether the change shifts a constant inside an index or slice (k[:1] -> k[:2])."""
+    into_present: bool = False
+    """Whether the change swaps a name for one the statement already reads (`t_k - t_q` -> `t_k - t_k`)."""
 
 
 _LAST_CANDIDATE: contextvars.ContextVar[Any] = contextvars.ContextVar("last_candidate", default=None)
@@ -586,7 +588,8 @@ def _build(function: Callable[..., Any]) -> Iterator[Mutant]:
                     f"is what the right computation gives with one change{described}: {change}."
                 )
                 first_after = after.splitlines()[0] if after else ""
-                yield Mutant(message, compiled, line, _site_names(node), before, first_after, shift)
+                into = _swaps_into_present(node, replacement, statement)
+                yield Mutant(message, compiled, line, _site_names(node), before, first_after, shift, into)
 
 
 UNQUOTED: dict[str, str] = {}
@@ -674,6 +677,27 @@ def _statement(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> ast.stmt | Non
     while node is not None and not isinstance(node, ast.stmt):
         node = parents.get(node)  # type: ignore[assignment]
     return node if not isinstance(node, ast.FunctionDef) else None
+
+
+def _swaps_into_present(node: ast.AST, replacement: ast.AST | None, statement: ast.AST | None) -> bool:
+    """Whether `replacement` swaps the name `node` for a name its statement already reads: a change that
+    cancels a term (`t_k - t_q` -> `t_k - t_k`) rather than names a mix-up (the rule of the pairs' swaps)."""
+    if not (isinstance(node, ast.Name) and isinstance(replacement, ast.Name)) or statement is None:
+        return False
+    return replacement.id in _read_names(statement)
+
+
+def _read_names(statement: ast.AST) -> set[str]:
+    """The names a statement reads: of a compound statement, its header's only (an `if`'s test)."""
+    if isinstance(statement, ast.If | ast.While):
+        parts: list[ast.AST] = [statement.test]
+    elif isinstance(statement, ast.For):
+        parts = [statement.target, statement.iter]
+    elif isinstance(statement, ast.With):
+        parts = list(statement.items)
+    else:
+        parts = [statement]
+    return {n.id for part in parts for n in ast.walk(part) if isinstance(n, ast.Name)}
 
 
 def _compile(definition: ast.FunctionDef, original: Callable[..., Any]) -> Callable[..., Any] | None:

@@ -11,16 +11,29 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from attn_course.checks._contracts import (
+    VIEW_KINDS,
+    Arg,
+    Axis,
+    Case,
+    Contract,
+    Exercise,
+    Returns,
+    contract_cases,
+    expect_contract_cases,
+    expect_inputs_device,
+)
 from attn_course.checks._harness import CheckFailed, Mistake, call, check, expect_close, expect_tensor, randn
 from attn_course.checks.rotary_window import _GROUPED, _dense, _layer
 from attn_course.gqa import GroupedQueryAttention
 from attn_course.heads import merge_heads, split_heads
 from attn_course.rope import apply_rope
-from attn_course.rotary_window import RollingBuffer
+from attn_course.rotary_window import RollingBuffer, rotary_window_dense
 
 _CONFIGS: list[tuple[int, int, int, int, int, str]] = [
     (32, 4, 2, 11, 4, "4 query heads sharing 2, a window of 4, 11 tokens"),
@@ -30,6 +43,28 @@ _CONFIGS: list[tuple[int, int, int, int, int, str]] = [
 ]
 """(d_model, n_heads, n_kv_heads, t, window, what it tests); every head 8 numbers wide."""
 
+CONTRACT = Contract(
+    "rolling_window_step",
+    args=(Arg("x", ("b", "t", "h·d"), views=VIEW_KINDS, swap=(0, 1), slice_axis=1),),
+    axes=(
+        Axis("b", (2, 1), "one sequence"),
+        Axis("t", (7,)),
+        Axis("h", (6,), "a head count that is not a power of two"),
+        Axis("h_kv", (3, 1, 6), "one key/value head for all (MQA), and one each (MHA)"),
+        Axis("d", (6,), "a head width that is not a power of two"),
+        Axis("W", (3, 1, 9), "a buffer of one slot, and one the text never fills"),
+    ),
+    returns=(Returns("output", ("b", "t", "h·d")),),
+    dtypes=(torch.float32, torch.float64),
+    notes=(
+        "x is the whole text, decoded token by token (x[:, p : p + 1] at position p) through one fresh "
+        "RollingBuffer.for_layer(layer, b, W) in x's dtype; layer is a GroupedQueryAttention(h·d, h, h_kv)",
+    ),
+)
+"""Exercise 8 of 10: any batch, head counts that are not powers of two (MQA and MHA too), a window of 1
+and one larger than the text, the text a view (each token then a view of it), float32 and float64 (the
+buffer in that dtype), each output in x's dtype on x's device."""
+
 _SIGNATURE = (
     "The signature is rolling_window_step(layer, x, buffer, position): x (b, 1, d_model) is the token "
     "at `position`; write its key and value into buffer.keys and buffer.values (b, h_kv, W, d_head) "
@@ -37,19 +72,32 @@ _SIGNATURE = (
 )
 
 
+@dataclass(frozen=True)
+class RollingVariant:
+    """How one rolling decoding step is written: the right one with the defaults, each other value a named
+    mistake (`_decode` computes what it gives; `_MISTAKES` names each)."""
+
+    query_at: str = "position"
+    """What the query is rotated by: "position" (right), "slot" (position % W) or "zero"."""
+    keys_at: str = "written"
+    """How the keys carry their positions: "written" (rotated by their position when written: right),
+    "written-at-zero" (rotated by 0), "slot-number" (stored raw, rotated by slot number when read),
+    "time-order" (stored raw, rotated as if slot 0 held the oldest)."""
+    read: str = "filled"
+    """Which slots the query attends: "filled" (the first min(p + 1, W): right), "all", "before-write",
+    "old-and-new" (the buffer before the write and the new key besides), "up-to-slot", "one-short"."""
+    grouping: str = "grouped"
+    """How the key/value heads line up with the query heads: "grouped" (right) or "interleaved"."""
+    rope: bool = True
+    """False: no RoPE at all."""
+
+
 def _decode(
-    layer: GroupedQueryAttention,
-    x: torch.Tensor,
-    window: int,
-    *,
-    query_at: str = "position",
-    keys_at: str = "written",
-    read: str = "filled",
-    grouping: str = "grouped",
-    rope: bool = True,
+    layer: GroupedQueryAttention, x: torch.Tensor, window: int, variant: RollingVariant | None = None
 ) -> torch.Tensor:
-    """Every position decoded through a rolling buffer, with each knob a learner might get wrong;
-    the defaults are right. (b, t, d_model)."""
+    """Every position decoded through a rolling buffer, written as `variant`; the default variant is
+    right. (b, t, d_model)."""
+    w = variant or RollingVariant()
     b, t, _ = x.shape
     buffer = RollingBuffer.for_layer(layer, b, window, dtype=x.dtype)
     n_rep, outs = layer.n_heads // layer.n_kv_heads, []
@@ -59,31 +107,31 @@ def _decode(
         q = split_heads(layer.q(token), layer.n_heads)  # (b, h, 1, d)
         k = split_heads(layer.k(token), layer.n_kv_heads)  # (b, h_kv, 1, d)
         v = split_heads(layer.v(token), layer.n_kv_heads)  # (b, h_kv, 1, d)
-        at = {"position": [p], "slot": [slot], "zero": [0]}[query_at]
-        q = apply_rope(q, torch.tensor(at)) if rope else q
-        if keys_at in ("written", "written-at-zero") and rope:
-            k = apply_rope(k, torch.tensor([p if keys_at == "written" else 0]))  # stored rotated
+        at = {"position": [p], "slot": [slot], "zero": [0]}[w.query_at]
+        q = apply_rope(q, torch.tensor(at)) if w.rope else q
+        if w.keys_at in ("written", "written-at-zero") and w.rope:
+            k = apply_rope(k, torch.tensor([p if w.keys_at == "written" else 0]))  # stored rotated
         old_k, old_v = buffer.keys.clone(), buffer.values.clone()  # (b, h_kv, W, d)
         buffer.keys[:, :, slot], buffer.values[:, :, slot] = k[:, :, 0], v[:, :, 0]
         keys, values = buffer.keys, buffer.values  # (b, h_kv, W, d)
-        if read == "filled":
+        if w.read == "filled":
             keys, values = keys[:, :, :filled], values[:, :, :filled]
-        elif read == "before-write":  # attended before the new token was written
+        elif w.read == "before-write":  # attended before the new token was written
             keys, values = old_k[:, :, : min(p, window)], old_v[:, :, : min(p, window)]
-        elif read == "old-and-new":  # the buffer as it was, and the new key besides
+        elif w.read == "old-and-new":  # the buffer as it was, and the new key besides
             keys = torch.cat([old_k[:, :, : min(p, window)], k], dim=-2)
             values = torch.cat([old_v[:, :, : min(p, window)], v], dim=-2)
-        elif read == "up-to-slot":  # slots after the newest taken for the future
+        elif w.read == "up-to-slot":  # slots after the newest taken for the future
             keys, values = keys[:, :, : slot + 1], values[:, :, : slot + 1]
-        elif read == "one-short":  # the count before the write (at least one slot, or nothing to attend)
+        elif w.read == "one-short":  # the count before the write (at least one slot, or nothing to attend)
             keys, values = keys[:, :, : max(min(p, window), 1)], values[:, :, : max(min(p, window), 1)]
         # read == "all": every slot, written or not
-        if keys_at == "slot-number" and rope:  # stored unrotated, rotated by slot number when read
+        if w.keys_at == "slot-number" and w.rope:  # stored unrotated, rotated by slot number when read
             keys = apply_rope(keys, torch.arange(keys.shape[-2]))
-        elif keys_at == "time-order" and rope:  # stored unrotated, slot 0 taken for the oldest
+        elif w.keys_at == "time-order" and w.rope:  # stored unrotated, slot 0 taken for the oldest
             n = keys.shape[-2]
             keys = apply_rope(keys, torch.arange(p - n + 1, p + 1))
-        if grouping == "grouped":
+        if w.grouping == "grouped":
             keys, values = keys.repeat_interleave(n_rep, dim=1), values.repeat_interleave(n_rep, dim=1)
         else:
             keys, values = keys.repeat(1, n_rep, 1, 1), values.repeat(1, n_rep, 1, 1)
@@ -93,66 +141,67 @@ def _decode(
 
 
 _AFTER_WRAP = "right until the buffer wraps (position W), wrong from there on"
-_MISTAKES: list[tuple[str, dict[str, Any]]] = [
+_MISTAKES: list[tuple[str, RollingVariant]] = [
     (
         "rotates the query by its slot, position % W, instead of its position: "
         f"{_AFTER_WRAP}. RoPE needs where the token stands in the text; the slot only says where it "
         "is stored.",
-        {"query_at": "slot"},
+        RollingVariant(query_at="slot"),
     ),
     (
         "rotates the new token at position 0 (apply_rope's default for one token is positions 0 … t-1, "
         "that is [0]): pass positions=torch.tensor([position]) for q and k.",
-        {"query_at": "zero", "keys_at": "written-at-zero"},
+        RollingVariant(query_at="zero", keys_at="written-at-zero"),
     ),
     (
         "rotates the cached keys by their slot numbers 0 … W-1, as if the slots were in time order: "
         f"{_AFTER_WRAP}, when slot position % W holds the newest token and the slot after it the "
         "oldest. Rotate each key by its own position when you write it, and store it rotated.",
-        {"keys_at": "slot-number"},
+        RollingVariant(keys_at="slot-number"),
     ),
     (
         "rotates the cached keys as if slot 0 held the oldest token and the last slot the newest: "
         f"{_AFTER_WRAP}, when the newest sits in slot position % W and the oldest right after it. "
         "Rotate each key by its own position when you write it, and store it rotated.",
-        {"keys_at": "time-order"},
+        RollingVariant(keys_at="time-order"),
     ),
     (
         "attends all W slots from the first token on: while the buffer fills (positions 0 … W-2) the "
         "slots not written yet hold zeros, and their keys still get weight. Attend the first "
         "min(position + 1, W) slots only.",
-        {"read": "all"},
+        RollingVariant(read="all"),
     ),
     (
         "attends the buffer before writing the new token into it: the query misses its own key and, "
         "once the buffer is full, sees the token at position - W, which its slot should no longer hold. "
         "Write slot position % W first, then attend.",
-        {"read": "before-write"},
+        RollingVariant(read="before-write"),
     ),
     (
         "attends the buffer and the new key besides (a torch.cat): once the buffer is full that is "
         "W + 1 keys, positions p - W … p, one more than the window. Write the new key into slot "
         "position % W, over position p - W, and attend the buffer alone.",
-        {"read": "old-and-new"},
+        RollingVariant(read="old-and-new"),
     ),
     (
         "attends slots 0 … position % W only, as if the slots after the newest were in the future: "
         f"{_AFTER_WRAP}, when the slots after position % W hold the oldest tokens of the window, which "
         "the query must still see. Once the buffer is full, attend all W slots.",
-        {"read": "up-to-slot"},
+        RollingVariant(read="up-to-slot"),
     ),
     (
         "attends min(position, W) slots: while the buffer fills that leaves out the slot just written, "
         "the token's own key. After writing, slots 0 … min(position + 1, W) - 1 hold the window.",
-        {"read": "one-short"},
+        RollingVariant(read="one-short"),
     ),
     (
         "has no rotary positions: rotate the query and the key of each new token with apply_rope at "
         "its position, as in Exercise 7.",
-        {"rope": False},
+        RollingVariant(rope=False),
     ),
-    (_GROUPED, {"grouping": "interleaved"}),
+    (_GROUPED, RollingVariant(grouping="interleaved")),
 ]
+"""Each mistake declared once, (message, variant): `_decode` with that variant is what it computes."""
 
 
 def _wrong_positions(actual: torch.Tensor, expected: torch.Tensor) -> list[int]:
@@ -244,6 +293,35 @@ def _expect_buffer(
         )
 
 
+def _decoder(step: Callable[..., Any], layer: GroupedQueryAttention) -> Callable[..., torch.Tensor]:
+    """x (b, t, d_model) decoded by `step` token by token through one fresh buffer of W slots."""
+
+    def decode(x: torch.Tensor, window: int) -> torch.Tensor:
+        buffer = RollingBuffer.for_layer(layer, x.shape[0], window, dtype=x.dtype)
+        with torch.no_grad():
+            outs = [step(layer, x[:, p : p + 1], buffer, p) for p in range(x.shape[1])]  # (b, 1, d_model)
+        return torch.cat(outs, dim=1)  # (b, t, d_model)
+
+    return decode
+
+
+def _expect_contract(candidate: Callable[..., Any]) -> int:
+    """The contract's generated cases, each a text decoded on a seeded layer of its own head counts in its
+    dtype against the whole layer; then the base case on the meta device."""
+
+    def functions(case: Case) -> tuple[Callable[..., Any], Callable[..., Any]]:
+        size = case.size
+        layer = _layer(size["h"] * size["d"], size["h"], size["h_kv"]).to(case.dtype)
+        if case.changed == "meta":
+            layer = layer.to("meta")
+        whole = functools.partial(rotary_window_dense, layer)
+        return _decoder(candidate, layer), lambda x, window: whole(x, window).detach()
+
+    exercise = Exercise("rolling_window_step", functions, after=lambda case: (case.size["W"],))
+    ran = expect_contract_cases(CONTRACT, exercise, contract_cases(CONTRACT, one_kind_each=True))
+    return ran + expect_inputs_device(CONTRACT, exercise)
+
+
 @check
 def check_rolling_window_step(candidate: Callable[..., Any]) -> str:
     """Seeded float64 layers decoded token by token; windows of 1, 3, 4 and one longer than the text."""
@@ -255,8 +333,8 @@ def check_rolling_window_step(candidate: Callable[..., Any]) -> str:
             expected = _dense(layer, x, window, None)  # (b, t, d_model): the whole layer
         what = f"Your rolling_window_step, decoding {label} one token at a time,"
         mistakes = [
-            Mistake(message, functools.partial(_decode, layer, x, window, **knobs))
-            for message, knobs in _MISTAKES
+            Mistake(message, functools.partial(_decode, layer, x, window, variant))
+            for message, variant in _MISTAKES
         ]
         with torch.no_grad():
             expect_close(
@@ -264,7 +342,10 @@ def check_rolling_window_step(candidate: Callable[..., Any]) -> str:
                 diagnose=functools.partial(_reading, window=window),
                 only=("known-mistake", "property", "non-finite", "where-wrong"),
             )  # fmt: skip
+    generated = _expect_contract(candidate)
     return (
         "token by token against the whole layer: grouped and single key/value heads, windows of 1, 3 "
-        "and 4 wrapping up to twice, and one the text never fills"
+        f"and 4 wrapping up to twice, and one the text never fills, and {generated} cases from the "
+        "exercise's contract (6 heads of 6 sharing 3, 1 or 6, one sequence, the text a view, float32, "
+        "x's device)"
     )

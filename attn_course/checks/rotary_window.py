@@ -6,10 +6,23 @@ import functools
 import math
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from attn_course.checks._contracts import (
+    VIEW_KINDS,
+    Arg,
+    Axis,
+    Case,
+    Contract,
+    Exercise,
+    Returns,
+    contract_cases,
+    expect_contract_cases,
+    expect_inputs_device,
+)
 from attn_course.checks._harness import (
     Mistake,
     call,
@@ -23,6 +36,7 @@ from attn_course.checks._probe import Heads, diagnose_heads, merged_input
 from attn_course.gqa import GroupedQueryAttention
 from attn_course.heads import merge_heads, split_heads
 from attn_course.rope import apply_rope, apply_rope_rotate_half
+from attn_course.rotary_window import rotary_window_dense
 
 _GAPPED = torch.tensor([0, 1, 2, 9, 10, 11, 12])
 """Positions with a gap (as after a skipped stretch of text): RoPE must use them, not 0 … t-1."""
@@ -35,6 +49,29 @@ _CONFIGS: list[tuple[int, int, int, int, int, torch.Tensor | None, str]] = [
     (32, 4, 2, 7, 3, _GAPPED, f"positions {_GAPPED.tolist()}, window 3"),
 ]
 """(d_model, n_heads, n_kv_heads, t, window, positions, what it tests); every head 8 numbers wide."""
+
+CONTRACT = Contract(
+    "rotary_window_attention",
+    args=(
+        Arg("x", ("b", "t", "h·d"), views=VIEW_KINDS, swap=(0, 1), slice_axis=1),
+        Arg("positions", ("t",), views=("sliced", "expanded"), slice_axis=0),
+    ),
+    axes=(
+        Axis("b", (2, 1), "one sequence"),
+        Axis("t", (6, 1), "a single token"),
+        Axis("h", (6,), "a head count that is not a power of two"),
+        Axis("h_kv", (3, 1, 6), "one key/value head for all (MQA), and one each (MHA)"),
+        Axis("d", (6,), "a head width that is not a power of two"),
+        Axis("W", (3, 1, 9), "a window of one key, and one larger than the text"),
+    ),
+    returns=(Returns("output", ("b", "t", "h·d")),),
+    dtypes=(torch.float32, torch.float64),
+    notes=("layer is a GroupedQueryAttention(h·d, h, h_kv); W is the window, passed after x",),
+)
+"""Exercise 7 of 10: any batch, any t (one token too), query and key/value head counts that are not powers
+of two (MQA and MHA too), a window of 1 and one larger than t, x and positions each alone a view (x
+transposed, sliced, expanded; the positions sliced, or one position expanded over the tokens), float32 and
+float64, the output in x's dtype on x's device."""
 
 
 def _window_allowed(t: int, window: int, kind: str) -> torch.Tensor:
@@ -50,45 +87,62 @@ def _window_allowed(t: int, window: int, kind: str) -> torch.Tensor:
     }[kind]
 
 
+@dataclass(frozen=True)
+class RotaryWindowVariant:
+    """How one rotary window layer is written: the right one with the defaults, each other value a named
+    mistake (`_dense` computes what it gives; `_MISTAKES` names each)."""
+
+    rope: str = "qk"
+    """What RoPE turns: "qk" (right), "q", "k", "" (nothing), "qkv", or "qk-before-split" (the whole
+    projection, d_model channels, before the split into heads)."""
+    pairing: str = "neighbours"
+    """Which channels RoPE pairs: "neighbours" (2i, 2i + 1: right) or "rotate-half" (i, i + d/2)."""
+    use_positions: bool = True
+    """False: RoPE by 0 … t-1 whatever `positions` says."""
+    grouping: str = "grouped"
+    """How the key/value heads line up with the query heads: "grouped" (right) or "interleaved"."""
+    mask: str = "window"
+    """Which keys each query sees: a kind of `_window_allowed` ("window" is right)."""
+    scale: str = "d_head"
+    """What the scores are divided by: "d_head" (√d_head, right), "d_model" (√d_model), "none", "twice"
+    (d_head)."""
+    out_proj: bool = True
+    """False: the merged heads returned without layer.out."""
+
+
 def _dense(
     layer: GroupedQueryAttention,
     x: torch.Tensor,
     window: int,
     positions: torch.Tensor | None,
-    *,
-    rope: str = "qk",
-    pairing: str = "neighbours",
-    use_positions: bool = True,
-    grouping: str = "grouped",
-    mask: str = "window",
-    scale: str = "d_head",
-    out_proj: bool = True,
+    variant: RotaryWindowVariant | None = None,
 ) -> torch.Tensor:
-    """The layer, every score built, with each knob a learner might get wrong; the defaults are right."""
+    """The layer, every score built, written as `variant`; the default variant is right."""
+    w = variant or RotaryWindowVariant()
     n_heads, n_kv_heads = layer.n_heads, layer.n_kv_heads
     t, n_rep = x.shape[-2], n_heads // n_kv_heads
-    rotate = apply_rope if pairing == "neighbours" else apply_rope_rotate_half
-    at = positions if use_positions else None
-    if rope == "qk-before-split":  # the rotation over the whole projection, d_model channels
+    rotate = apply_rope if w.pairing == "neighbours" else apply_rope_rotate_half
+    at = positions if w.use_positions else None
+    if w.rope == "qk-before-split":  # the rotation over the whole projection, d_model channels
         q = split_heads(rotate(layer.q(x), at), n_heads)  # (b, h, t, d)
         k = split_heads(rotate(layer.k(x), at), n_kv_heads)  # (b, h_kv, t, d)
     else:
         q, k = split_heads(layer.q(x), n_heads), split_heads(layer.k(x), n_kv_heads)  # (b, h | h_kv, t, d)
-        q = rotate(q, at) if "q" in rope else q
-        k = rotate(k, at) if "k" in rope else k
+        q = rotate(q, at) if "q" in w.rope else q
+        k = rotate(k, at) if "k" in w.rope else k
     v = split_heads(layer.v(x), n_kv_heads)  # (b, h_kv, t, d)
-    v = rotate(v, at) if "v" in rope else v
-    if grouping == "grouped":
+    v = rotate(v, at) if "v" in w.rope else v
+    if w.grouping == "grouped":
         k, v = k.repeat_interleave(n_rep, dim=1), v.repeat_interleave(n_rep, dim=1)  # (b, h, t, d)
     else:  # interleaved
         k, v = k.repeat(1, n_rep, 1, 1), v.repeat(1, n_rep, 1, 1)  # (b, h, t, d)
     d = q.shape[-1]
-    divisor = {"d_head": math.sqrt(d), "d_model": math.sqrt(x.shape[-1]), "none": 1.0, "twice": d}[scale]
+    divisor = {"d_head": math.sqrt(d), "d_model": math.sqrt(x.shape[-1]), "none": 1.0, "twice": d}[w.scale]
     scores = q @ k.transpose(-2, -1) / divisor  # (b, h, t, t)
-    allowed = _window_allowed(t, window, mask)  # (t, t)
+    allowed = _window_allowed(t, window, w.mask).to(x.device)  # (t, t)
     weights = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)  # (b, h, t, t)
     merged = merge_heads(weights @ v)  # (b, t, d_model)
-    return layer.out(merged) if out_proj else merged
+    return layer.out(merged) if w.out_proj else merged
 
 
 _GROUPED = (
@@ -96,84 +150,88 @@ _GROUPED = (
     "j // (n_heads // n_kv_heads), as repeat_kv (or enable_gqa=True) does, not j % n_kv_heads "
     "(x.repeat(1, n_rep, 1, 1))."
 )
-_MISTAKES: list[tuple[str, dict[str, Any]]] = [
+_MISTAKES: list[tuple[str, RotaryWindowVariant]] = [
     (
         "applies RoPE before the split into heads, on the whole projection: the frequencies then run over "
         "all its channels instead of each head's d, and each head gets a slice of them. Split into heads "
         "first, (b, h, t, d), then rotate q and k.",
-        {"rope": "qk-before-split"},
+        RotaryWindowVariant(rope="qk-before-split"),
     ),
     (
         "has no rotary positions: apply apply_rope to the queries and the keys of every head, after "
         "split_heads and before attending.",
-        {"rope": ""},
+        RotaryWindowVariant(rope=""),
     ),
     (
         "rotates the queries but not the keys: RoPE turns both, so that the score of query i and key j "
         "depends on i - j only. Apply apply_rope to k too.",
-        {"rope": "q"},
+        RotaryWindowVariant(rope="q"),
     ),
     (
         "rotates the keys but not the queries: RoPE turns both, so that the score of query i and key j "
         "depends on i - j only. Apply apply_rope to q too.",
-        {"rope": "k"},
+        RotaryWindowVariant(rope="k"),
     ),
     (
         "rotates the values too: RoPE turns queries and keys, which make the scores; the values are "
         "mixed as the projection makes them.",
-        {"rope": "qkv"},
+        RotaryWindowVariant(rope="qkv"),
     ),
     (
         "pairs channel i with channel i + d/2 (rotate-half, GPT-NeoX's layout): the same rotation on "
         "other pairs of channels, which weights trained for neighbouring pairs (2i, 2i + 1) do not expect. "
         "Use the course's apply_rope from notebook 05.",
-        {"pairing": "rotate-half"},
+        RotaryWindowVariant(pairing="rotate-half"),
     ),
     (
         "ignores `positions`: it rotates by 0 … t-1 whatever it is given. Pass positions on to apply_rope "
         "for q and k (a cache, or packed text, gives positions that are not 0 … t-1).",
-        {"use_positions": False},
+        RotaryWindowVariant(use_positions=False),
     ),
     (
         "admits window + 1 keys: q_idx - kv_idx <= window counts the query and `window` keys before it. "
         "A window of W is W keys, the query's own included: q_idx - kv_idx < window (section 4, 'Which "
         "window').",
-        {"mask": "window+1"},
+        RotaryWindowVariant(mask="window+1"),
     ),
     (
         "lets each query see up to window - 1 keys after it: the window is causal too, "
         "(q_idx >= kv_idx) & (q_idx - kv_idx < window).",
-        {"mask": "two-sided"},
+        RotaryWindowVariant(mask="two-sided"),
     ),
     (
         "applies the causal mask without the window: every query sees all the keys before it. Add "
         "q_idx - kv_idx < window.",
-        {"mask": "causal"},
+        RotaryWindowVariant(mask="causal"),
     ),
     (
         "attends every key, before and after the query: no mask reaches the attention. Give "
         "flex_attention the block_mask of (q_idx >= kv_idx) & (q_idx - kv_idx < window).",
-        {"mask": "none"},
+        RotaryWindowVariant(mask="none"),
     ),
     (
         "keeps the first `window` keys of the sequence (kv_idx < window) for every query: the window "
         "slides with the query, its last `window` keys, q_idx - kv_idx < window.",
-        {"mask": "first keys"},
+        RotaryWindowVariant(mask="first keys"),
     ),
-    (_GROUPED, {"grouping": "interleaved"}),
+    (_GROUPED, RotaryWindowVariant(grouping="interleaved")),
     (
         "looks like the scores were divided by √d_model: each head's scores are dot products of "
         "d_head = d_model / n_heads numbers, so divide by √d_head (flex_attention does it for you).",
-        {"scale": "d_model"},
+        RotaryWindowVariant(scale="d_model"),
     ),
-    ("looks like the scores were not scaled: divide them by √d_head.", {"scale": "none"}),
+    ("looks like the scores were not scaled: divide them by √d_head.", RotaryWindowVariant(scale="none")),
     (
         "scales the scores twice (by d_head instead of √d_head): flex_attention and "
         "scaled_dot_product_attention already divide by √d_head, so do not scale q yourself.",
-        {"scale": "twice"},
+        RotaryWindowVariant(scale="twice"),
     ),
-    ("forgets the output projection: after merging the heads, apply layer.out.", {"out_proj": False}),
+    (
+        "forgets the output projection: after merging the heads, apply layer.out.",
+        RotaryWindowVariant(out_proj=False),
+    ),
 ]
+"""Each mistake declared once, (message, variant): `_dense` with that variant is what it computes."""
 
 
 def _layer(d_model: int, n_heads: int, n_kv_heads: int) -> GroupedQueryAttention:
@@ -308,6 +366,49 @@ def _reading(
     )
 
 
+def _contract_values(case: Case, arg: Arg) -> Callable[..., torch.Tensor]:
+    """Seeded numbers for x; scattered positions from 7 on, three apart."""
+    if arg.name == "positions":
+        return lambda *shape: torch.arange(math.prod(shape)).reshape(shape) * 3 + 7
+    return lambda *shape: randn(*shape, dtype=case.dtype)
+
+
+def _no_grad(function: Callable[..., Any]) -> Callable[..., Any]:
+    """`function` run as the notebook runs the layer: under torch.no_grad(), FlexAttention's warning off."""
+
+    @functools.wraps(function)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
+            return function(*args, **kwargs)
+
+    return run
+
+
+def _expect_contract(candidate: Callable[..., Any]) -> int:
+    """The contract's generated cases, each on a seeded layer of its own head counts in its dtype; then
+    the base case on the meta device (what the learner's code makes on the CPU meets x there)."""
+
+    def functions(case: Case) -> tuple[Callable[..., Any], Callable[..., Any]]:
+        size = case.size
+        layer = _layer(size["h"] * size["d"], size["h"], size["h_kv"]).to(case.dtype)
+        if case.changed == "meta":
+            layer = layer.to("meta")
+        learner = _no_grad(functools.partial(candidate, layer))
+        return learner, _no_grad(functools.partial(rotary_window_dense, layer))
+
+    exercise = Exercise(
+        "rotary_window_attention",
+        functions,
+        positional=1,
+        after=lambda case: (case.size["W"],),
+        alloc=_contract_values,
+    )
+    ran = expect_contract_cases(CONTRACT, exercise, contract_cases(CONTRACT, one_kind_each=True))
+    bare = Exercise("rotary_window_attention", functions, positional=1, after=lambda case: (case.size["W"],))
+    return ran + expect_inputs_device(CONTRACT, bare)
+
+
 @check
 def check_rotary_window_attention(candidate: Callable[..., Any]) -> str:
     """Seeded float64 layers; grouped, odd and single key/value heads, windows of 1 to T, gapped positions."""
@@ -321,8 +422,8 @@ def check_rotary_window_attention(candidate: Callable[..., Any]) -> str:
         if is_close(out, expected):
             continue
         mistakes = [
-            Mistake(message, functools.partial(_dense, layer, x, window, positions, **knobs))
-            for message, knobs in _MISTAKES
+            Mistake(message, functools.partial(_dense, layer, x, window, positions, variant))
+            for message, variant in _MISTAKES
         ]
         reading = functools.partial(_reading, candidate=candidate, layer=layer, x=x, window=window, what=what)
         # the one pipeline (_diagnosis.py), without the reference layer's mutants (each compiles a block mask)
@@ -330,7 +431,10 @@ def check_rotary_window_attention(candidate: Callable[..., Any]) -> str:
             out, expected, what, mistakes=mistakes, diagnose=reading, called_as="", only=_LAYERS,
             own_line_with_property=True,
         )  # fmt: skip
+    generated = _expect_contract(candidate)
     return (
         "grouped (2 of 4, 3 of 6) and single key/value heads, windows of 1, 2, 3 and T, RoPE on q and k "
-        "at default and gapped positions, against every score built densely"
+        f"at default and gapped positions, against every score built densely, and {generated} cases from "
+        "the exercise's contract (6 heads of 6 sharing 3, 1 or 6, one token, a window past the text, x or "
+        "the positions a view, float32, x's device)"
     )
