@@ -342,9 +342,9 @@ def full_mask_then_tiles(q, k, v, is_causal=False, block_size=64):
     outs = []
     for qs in range(0, q.shape[-2], block_size):
         qb = q[..., qs : qs + block_size, :] / math.sqrt(q.shape[-1])
-        m = torch.full((*qb.shape[:-1], 1), -math.inf, dtype=q.dtype)
+        m = torch.full((*qb.shape[:-1], 1), -math.inf, dtype=q.dtype, device=q.device)
         denom = torch.zeros_like(m)
-        acc = torch.zeros((*qb.shape[:-1], v.shape[-1]), dtype=q.dtype)
+        acc = torch.zeros((*qb.shape[:-1], v.shape[-1]), dtype=q.dtype, device=q.device)
         for ks in range(0, k.shape[-2], block_size):
             s = qb @ k[..., ks : ks + block_size, :].mT
             if is_causal:
@@ -367,12 +367,12 @@ def no_running_max(q, k, v, is_causal=False, block_size=64):
     outs = []
     for qs in range(0, q.shape[-2], block_size):
         qb = q[..., qs : qs + block_size, :] / math.sqrt(q.shape[-1])
-        rows = torch.arange(qs, qs + qb.shape[-2])[:, None] + k.shape[-2] - q.shape[-2]
+        rows = torch.arange(qs, qs + qb.shape[-2], device=q.device)[:, None] + k.shape[-2] - q.shape[-2]
         denom, acc = 0, 0
         for ks in range(0, k.shape[-2], block_size):
             s = qb @ k[..., ks : ks + block_size, :].mT
             if is_causal:
-                s = s.masked_fill(torch.arange(ks, ks + s.shape[-1]) > rows, -math.inf)
+                s = s.masked_fill(torch.arange(ks, ks + s.shape[-1], device=q.device) > rows, -math.inf)
             p = torch.exp(s)
             denom, acc = denom + p.sum(-1, keepdim=True), acc + p @ v[..., ks : ks + block_size, :]
         denom = torch.where(denom == 0, 1.0, denom)
@@ -592,7 +592,7 @@ def test_the_tiled_attention_simulator_is_right_with_default_knobs(t_q, t_k, blo
 
 def test_keys_outer_loop_missing_rescale_is_named_too(capsys):
     def keys_outer_no_acc_rescale(q, k, v, is_causal=False, block_size=64):
-        m = torch.full((*q.shape[:-1], 1), -math.inf, dtype=q.dtype)
+        m = torch.full((*q.shape[:-1], 1), -math.inf, dtype=q.dtype, device=q.device)
         denom, acc = torch.zeros_like(m), 0
         for ks in range(0, k.shape[-2], block_size):
             s = q @ k[..., ks : ks + block_size, :].mT / math.sqrt(q.shape[-1])
@@ -683,20 +683,22 @@ def contract_cat_and_break(q, k, v, is_causal=False, block_size=64, return_lse=F
 def contract_tril_mask(q, k, v, is_causal=False, block_size=64, return_lse=False):
     # the tile's mask from tril with the diagonal shifted by the tile's corner; k_end from the last row
     t_q, t_k = q.shape[-2], k.shape[-2]
-    out = torch.zeros(*q.shape[:-1], v.shape[-1], dtype=q.dtype)
-    lse = torch.full(q.shape[:-1], -math.inf, dtype=q.dtype)
+    out = torch.zeros(*q.shape[:-1], v.shape[-1], dtype=q.dtype, device=q.device)
+    lse = torch.full(q.shape[:-1], -math.inf, dtype=q.dtype, device=q.device)
     for qs in range(0, t_q, block_size):
         qe = min(qs + block_size, t_q)
         k_end = min(t_k, qe + t_k - t_q) if is_causal else t_k
         qb = q[..., qs:qe, :] / q.shape[-1] ** 0.5
-        m = torch.full((*qb.shape[:-1], 1), -math.inf, dtype=q.dtype)
+        m = torch.full((*qb.shape[:-1], 1), -math.inf, dtype=q.dtype, device=q.device)
         total = torch.zeros_like(m)
-        acc = torch.zeros(*qb.shape[:-1], v.shape[-1], dtype=q.dtype)
+        acc = torch.zeros(*qb.shape[:-1], v.shape[-1], dtype=q.dtype, device=q.device)
         for ks in range(0, k_end, block_size):
             ke = min(ks + block_size, t_k)
             s = qb @ k[..., ks:ke, :].mT
             if is_causal:
-                keep = torch.ones(qe - qs, ke - ks, dtype=torch.bool).tril(diagonal=qs + t_k - t_q - ks)
+                keep = torch.ones(qe - qs, ke - ks, dtype=torch.bool, device=q.device).tril(
+                    diagonal=qs + t_k - t_q - ks
+                )
                 s = s.masked_fill(~keep, -math.inf)
             m_new = torch.maximum(m, s.amax(-1, keepdim=True))
             m_safe = m_new.masked_fill(m_new == -math.inf, 0)
@@ -741,20 +743,20 @@ def contract_masks_every_tile(q, k, v, is_causal=False, block_size=64, return_ls
 
 def contract_tril_no_skip(q, k, v, is_causal=False, block_size=64, return_lse=False):
     t_q, t_k = q.shape[-2], k.shape[-2]
-    out = torch.zeros(*q.shape[:-1], v.shape[-1], dtype=q.dtype)
-    lse = torch.full(q.shape[:-1], -math.inf, dtype=q.dtype)
+    out = torch.zeros(*q.shape[:-1], v.shape[-1], dtype=q.dtype, device=q.device)
+    lse = torch.full(q.shape[:-1], -math.inf, dtype=q.dtype, device=q.device)
     for qs in range(0, t_q, block_size):
         qe = min(qs + block_size, t_q)
         qb = q[..., qs:qe, :] / q.shape[-1] ** 0.5
-        m = torch.full((*qb.shape[:-1], 1), -math.inf, dtype=q.dtype)
+        m = torch.full((*qb.shape[:-1], 1), -math.inf, dtype=q.dtype, device=q.device)
         total = torch.zeros_like(m)
-        acc = torch.zeros(*qb.shape[:-1], v.shape[-1], dtype=q.dtype)
+        acc = torch.zeros(*qb.shape[:-1], v.shape[-1], dtype=q.dtype, device=q.device)
         for ks in range(0, t_k, block_size):
             ke = min(ks + block_size, t_k)
             s = qb @ k[..., ks:ke, :].mT
             if is_causal:
-                rows = torch.arange(qs, qe)[:, None] + t_k - t_q
-                s = s.masked_fill(torch.arange(ks, ke)[None, :] > rows, -math.inf)
+                rows = torch.arange(qs, qe, device=q.device)[:, None] + t_k - t_q
+                s = s.masked_fill(torch.arange(ks, ke, device=q.device)[None, :] > rows, -math.inf)
             m_new = torch.maximum(m, s.amax(-1, keepdim=True))
             m_safe = m_new.masked_fill(m_new == -math.inf, 0)
             p = (s - m_safe).exp()
@@ -775,15 +777,15 @@ def contract_no_denominator_guard(q, k, v, is_causal=False, block_size=64, retur
     for qs in range(0, t_q, block_size):
         qe = min(qs + block_size, t_q)
         qb = q[..., qs:qe, :] / math.sqrt(q.shape[-1])
-        m = torch.full((*qb.shape[:-1], 1), -math.inf, dtype=q.dtype)
+        m = torch.full((*qb.shape[:-1], 1), -math.inf, dtype=q.dtype, device=q.device)
         total = torch.zeros_like(m)
-        acc = torch.zeros(*qb.shape[:-1], v.shape[-1], dtype=q.dtype)
+        acc = torch.zeros(*qb.shape[:-1], v.shape[-1], dtype=q.dtype, device=q.device)
         for ks in range(0, min(t_k, qe + t_k - t_q) if is_causal else t_k, block_size):
             ke = min(ks + block_size, t_k)
             s = qb @ k[..., ks:ke, :].mT
             if is_causal:
-                rows = torch.arange(qs, qe)[:, None] + t_k - t_q
-                s = s.masked_fill(torch.arange(ks, ke)[None, :] > rows, -math.inf)
+                rows = torch.arange(qs, qe, device=q.device)[:, None] + t_k - t_q
+                s = s.masked_fill(torch.arange(ks, ke, device=q.device)[None, :] > rows, -math.inf)
             m_new = torch.maximum(m, s.amax(-1, keepdim=True))
             m_safe = torch.where(m_new == -math.inf, 0.0, m_new)
             p = torch.exp(s - m_safe)
@@ -804,15 +806,15 @@ def contract_no_safe_maximum(q, k, v, is_causal=False, block_size=64, return_lse
     for qs in range(0, t_q, block_size):
         qe = min(qs + block_size, t_q)
         qb = q[..., qs:qe, :] / math.sqrt(q.shape[-1])
-        m = torch.full((*qb.shape[:-1], 1), -math.inf, dtype=q.dtype)
+        m = torch.full((*qb.shape[:-1], 1), -math.inf, dtype=q.dtype, device=q.device)
         total = torch.zeros_like(m)
-        acc = torch.zeros(*qb.shape[:-1], v.shape[-1], dtype=q.dtype)
+        acc = torch.zeros(*qb.shape[:-1], v.shape[-1], dtype=q.dtype, device=q.device)
         for ks in range(0, min(t_k, qe + t_k - t_q) if is_causal else t_k, block_size):
             ke = min(ks + block_size, t_k)
             s = qb @ k[..., ks:ke, :].mT
             if is_causal:
-                rows = torch.arange(qs, qe)[:, None] + t_k - t_q
-                s = s.masked_fill(torch.arange(ks, ke)[None, :] > rows, -math.inf)
+                rows = torch.arange(qs, qe, device=q.device)[:, None] + t_k - t_q
+                s = s.masked_fill(torch.arange(ks, ke, device=q.device)[None, :] > rows, -math.inf)
             m_new = torch.maximum(m, s.amax(-1, keepdim=True))
             p = torch.exp(s - m_new)
             alpha = torch.exp(m - m_new)
