@@ -189,8 +189,8 @@ class RotaryMultiHeadAttention(nn.Module):
 ONLINE_SOFTMAX = """
 def online_softmax(x, block_size):
     n = x.shape[-1]
-    m = torch.full(x.shape[:-1] + (1,), float("-inf"), dtype=x.dtype)
-    total = torch.zeros(x.shape[:-1] + (1,), dtype=x.dtype)
+    m = torch.full(x.shape[:-1] + (1,), float("-inf"), dtype=x.dtype, device=x.device)
+    total = torch.zeros(x.shape[:-1] + (1,), dtype=x.dtype, device=x.device)
     for start in range(0, n, block_size):
         block = x[..., start:start + block_size]
         m_new = torch.maximum(m, block.max(dim=-1, keepdim=True).values)

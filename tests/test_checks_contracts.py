@@ -15,7 +15,7 @@ from check_assertions import assert_rejected
 from attn_course import reference
 from attn_course.checks import attention as attention_checks
 from attn_course.checks import backward as backward_checks
-from attn_course.checks import check_dot_product_scores, triton_backward, triton_flash
+from attn_course.checks import check_dot_product_scores, triton_backward, triton_fast, triton_flash
 from attn_course.checks import decoder as decoder_checks
 from attn_course.checks import flash as flash_checks
 from attn_course.checks import generation as generation_checks
@@ -142,6 +142,10 @@ CONTRACTS = {
     # notebook 10
     "rotary_window_attention": rotary_window_checks.CONTRACT,
     "rolling_window_step": rolling_window_checks.CONTRACT,
+    # 06 (flash_attention above) and 08's stretch exercise
+    "online_softmax": flash_checks.SOFTMAX_CONTRACT,
+    "flash_attention_query_block": flash_checks.QUERY_BLOCK_CONTRACT,
+    "fast_flash_attention": triton_fast.CONTRACT,
 }
 
 # What each contract demands beyond the shapes, and the words of the exercise's text that state it.
@@ -155,7 +159,14 @@ STATED = {
         "BLOCK_D = max(16, next_power_of_2(d))",
         "strided inputs",
     ],
-    "flash_attention": [],
+    "flash_attention": [
+        "`q`, `k` and `v` may be views (transposed, sliced, expanded), in float32 or float64",
+        "out and lse have the inputs' dtype and device",
+        "q `(..., T_q, d)`, k `(..., T_k, d)`, v `(..., T_k, d_v)`",
+        "the last of each may be shorter",
+        "a row that may attend no key (causal with $T_q > T_k$: the first $T_q - T_k$ rows) gets output 0",
+        "($-\\infty$ for a row that may attend no key)",
+    ],
     "dot_product_scores": [
         "Any number of batch axes may come first",
         "`q` and `k` may be views of other tensors (transposed, sliced, expanded)",
@@ -333,6 +344,22 @@ STATED = {
         "The token may be a view of the whole text (transposed, sliced, expanded)",
         "float32 or float64 with a buffer of that dtype",
         "each output has `x`'s dtype and device",
+    ],
+    # 06 (flash_attention above) and 08's stretch exercise
+    "online_softmax": [
+        "`x` may be a view (transposed, sliced, expanded), with any batch axes before the last, in float32 "
+        "or float64: the result has `x`'s dtype and device",
+        "the last may be shorter",
+    ],
+    "flash_attention_query_block": [
+        "q_blk` `(..., B_q, d)`",
+        "`q_blk`, `k` and `v` may be views (transposed, sliced, expanded), in float32 or float64: both "
+        "results have the inputs' dtype and device",
+        "(the last may be shorter)",
+    ],
+    "fast_flash_attention": [
+        "the same results as `triton_flash_attention`, output and lse, on every input its check tries (the "
+        "check runs those of Exercise 4 first)",
     ],
 }
 

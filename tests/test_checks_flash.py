@@ -148,7 +148,7 @@ def _block(*edits):
 def query_block_einsum_flat_state(q_blk, k, v, block_size=64):
     # einsum, and the running state without the trailing axis of 1
     q_blk = q_blk / math.sqrt(q_blk.shape[-1])
-    m = torch.full(q_blk.shape[:-1], -math.inf, dtype=q_blk.dtype)
+    m = torch.full(q_blk.shape[:-1], -math.inf, dtype=q_blk.dtype, device=q_blk.device)
     denom = torch.zeros_like(m)
     acc = 0
     for ks in range(0, k.shape[-2], block_size):
@@ -235,14 +235,14 @@ def test_flash_attention_query_block_rejects_torchs_fused_attention_and_an_unfin
 def keys_outer_all_queries(q, k, v, is_causal=False, block_size=64, return_lse=False):
     # key blocks outside, every query row's state at once: tiles of (T_q, block_size)
     t_q, t_k = q.shape[-2], k.shape[-2]
-    positions = torch.arange(t_q)[:, None] + t_k - t_q  # (T_q, 1)
-    m = torch.full((*q.shape[:-1], 1), -math.inf, dtype=q.dtype)
+    positions = torch.arange(t_q, device=q.device)[:, None] + t_k - t_q  # (T_q, 1)
+    m = torch.full((*q.shape[:-1], 1), -math.inf, dtype=q.dtype, device=q.device)
     denom = torch.zeros_like(m)
-    acc = torch.zeros((*q.shape[:-1], v.shape[-1]), dtype=q.dtype)
+    acc = torch.zeros((*q.shape[:-1], v.shape[-1]), dtype=q.dtype, device=q.device)
     for ks in range(0, t_k, block_size):
         s = q @ k[..., ks : ks + block_size, :].mT / math.sqrt(q.shape[-1])
         if is_causal:
-            s = s.masked_fill(torch.arange(ks, ks + s.shape[-1]) > positions, -math.inf)
+            s = s.masked_fill(torch.arange(ks, ks + s.shape[-1], device=q.device) > positions, -math.inf)
         m_new = torch.maximum(m, s.amax(-1, keepdim=True))
         safe = m_new.nan_to_num(neginf=0.0)
         p = torch.exp(s - safe)
@@ -257,20 +257,20 @@ def keys_outer_all_queries(q, k, v, is_causal=False, block_size=64, return_lse=F
 
 def einsum_preallocated(q, k, v, is_causal=False, block_size=64, return_lse=False):
     t_q, t_k, d = q.shape[-2], k.shape[-2], q.shape[-1]
-    out = torch.empty((*q.shape[:-1], v.shape[-1]), dtype=q.dtype)
-    lse = torch.empty(q.shape[:-1], dtype=q.dtype)
+    out = torch.empty((*q.shape[:-1], v.shape[-1]), dtype=q.dtype, device=q.device)
+    lse = torch.empty(q.shape[:-1], dtype=q.dtype, device=q.device)
     for qs in range(0, t_q, block_size):
         qb = q[..., qs : qs + block_size, :]
-        rows = torch.arange(qs, qs + qb.shape[-2]) + t_k - t_q
-        m = torch.full(qb.shape[:-1], -math.inf, dtype=q.dtype)
+        rows = torch.arange(qs, qs + qb.shape[-2], device=q.device) + t_k - t_q
+        m = torch.full(qb.shape[:-1], -math.inf, dtype=q.dtype, device=q.device)
         denom = torch.zeros_like(m)
-        acc = torch.zeros((*qb.shape[:-1], v.shape[-1]), dtype=q.dtype)
+        acc = torch.zeros((*qb.shape[:-1], v.shape[-1]), dtype=q.dtype, device=q.device)
         for ks in range(0, t_k, block_size):
             if is_causal and ks > rows[-1]:
                 break
             s = einsum(qb, k[..., ks : ks + block_size, :], "... i d, ... j d -> ... i j") / math.sqrt(d)
             if is_causal:
-                cols = torch.arange(ks, ks + s.shape[-1])
+                cols = torch.arange(ks, ks + s.shape[-1], device=q.device)
                 s = torch.where(cols[None, :] <= rows[:, None], s, -math.inf)
             m_new = torch.maximum(m, s.amax(-1))
             safe = torch.where(m_new == -math.inf, 0.0, m_new)
@@ -293,16 +293,18 @@ def exp2_every_block_masked(q, k, v, is_causal=False, block_size=64, return_lse=
     outs, lses = [], []
     for qs in range(0, t_q, block_size):
         qb = q[..., qs : qs + block_size, :] * (math.log2(math.e) / math.sqrt(q.shape[-1]))
-        m = torch.full((*qb.shape[:-1], 1), -math.inf, dtype=q.dtype)
+        m = torch.full((*qb.shape[:-1], 1), -math.inf, dtype=q.dtype, device=q.device)
         denom = torch.zeros_like(m)
-        acc = torch.zeros((*qb.shape[:-1], v.shape[-1]), dtype=q.dtype)
+        acc = torch.zeros((*qb.shape[:-1], v.shape[-1]), dtype=q.dtype, device=q.device)
         for ks in range(0, t_k, block_size):
             if skip and is_causal and ks > qs + qb.shape[-2] - 1 + t_k - t_q:
                 break
             s = qb @ k[..., ks : ks + block_size, :].transpose(-1, -2)
             if is_causal:
-                rows = torch.arange(qs, qs + qb.shape[-2])[:, None] + t_k - t_q
-                s = s.masked_fill(torch.arange(ks, ks + s.shape[-1])[None, :] > rows, -math.inf)
+                rows = torch.arange(qs, qs + qb.shape[-2], device=q.device)[:, None] + t_k - t_q
+                s = s.masked_fill(
+                    torch.arange(ks, ks + s.shape[-1], device=q.device)[None, :] > rows, -math.inf
+                )
             m_new = torch.maximum(m, s.amax(-1, keepdim=True))
             safe = torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)
             p = torch.exp2(s - safe)
@@ -340,9 +342,9 @@ def full_mask_then_tiles(q, k, v, is_causal=False, block_size=64):
     outs = []
     for qs in range(0, q.shape[-2], block_size):
         qb = q[..., qs : qs + block_size, :] / math.sqrt(q.shape[-1])
-        m = torch.full((*qb.shape[:-1], 1), -math.inf, dtype=q.dtype)
+        m = torch.full((*qb.shape[:-1], 1), -math.inf, dtype=q.dtype, device=q.device)
         denom = torch.zeros_like(m)
-        acc = torch.zeros((*qb.shape[:-1], v.shape[-1]), dtype=q.dtype)
+        acc = torch.zeros((*qb.shape[:-1], v.shape[-1]), dtype=q.dtype, device=q.device)
         for ks in range(0, k.shape[-2], block_size):
             s = qb @ k[..., ks : ks + block_size, :].mT
             if is_causal:
@@ -365,12 +367,12 @@ def no_running_max(q, k, v, is_causal=False, block_size=64):
     outs = []
     for qs in range(0, q.shape[-2], block_size):
         qb = q[..., qs : qs + block_size, :] / math.sqrt(q.shape[-1])
-        rows = torch.arange(qs, qs + qb.shape[-2])[:, None] + k.shape[-2] - q.shape[-2]
+        rows = torch.arange(qs, qs + qb.shape[-2], device=q.device)[:, None] + k.shape[-2] - q.shape[-2]
         denom, acc = 0, 0
         for ks in range(0, k.shape[-2], block_size):
             s = qb @ k[..., ks : ks + block_size, :].mT
             if is_causal:
-                s = s.masked_fill(torch.arange(ks, ks + s.shape[-1]) > rows, -math.inf)
+                s = s.masked_fill(torch.arange(ks, ks + s.shape[-1], device=q.device) > rows, -math.inf)
             p = torch.exp(s)
             denom, acc = denom + p.sum(-1, keepdim=True), acc + p @ v[..., ks : ks + block_size, :]
         denom = torch.where(denom == 0, 1.0, denom)
@@ -411,7 +413,7 @@ def _flash(*edits):
 
 
 SUM = "total = total * torch.exp(m - m_safe) + torch.exp(block - m_safe).sum(dim=-1, keepdim=True)"
-START = 'm = torch.full(x.shape[:-1] + (1,), float("-inf"), dtype=x.dtype)'
+START = 'm = torch.full(x.shape[:-1] + (1,), float("-inf"), dtype=x.dtype, device=x.device)'
 SAFE = 'm_safe = torch.where(m_new == float("-inf"), 0.0, m_new)'
 RUNNING_MAX = "m_new = torch.maximum(m, block.max(dim=-1, keepdim=True).values)"
 
@@ -434,7 +436,7 @@ ONLINE_SOFTMAX_MISTAKES = [  # learner code with one edit, and the phrase of the
         "each block's own maximum",
     ),
     ([("range(0, n, block_size)", "range(0, n - n % block_size, block_size)")], "drops the ragged last block"),
-    ([(START, "m = torch.zeros(x.shape[:-1] + (1,), dtype=x.dtype)")], "starts the running maximum at 0"),
+    ([(START, "m = torch.zeros(x.shape[:-1] + (1,), dtype=x.dtype, device=x.device)")], "starts the running maximum at 0"),
     (
         [("        block = x[..., start:start + block_size]\n", "        block = F.pad(x, (0, -n % block_size))[..., start:start + block_size]\n")],
         "counts the padding of the last block",
@@ -590,7 +592,7 @@ def test_the_tiled_attention_simulator_is_right_with_default_knobs(t_q, t_k, blo
 
 def test_keys_outer_loop_missing_rescale_is_named_too(capsys):
     def keys_outer_no_acc_rescale(q, k, v, is_causal=False, block_size=64):
-        m = torch.full((*q.shape[:-1], 1), -math.inf, dtype=q.dtype)
+        m = torch.full((*q.shape[:-1], 1), -math.inf, dtype=q.dtype, device=q.device)
         denom, acc = torch.zeros_like(m), 0
         for ks in range(0, k.shape[-2], block_size):
             s = q @ k[..., ks : ks + block_size, :].mT / math.sqrt(q.shape[-1])
@@ -681,20 +683,22 @@ def contract_cat_and_break(q, k, v, is_causal=False, block_size=64, return_lse=F
 def contract_tril_mask(q, k, v, is_causal=False, block_size=64, return_lse=False):
     # the tile's mask from tril with the diagonal shifted by the tile's corner; k_end from the last row
     t_q, t_k = q.shape[-2], k.shape[-2]
-    out = torch.zeros(*q.shape[:-1], v.shape[-1], dtype=q.dtype)
-    lse = torch.full(q.shape[:-1], -math.inf, dtype=q.dtype)
+    out = torch.zeros(*q.shape[:-1], v.shape[-1], dtype=q.dtype, device=q.device)
+    lse = torch.full(q.shape[:-1], -math.inf, dtype=q.dtype, device=q.device)
     for qs in range(0, t_q, block_size):
         qe = min(qs + block_size, t_q)
         k_end = min(t_k, qe + t_k - t_q) if is_causal else t_k
         qb = q[..., qs:qe, :] / q.shape[-1] ** 0.5
-        m = torch.full((*qb.shape[:-1], 1), -math.inf, dtype=q.dtype)
+        m = torch.full((*qb.shape[:-1], 1), -math.inf, dtype=q.dtype, device=q.device)
         total = torch.zeros_like(m)
-        acc = torch.zeros(*qb.shape[:-1], v.shape[-1], dtype=q.dtype)
+        acc = torch.zeros(*qb.shape[:-1], v.shape[-1], dtype=q.dtype, device=q.device)
         for ks in range(0, k_end, block_size):
             ke = min(ks + block_size, t_k)
             s = qb @ k[..., ks:ke, :].mT
             if is_causal:
-                keep = torch.ones(qe - qs, ke - ks, dtype=torch.bool).tril(diagonal=qs + t_k - t_q - ks)
+                keep = torch.ones(qe - qs, ke - ks, dtype=torch.bool, device=q.device).tril(
+                    diagonal=qs + t_k - t_q - ks
+                )
                 s = s.masked_fill(~keep, -math.inf)
             m_new = torch.maximum(m, s.amax(-1, keepdim=True))
             m_safe = m_new.masked_fill(m_new == -math.inf, 0)
@@ -739,20 +743,20 @@ def contract_masks_every_tile(q, k, v, is_causal=False, block_size=64, return_ls
 
 def contract_tril_no_skip(q, k, v, is_causal=False, block_size=64, return_lse=False):
     t_q, t_k = q.shape[-2], k.shape[-2]
-    out = torch.zeros(*q.shape[:-1], v.shape[-1], dtype=q.dtype)
-    lse = torch.full(q.shape[:-1], -math.inf, dtype=q.dtype)
+    out = torch.zeros(*q.shape[:-1], v.shape[-1], dtype=q.dtype, device=q.device)
+    lse = torch.full(q.shape[:-1], -math.inf, dtype=q.dtype, device=q.device)
     for qs in range(0, t_q, block_size):
         qe = min(qs + block_size, t_q)
         qb = q[..., qs:qe, :] / q.shape[-1] ** 0.5
-        m = torch.full((*qb.shape[:-1], 1), -math.inf, dtype=q.dtype)
+        m = torch.full((*qb.shape[:-1], 1), -math.inf, dtype=q.dtype, device=q.device)
         total = torch.zeros_like(m)
-        acc = torch.zeros(*qb.shape[:-1], v.shape[-1], dtype=q.dtype)
+        acc = torch.zeros(*qb.shape[:-1], v.shape[-1], dtype=q.dtype, device=q.device)
         for ks in range(0, t_k, block_size):
             ke = min(ks + block_size, t_k)
             s = qb @ k[..., ks:ke, :].mT
             if is_causal:
-                rows = torch.arange(qs, qe)[:, None] + t_k - t_q
-                s = s.masked_fill(torch.arange(ks, ke)[None, :] > rows, -math.inf)
+                rows = torch.arange(qs, qe, device=q.device)[:, None] + t_k - t_q
+                s = s.masked_fill(torch.arange(ks, ke, device=q.device)[None, :] > rows, -math.inf)
             m_new = torch.maximum(m, s.amax(-1, keepdim=True))
             m_safe = m_new.masked_fill(m_new == -math.inf, 0)
             p = (s - m_safe).exp()
@@ -773,15 +777,15 @@ def contract_no_denominator_guard(q, k, v, is_causal=False, block_size=64, retur
     for qs in range(0, t_q, block_size):
         qe = min(qs + block_size, t_q)
         qb = q[..., qs:qe, :] / math.sqrt(q.shape[-1])
-        m = torch.full((*qb.shape[:-1], 1), -math.inf, dtype=q.dtype)
+        m = torch.full((*qb.shape[:-1], 1), -math.inf, dtype=q.dtype, device=q.device)
         total = torch.zeros_like(m)
-        acc = torch.zeros(*qb.shape[:-1], v.shape[-1], dtype=q.dtype)
+        acc = torch.zeros(*qb.shape[:-1], v.shape[-1], dtype=q.dtype, device=q.device)
         for ks in range(0, min(t_k, qe + t_k - t_q) if is_causal else t_k, block_size):
             ke = min(ks + block_size, t_k)
             s = qb @ k[..., ks:ke, :].mT
             if is_causal:
-                rows = torch.arange(qs, qe)[:, None] + t_k - t_q
-                s = s.masked_fill(torch.arange(ks, ke)[None, :] > rows, -math.inf)
+                rows = torch.arange(qs, qe, device=q.device)[:, None] + t_k - t_q
+                s = s.masked_fill(torch.arange(ks, ke, device=q.device)[None, :] > rows, -math.inf)
             m_new = torch.maximum(m, s.amax(-1, keepdim=True))
             m_safe = torch.where(m_new == -math.inf, 0.0, m_new)
             p = torch.exp(s - m_safe)
@@ -802,15 +806,15 @@ def contract_no_safe_maximum(q, k, v, is_causal=False, block_size=64, return_lse
     for qs in range(0, t_q, block_size):
         qe = min(qs + block_size, t_q)
         qb = q[..., qs:qe, :] / math.sqrt(q.shape[-1])
-        m = torch.full((*qb.shape[:-1], 1), -math.inf, dtype=q.dtype)
+        m = torch.full((*qb.shape[:-1], 1), -math.inf, dtype=q.dtype, device=q.device)
         total = torch.zeros_like(m)
-        acc = torch.zeros(*qb.shape[:-1], v.shape[-1], dtype=q.dtype)
+        acc = torch.zeros(*qb.shape[:-1], v.shape[-1], dtype=q.dtype, device=q.device)
         for ks in range(0, min(t_k, qe + t_k - t_q) if is_causal else t_k, block_size):
             ke = min(ks + block_size, t_k)
             s = qb @ k[..., ks:ke, :].mT
             if is_causal:
-                rows = torch.arange(qs, qe)[:, None] + t_k - t_q
-                s = s.masked_fill(torch.arange(ks, ke)[None, :] > rows, -math.inf)
+                rows = torch.arange(qs, qe, device=q.device)[:, None] + t_k - t_q
+                s = s.masked_fill(torch.arange(ks, ke, device=q.device)[None, :] > rows, -math.inf)
             m_new = torch.maximum(m, s.amax(-1, keepdim=True))
             p = torch.exp(s - m_new)
             alpha = torch.exp(m - m_new)

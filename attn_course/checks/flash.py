@@ -20,7 +20,17 @@ from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import FlopCounterMode
 
 from attn_course import reference
-from attn_course.checks._contracts import Arg, Axis, Contract, Returns, size_cases
+from attn_course.checks._contracts import (
+    VIEW_KINDS,
+    Arg,
+    Axis,
+    Contract,
+    Exercise,
+    Returns,
+    contract_cases,
+    expect_contract_cases,
+    expect_inputs_device,
+)
 from attn_course.checks._harness import (
     CheckFailed,
     Mistake,
@@ -95,6 +105,38 @@ float32 scores far beyond exp's range (so that the maximum must be subtracted), 
 negative scores (so that the running maximum must start at -inf)."""
 
 
+_CONTRACT_BLOCK = 8
+"""The block_size of every generated case: the sizes of the contracts' axes are around it."""
+
+SOFTMAX_CONTRACT = Contract(
+    "online_softmax",
+    args=(Arg("x", ("B", "H", "N"), views=VIEW_KINDS, slice_axis=-1),),
+    axes=(
+        Axis("B", (2,)),
+        Axis("H", (3,)),
+        Axis("N", (17, 7, 8, 9), "block_size is 8: a row below, at or above one block, or two and one"),
+    ),
+    returns=(Returns("output", ("B", "H", "N")),),
+    dtypes=(torch.float32, torch.float64),
+    notes=("block_size 8",),
+)
+"""Exercise 1 of 06 (block_size 8): rows below, at and above one block, two batch axes, float64, and x
+a view (transposed: its rows strided; a slice of longer rows; expanded over the batch)."""
+
+
+def _contract_exercise(
+    name: str, candidate: Callable[..., Any], ref: Callable[..., Any], **more: Any
+) -> Exercise:
+    """`name` as the generated cases call it: the learner's function and the course's, the same on each."""
+    return Exercise(name, lambda case: (candidate, ref), **more)
+
+
+def _expect_contract(contract: Contract, exercise: Exercise) -> int:
+    """The contract's generated cases, then one with the inputs on another device; how many ran."""
+    ran = expect_contract_cases(contract, exercise, contract_cases(contract))
+    return ran + expect_inputs_device(contract, exercise)
+
+
 @check
 def check_online_softmax(candidate: Callable[..., Any]) -> str:
     """Compare with softmax on ragged rows and block sizes; reject a softmax that is not streamed."""
@@ -126,9 +168,15 @@ def check_online_softmax(candidate: Callable[..., Any]) -> str:
     for x, kinds, shown in (_far_apart_blocks(), _masked_blocks()):
         _expect_extreme_blocks(candidate, x, kinds, shown)
     _expect_streamed(candidate)
+    exercise = _contract_exercise(
+        "online_softmax", candidate, reference.online_softmax, after=lambda case: (_CONTRACT_BLOCK,)
+    )
+    generated = _expect_contract(SOFTMAX_CONTRACT, exercise)
     return (
         "7 shapes and block sizes (ragged, 1, longer than the row), large float32 scores, rows of "
-        "large negative scores, blocks far below an earlier one, blocks of -inf, streamed"
+        "large negative scores, blocks far below an earlier one, blocks of -inf, streamed; "
+        f"{generated} more from the exercise's contract (rows below, at and above a block, float64, "
+        "x a view, x's device)"
     )
 
 
@@ -250,6 +298,29 @@ _QUERY_BLOCK_CASES = [  # (q_blk shape, T_k, d_v, block_size, scale of the input
 T_k, no batch axis, and float32 scores of a few hundred (exp overflows unless m is subtracted)."""
 
 
+QUERY_BLOCK_CONTRACT = Contract(
+    "flash_attention_query_block",
+    args=(
+        Arg("q_blk", ("B", "H", "B_q", "d"), views=VIEW_KINDS),
+        Arg("k", ("B", "H", "T_k", "d"), views=VIEW_KINDS),
+        Arg("v", ("B", "H", "T_k", "d_v"), views=VIEW_KINDS),
+    ),
+    axes=(
+        Axis("B", (2,)),
+        Axis("H", (3,)),
+        Axis("B_q", (5, 1), "a block of one query"),
+        Axis("T_k", (17, 7, 8, 9), "block_size is 8: keys below, at or above one block, or two and one"),
+        Axis("d", (6,), "a head dim that is not a power of two"),
+        Axis("d_v", (5,)),
+    ),
+    returns=(Returns("out", ("B", "H", "B_q", "d_v")), Returns("lse", ("B", "H", "B_q"))),
+    dtypes=(torch.float32, torch.float64),
+    notes=("block_size 8",),
+)
+"""Exercise 2 of 06 (block_size 8): key counts below, at and above a block, two batch axes, float64, and
+each of q_blk, k, v alone a view (transposed as a multi-head layer makes it, sliced, expanded)."""
+
+
 @check
 def check_flash_attention_query_block(candidate: Callable[..., Any]) -> str:
     """Compare (out, lse) of one query block with attention; reject a candidate that does not stream."""
@@ -261,10 +332,24 @@ def check_flash_attention_query_block(candidate: Callable[..., Any]) -> str:
     q, k, v = _far_below_zero_scores()
     _compare_query_block(candidate, q, k, v, 8, nonfinite_hint=_BELOW_ZERO_HINT, nan_means_unknown=True)
     _expect_query_block_streamed(candidate)
+    exercise = _contract_exercise(
+        "flash_attention_query_block",
+        candidate,
+        reference.flash_attention_query_block,
+        after=lambda case: (_CONTRACT_BLOCK,),
+        unpack=_pair,
+    )
+    generated = _expect_contract(QUERY_BLOCK_CONTRACT, exercise)
     return (
         "6 query blocks (ragged key tail, block_size 1 and > T_k, float32, scores far below 0), "
-        "out and lse, streamed"
+        f"out and lse, streamed; {generated} more from the exercise's contract (keys below, at and above "
+        "a block, one query, float64, each input alone a view, the inputs' device)"
     )
+
+
+def _pair(result: Any, expected: tuple[torch.Tensor, ...]) -> tuple[Any, ...]:
+    """(out, lse) as returned (the hand-written cases have required a pair already)."""
+    return tuple(result) if isinstance(result, tuple | list) else (result,)
 
 
 _BELOW_ZERO_HINT = (
@@ -428,26 +513,38 @@ loop that stops a block early, so the ragged offset must come first to name it),
 longer than the sequence, and no batch axis."""
 
 
+_ATTENTION_CASES += [  # just above one and two blocks of 8: T_q < T_k, T_q > T_k (no key), T_q = T_k
+    ((2, 9, 6), 17, 5, True, 8),
+    ((2, 18, 6), 17, 5, True, 8),
+    ((2, 9, 6), 9, 5, True, 8),
+]
+
+
 ATTENTION_CONTRACT = Contract(
     "flash_attention",
-    args=(Arg("q", ("B", "T_q", "d")), Arg("k", ("B", "T_k", "d")), Arg("v", ("B", "T_k", "d_v"))),
+    args=(
+        Arg("q", ("B", "H", "T_q", "d"), views=VIEW_KINDS),
+        Arg("k", ("B", "H", "T_k", "d"), views=VIEW_KINDS),
+        Arg("v", ("B", "H", "T_k", "d_v"), views=VIEW_KINDS),
+    ),
     axes=(
         Axis("B", (2,)),
-        Axis("T_q", (9, 18), "block_size + 1 (8 + 1); 18 > T_k = 17: a row that sees no key"),
-        Axis("T_k", (17, 9), "2·block_size + 1; 9 = T_q"),
+        Axis("H", (3,)),
+        Axis("T_q", (9, 7, 8, 18), "block_size is 8; with T_q > T_k (18 > 17) the first rows see no key"),
+        Axis("T_k", (17, 8, 9), "block_size is 8; with T_k < T_q (8 < 9) the first rows see no key"),
         Axis("d", (6,), "a head dim that is not a power of two"),
         Axis("d_v", (5,)),
     ),
-    returns=(Returns("out", ("B", "T_q", "d_v")), Returns("lse", ("B", "T_q"))),
-    notes=("causal, bottom-right aligned; a row that sees no key gets output 0 and lse -inf",),
+    returns=(Returns("out", ("B", "H", "T_q", "d_v")), Returns("lse", ("B", "H", "T_q"))),
+    dtypes=(torch.float32, torch.float64),
+    notes=(
+        "is_causal=True, block_size 8, return_lse=True: bottom-right aligned",
+        "a row that sees no key gets output 0 and lse -inf",
+    ),
 )
-"""The shapes `flash_attention` must accept; its generated cases (causal, block_size 8) follow the
-hand-picked ones: T_q < T_k, T_q > T_k and T_q = T_k at sizes just above one and two blocks."""
-
-_ATTENTION_CASES += [
-    ((c.size["B"], c.size["T_q"], c.size["d"]), c.size["T_k"], c.size["d_v"], True, 8)
-    for c in size_cases(ATTENTION_CONTRACT)
-]
+"""Exercise 3 of 06 (causal, block_size 8, return_lse=True in every generated case): ragged query and key
+blocks, T_q > T_k with rows that see no key, two batch axes, float64, each of q, k, v alone a view, and
+every tensor on the inputs' device. Holding T_q × T_k is refused by `_expect_tiled`, at T = 192."""
 
 
 @check
@@ -477,9 +574,20 @@ def check_flash_attention(candidate: Callable[..., Any]) -> str:
     _expect_runs_on_cuda(candidate)
     for case in outputs:  # the output is right: now the log-sum-exp that return_lse=True gives with it
         _compare_lse(candidate, *case)
+    exercise = _contract_exercise(
+        "flash_attention",
+        candidate,
+        reference.flash_attention,
+        extra=lambda case, tensors: {"is_causal": True, "block_size": _CONTRACT_BLOCK, "return_lse": True},
+        unpack=_pair,
+    )
+    generated = _expect_contract(ATTENTION_CONTRACT, exercise)
     return (
         "8 shapes (ragged, T_q != T_k, block_size 1 and > T, rows with no key), causal, float32, never "
-        "T_q×T_k; with return_lse=True the log-sum-exp of every row" + _causal_work(candidate)
+        "T_q×T_k; with return_lse=True the log-sum-exp of every row; "
+        f"{generated} more from the exercise's contract (query and key blocks below, at and above one "
+        "block, two batch axes, float64, each of q, k, v alone a view, the inputs' device)"
+        + _causal_work(candidate)
     )
 
 

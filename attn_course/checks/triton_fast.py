@@ -12,16 +12,22 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import torch
 
 from attn_course.checks._harness import CheckFailed, check
 from attn_course.checks._triton_harness import Mode, kernel_mode, traced_call
+from attn_course.checks.triton_flash import CONTRACT as FLASH_CONTRACT
 from attn_course.checks.triton_flash import _FlashCase, expect_flash_attention
 from attn_course.triton_flash.tile_ops import TileCounts, TileOps, tiles_needing_a_mask
 
 NAME = "fast_flash_attention"
+
+CONTRACT = replace(FLASH_CONTRACT, exercise=NAME)
+"""Exercise 5 of 08 owes "the same results as `triton_flash_attention` ... on every input its check
+tries": Exercise 4's contract, whose generated cases `expect_flash_attention` runs for both."""
 
 
 _SHAPES = (  # the inputs the tiles are counted on
