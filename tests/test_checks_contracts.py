@@ -227,7 +227,7 @@ STATED = {
         "the output has `x`'s dtype and device",
     ],
     "score_variance": [
-        "It returns the estimate as a Python float",
+        "It returns the estimate as one number (a Python float; a tensor of one element passes too)",
         "not the score of every query against every key",
     ],
     # 07_kv_cache
