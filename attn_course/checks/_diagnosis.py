@@ -224,6 +224,17 @@ def _equal_argument(failure: Failure, found: Found) -> Finding | None:
     return Finding("equal-argument", text) if text else None
 
 
+def _inputs_finite(failure: Failure) -> bool:
+    """Whether every float tensor the learner's code was given is finite (False where none is known: the
+    message then says nothing of the inputs)."""
+    from attn_course.checks._mutants import call_arguments
+
+    given = (*failure.args, *failure.kwargs.values(), *call_arguments().values())
+    tensors = [t for t in given if isinstance(t, torch.Tensor) and t.is_floating_point()]
+    tensors = [t for t in tensors if t.device.type != "meta"]
+    return bool(tensors) and all(bool(torch.isfinite(t).all()) for t in tensors)
+
+
 def _non_finite(failure: Failure, found: Found) -> Finding | None:
     from attn_course.checks._harness import library_dirs, where_nonfinite
 
@@ -234,8 +245,9 @@ def _non_finite(failure: Failure, found: Found) -> Finding | None:
         return None
     bad = "NaN" if torch.isnan(actual).any() else "inf"
     origin = nan_origin(library_dirs()) if bad == "NaN" else ""
+    finite_inputs = " (the inputs are finite)" if _inputs_finite(failure) else ""
     text = (
-        f"contains {bad} values where the right answer is finite (the inputs are finite): "
+        f"contains {bad} values where the right answer is finite{finite_inputs}: "
         f"{where_nonfinite(actual)}."
         + (f" {origin}" if origin else "")
         + (f" {failure.nonfinite_hint}" if failure.nonfinite_hint else "")

@@ -14,6 +14,7 @@ import inspect
 import itertools
 import linecache
 import math
+import operator
 import os
 import re
 import sysconfig
@@ -359,7 +360,12 @@ def describe_args(args: Sequence[Any], kwargs: dict[str, Any]) -> str:
             device = "" if value.device.type == "cpu" else f", {value.device.type}"
             dtype = str(value.dtype).removeprefix("torch.")
             return f"<{dtype} tensor of shape {tuple(value.shape)}{device}>"
-        return repr(value)
+        if inspect.isfunction(value) or inspect.ismethod(value):
+            return f"<function {value.__name__}>"
+        text = repr(value)
+        if " object at 0x" in text:  # no repr of its own: its class, not an address
+            return f"<{type(value).__name__}>"
+        return text
 
     parts = [show(a) for a in args] + [f"{key}={show(value)}" for key, value in kwargs.items()]
     return ", ".join(parts)
@@ -411,7 +417,58 @@ def _line_tensors(tb: Any, kind: type = torch.Tensor) -> list[tuple[str, Any]]:
                 break
         if tensor is not None and all(v is not tensor for _, v in found):
             found.append((name, tensor))
+    if kind is torch.Tensor:  # `lse[..., qs:qe]` is what the operation got, not all of `lse`
+        sliced = _line_subscripts(code, scope)
+        whole = {id(v) for _, v in sliced.values()}
+        found = [*sliced.values(), *((n, v) for n, v in found if id(v) not in whole)]
     return found[:4]
+
+
+_BINARY = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.FloorDiv: operator.floordiv,
+}
+
+
+def _line_subscripts(code: str, scope: dict[str, Any]) -> dict[str, tuple[str, Any]]:
+    """`name[index]` subscripts of a tensor on the line, by the text of each, with what they give: only
+    where the index is made of names, numbers, slices and arithmetic (nothing of the learner's is run)."""
+
+    def value(node: ast.AST) -> Any:
+        if isinstance(node, ast.Constant) and (node.value is Ellipsis or node.value is None or
+                                               isinstance(node.value, int)):  # fmt: skip
+            return node.value
+        if isinstance(node, ast.Name) and isinstance(scope.get(node.id), int):
+            return scope[node.id]
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            return -value(node.operand)
+        if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+            return _BINARY[type(node.op)](value(node.left), value(node.right))
+        if isinstance(node, ast.Slice):
+            parts = (node.lower, node.upper, node.step)
+            return slice(*(None if part is None else value(part) for part in parts))
+        if isinstance(node, ast.Tuple):
+            return tuple(value(element) for element in node.elts)
+        raise ValueError("not a plain index")
+
+    try:
+        tree = ast.parse(code.strip().removesuffix(":"), mode="exec")
+    except SyntaxError:
+        return {}
+    found: dict[str, tuple[str, Any]] = {}
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name)):
+            continue
+        tensor = scope.get(node.value.id)
+        if not isinstance(tensor, torch.Tensor):
+            continue
+        try:
+            found[ast.unparse(node)] = (node.value.id, tensor[value(node.slice)])
+        except Exception:  # noqa: BLE001 - an index this cannot follow: the name alone is shown
+            continue
+    return {text: (text, part) for text, (_, part) in found.items()}
 
 
 def _shape(x: torch.Tensor | Sequence[int]) -> str:
@@ -1062,10 +1119,11 @@ def slips_message(what: str, slips: Sequence[str], where: str = "") -> str:
     """The message for known mistakes that each give the learner's result: one named, several offered."""
     if len(slips) == 1:
         return f"{what} {slips[0]}{where}"
-    either = "\n".join(f"- It {message}" for message in slips)  # say each, assert none
+    either = "\n".join(f"- {what} {message}" for message in slips)  # say each, assert none
+    whose = what[0].lower() + what[1:] if what.startswith("Your ") else what
     return (
-        f"{what} is wrong in the way each of these {len(slips)} slips would be, so this check cannot "
-        f"tell which one is yours:\n{either}{where}"
+        f"Each of these {len(slips)} slips would give {whose} exactly, so this check cannot tell which "
+        f"one is yours:\n{either}{where}"
     )
 
 

@@ -646,12 +646,11 @@ class _StepInputError(ValueError):
     """model.step called with token ids that are not (b, t_new)."""
 
 
-class _PickInputError(ValueError):
-    """The check's pick was given logits of the wrong shape."""
-
-
 class _Watched:
     """The model as the learner's generate_with_cache sees it, recording every call."""
+
+    def __repr__(self) -> str:
+        return "<the model>"
 
     def __init__(self, model: TinyDecoder) -> None:
         self.model, self.config = model, model.config
@@ -715,7 +714,7 @@ def _watched_pick(
                 )
             else:
                 why = " Take the logits of the last position, model.step(...)[:, -1]."
-            raise _PickInputError(f"pick(logits) expects logits of shape {(b, vocab)}, got {shape}.{why}")
+            raise ValueError(f"pick(logits) expects logits of shape {(b, vocab)}, got {shape}.{why}")
         picks.append(logits.detach().clone())
         token = choose(logits)  # (b, 1)
         chosen.append(token.clone())
