@@ -419,8 +419,9 @@ def _line_tensors(tb: Any, kind: type = torch.Tensor) -> list[tuple[str, Any]]:
             found.append((name, tensor))
     if kind is torch.Tensor:  # `lse[..., qs:qe]` is what the operation got, not all of `lse`
         sliced = _line_subscripts(code, scope)
-        whole = {id(v) for _, v in sliced.values()}
-        found = [*sliced.values(), *((n, v) for n, v in found if id(v) not in whole)]
+        bases = {text.split("[", 1)[0] for text in sliced}
+        unsliced = {n for n in bases if re.search(rf"(?<![\w.]){re.escape(n)}(?!\s*\[|\w)", code)}
+        found = [*sliced.values(), *((n, v) for n, v in found if n not in bases - unsliced)]
     return found[:4]
 
 

@@ -798,7 +798,16 @@ def _changes(
                     f"`{name}` used where the right computation uses `{node.id}`",
                 )
     elif isinstance(node, ast.Constant) and type(node.value) is int and not _is_axis(node, parents):
+        sign = -1 if isinstance(parents.get(node), ast.UnaryOp) else 1
         for delta in (1, -1):
+            if _indexes_shape(node, parents):  # `.shape[-1]`: which axis's size, not a count off by one
+                axis = sign * (node.value + delta)
+                yield (
+                    ast.Constant(node.value + delta),
+                    f"the size of axis {axis} (`.shape[{axis}]`) where it should be that of axis "
+                    f"{sign * node.value}",
+                )
+                continue
             yield (
                 ast.Constant(node.value + delta),
                 f"`{node.value + delta}` where it should be `{node.value}` (off by one)",
@@ -846,6 +855,19 @@ def _changes(
         assert isinstance(target, ast.Name | ast.Subscript)  # as _overwrites_in_loop found
         added = ast.copy_location(ast.AugAssign(target, ast.Add(), node.value), node)
         yield added, f"`{_code(added)}` adds up over the loop, where it overwrites with `=`"
+
+
+def _indexes_shape(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:
+    """Whether a constant is the index of `x.shape[i]` (or `x.shape[-i]`)."""
+    parent = parents.get(node)
+    if isinstance(parent, ast.UnaryOp):
+        node, parent = parent, parents.get(parent)
+    return (
+        isinstance(parent, ast.Subscript)
+        and parent.slice is node
+        and isinstance(parent.value, ast.Attribute)
+        and parent.value.attr == "shape"
+    )
 
 
 def _is_axis(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:
