@@ -390,8 +390,9 @@ minimum) and 123 (`lse` shown as (1, 2, 32) on a line that subtracts lse[..., qs
 take lse[..., qs:qe])."""
 
 UNCAUGHT_J = {
-    12: "score_variance returning the 0-d tensor scores.var(): the exercise's text says it returns the "
-    "estimate as a Python float, and the check converts a one-number tensor (a miss)",
+    12: "score_variance returning the 0-d tensor scores.var(): accepted on purpose since the check was "
+    "written (tests/test_checks_attention.py's variance-0d-tensor: it prints and compares as the float); "
+    "the text said 'a Python float' then, and says since that a tensor of one element passes too",
     46: "rope_frequencies in float32: the exercise's text says 'in float64 (or float32)', so not a mistake "
     "by the text; accepted on purpose (tests/test_checks_rope.py)",
 }
