@@ -490,6 +490,9 @@ FLASH_MISTAKES = [  # learner code with one edit, and the phrase of the table's 
     ([("qe + t_k - t_q) if is_causal", "qs + t_k - t_q) if is_causal")], "stops the causal loop one block early"),
     ([("            s = q_blk @ k", "            if is_causal and ke - 1 > qs + t_k - t_q:\n                continue\n            s = q_blk @ k"), ("            if is_causal:\n                rows", "            if False:\n                rows")], "the key block that holds the diagonal is never visited"),
     ([("            if is_causal:\n                rows", "            if False:\n                rows")], "does not mask inside the blocks that cross it"),
+    # the offset on the rows and taken from the columns too: offered, with the slips that give the same,
+    # never asserted as tile-local numbers (its rows and columns are positions: qs and ks are there)
+    ([("torch.arange(ks, ke, device=q.device)[None, :]", "torch.arange(ks, ke, device=q.device)[None, :] - (t_k - t_q)")], "the offset T_k - T_q is counted twice"),
 ]  # fmt: skip
 
 

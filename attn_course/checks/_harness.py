@@ -1120,7 +1120,8 @@ def slips_message(what: str, slips: Sequence[str], where: str = "") -> str:
     """The message for known mistakes that each give the learner's result: one named, several offered."""
     if len(slips) == 1:
         return f"{what} {slips[0]}{where}"
-    either = "\n".join(f"- {what} {message}" for message in slips)  # say each, assert none
+    subject = what.split("(", 1)[0].rstrip()  # "Your flash_attention", the call said once above
+    either = "\n".join(f"- {subject} {message}" for message in slips)  # say each, assert none
     whose = what[0].lower() + what[1:] if what.startswith("Your ") else what
     return (
         f"Each of these {len(slips)} slips would give {whose} exactly, so this check cannot tell which "

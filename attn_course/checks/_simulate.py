@@ -204,7 +204,8 @@ class TiledVariant:
     (offset 0, for the loop bound too), "skip-diagonal" (only key blocks wholly allowed are visited),
     "blocks-only" (blocks above the diagonal skipped, no mask inside the others), "tile-local" and
     "tile-local-offset" (in the tiles that cross the diagonal, a test on the tile's own row and column
-    numbers, with T_k - T_q added to the rows or not; in every tile with `local_in_every_tile`), "none".
+    numbers, with T_k - T_q added to the rows or not; in every tile with `local_in_every_tile`),
+    "offset-twice" (key j allowed when j <= i + 2 (T_k - T_q), the loop bound right), "none".
     bound (causal only): where the key loop stops: "last-query" (right), "first-query" (the bound
     computed from the block's first query, hi = qs + T_k - T_q + 1), "no-offset" (hi = qs + block_m),
     "one-block-short" (hi = qs + T_k - T_q), "one-key-short" (hi = qe - 1 + T_k - T_q). tail: False
@@ -304,7 +305,7 @@ def tiled_attention(
                     limit = (rows - qs)[:, None] + shift  # (Bm, 1): the tile's own row numbers
                     s = s.masked_fill((keys - ks)[None, :] > limit, -math.inf)  # (..., Bm, Bn)
             elif causal and mask not in ("skip-diagonal", "blocks-only"):
-                limit = rows[:, None] + offset  # (Bm, 1)
+                limit = rows[:, None] + offset * (2 if mask == "offset-twice" else 1)  # (Bm, 1)
                 allowed = keys[None, :] < limit if mask == "strict" else keys[None, :] <= limit  # (Bm, Bn)
                 s = s.masked_fill(~allowed, -math.inf)
             if average_blocks:
@@ -498,6 +499,13 @@ def _causal_table(bound: str) -> list[tuple[str, TiledVariant]]:
                 ("tile-local-offset", " plus T_k - T_q, which leaves out the tile's starts qs and ks,"),
             )
             for everywhere in (False, True)  # the test in the tiles that cross the diagonal, or in all
+        ),
+        (
+            "lets query i see keys up to i + 2·(T_k - T_q) in the tiles that cross the diagonal: the "
+            "offset T_k - T_q is counted twice (added to the rows and taken from the columns, say). "
+            "Count it once: keep key j when j <= i + T_k - T_q (rows from torch.arange(qs, qe), "
+            "columns from torch.arange(ks, ke)).",
+            TiledVariant(mask="offset-twice"),
         ),
         (
             "skips the blocks above the diagonal but does not mask inside the blocks that cross it: a "
