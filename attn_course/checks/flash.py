@@ -784,9 +784,24 @@ def _diagnose_lse_rows(actual: torch.Tensor, expected: torch.Tensor, block_size:
         )
     return (
         f"is right for some query rows but wrong for others (the first wrong row is {rows[0]}, "
-        f"{len(rows)} of {wrong.numel()} wrong): each query block's lse belongs at its absolute rows, "
-        "lse[..., qs:qe], computed after the key loop from the block's final m and l."
+        f"{len(rows)} of {wrong.numel()} wrong{_lse_pattern(wrong, block_size)}). Check where and when "
+        "each query block's lse is written: at its absolute rows, lse[..., qs:qe], after its key loop, "
+        "from the block's final m and l."
     )
+
+
+def _lse_pattern(wrong: torch.Tensor, block_size: int) -> str:
+    """How the wrong rows of an lse lie against the query blocks, in words (", ..."), or ""."""
+    t_q = wrong.numel()
+    starts = range(0, t_q, block_size)
+    blocks = [wrong[s : s + block_size] for s in starts]  # each (≤ block_size,)
+    if all(bool(b.all()) or not b.any() for b in blocks):
+        bad = [str(s) for s, b in zip(starts, blocks, strict=True) if b.any()]
+        which = f"the block starting at row {bad[0]}" if len(bad) == 1 else f"those at rows {', '.join(bad)}"
+        return f": whole query blocks of {block_size} rows, {which}"
+    if all(bool(b.any()) for b in blocks):
+        return ": some rows in every query block"
+    return ""
 
 
 def _diagnose_blocks(
