@@ -583,8 +583,8 @@ def check_flash_attention(candidate: Callable[..., Any]) -> str:
     )
     generated = _expect_contract(ATTENTION_CONTRACT, exercise)
     return (
-        "8 shapes (ragged, T_q != T_k, block_size 1 and > T, rows with no key), causal, float32, never "
-        "T_q×T_k; with return_lse=True the log-sum-exp of every row; "
+        f"{len(_ATTENTION_CASES)} shapes (ragged, T_q != T_k, block_size 1 and > T, rows with no key), "
+        "causal, float32, never T_q×T_k; with return_lse=True the log-sum-exp of every row; "
         f"{generated} more from the exercise's contract (query and key blocks below, at and above one "
         "block, two batch axes, float64, each of q, k, v alone a view, the inputs' device)"
         + _causal_work(candidate)
