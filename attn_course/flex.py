@@ -19,10 +19,11 @@ Introduced in 10_modern_attention.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -50,6 +51,32 @@ def flex_problem() -> str | None:
             "or newer. The cells that use it say so and do nothing."
         )
     return None
+
+
+@contextlib.contextmanager
+def untraced() -> Iterator[None]:
+    """flex_attention, called without torch.compile, runs its unfused op directly instead of tracing it.
+
+    Uncompiled, flex_attention first traces each new score_mod and mask through torch.compile's eager
+    backend (about half a second of CPU each), then runs the same unfused op; torch's own debug flag
+    skips the tracing. The numbers are the same to the bit (tests/test_modern.py), so the checks run the
+    learner's code this way: a check of 10's last exercise took 5 s of CPU traced and 1.7 s untraced.
+    A flex_attention the learner wrapped in torch.compile is compiled as before.
+    """
+    try:
+        from torch.nn.attention import flex_attention as module
+    except ImportError:  # torch before 2.5: nothing to switch
+        yield
+        return
+    before = getattr(module, "_FLEX_ATTENTION_DISABLE_COMPILE_DEBUG", None)
+    if before is None:  # a torch without the flag: traced as before
+        yield
+        return
+    module._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG = True
+    try:
+        yield
+    finally:
+        module._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG = before
 
 
 # ---------------------------------------------------------------------------------------------

@@ -150,6 +150,35 @@ def test_flex_falls_back_to_unfused_with_a_message_when_compiling_fails(capsys):
     assert not runner.compiled and "no C++ compiler" in runner.describe()
 
 
+@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
+def test_untraced_flex_gives_the_traced_numbers_to_the_bit_and_restores_the_flag():
+    from torch.nn.attention import flex_attention as module
+
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(2, 6, 37, 16, generator=g)  # (b, h, t, d): 37 is not a multiple of the block
+    k, v = torch.randn(2, 2, 2, 37, 16, generator=g).unbind(0)  # (b, h_kv, t, d): grouped heads
+    mask = flex.sliding_window_mask_mod(5)
+
+    def bias(score, b, h, q_idx, kv_idx):
+        return score - 0.3 * (h + 1) * (q_idx - kv_idx).abs()
+
+    def run() -> tuple[torch.Tensor, torch.Tensor]:
+        blocks = module.create_block_mask(mask, None, None, 37, 37, device="cpu")
+        return module.flex_attention(q, k, v, score_mod=bias, block_mask=blocks, enable_gqa=True,
+                                     return_lse=True)  # fmt: skip
+
+    traced = run()
+    before = module._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG
+    with flex.untraced():
+        assert module._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG is True
+        untraced = run()
+    assert module._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG is before
+    assert all(torch.equal(a, b) for a, b in zip(traced, untraced, strict=True))
+    with pytest.raises(ValueError, match="a learner's error"), flex.untraced():
+        raise ValueError("a learner's error")
+    assert module._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG is before
+
+
 def test_flex_problem_names_the_torch_version_without_flex(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch.nn.attention.flex_attention", None)
     assert "needs torch 2.5 or newer" in flex.flex_problem()
