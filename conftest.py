@@ -16,6 +16,8 @@ pytest 9.2, which no longer lets a plugin rename a test's node id).
 
 nbval runs each solution notebook with the swap test's learner versions inserted, and what each
 cell printed is recorded for that test (tests/solution_runs.py): one run serves both.
+nbval's kernels and the student run-throughs' are forked from one kernel factory per worker, which
+imported torch once (tests/forked_kernels.py; ATTN_COURSE_FRESH_KERNELS=1 starts each afresh).
 """
 
 import os

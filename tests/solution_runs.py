@@ -21,6 +21,7 @@ from typing import Any
 import nbformat
 import pytest
 import triton_variants
+from forked_kernels import client_kwargs, nbval_forks
 from learner_code import (
     ABLATE,
     APPLY_ROPE,
@@ -202,13 +203,14 @@ def recorded_run(stem: str) -> nbformat.NotebookNode | None:
 
 
 def execute(notebook: nbformat.NotebookNode, timeout: int = 300) -> nbformat.NotebookNode:
-    """Run `notebook` in a fresh kernel in solutions/ (as nbval does), errors kept as outputs."""
+    """Run `notebook` in a kernel of its own in solutions/ (as nbval does), errors kept as outputs."""
     NotebookClient(
         notebook,
         timeout=timeout,
         kernel_name="python3",
         allow_errors=True,
         resources={"metadata": {"path": str(SOLUTIONS)}},
+        **client_kwargs(),
     ).execute()
     return notebook
 
@@ -226,3 +228,8 @@ class SwappedSolutionFile(IPyNbFile):
             options.setdefault("check", self.compare_outputs)
             name = f"Cell {number}"
             yield IPyNbCell.from_parent(self, name=name, cell_num=number, cell=cell, options=options)
+
+    def setup(self) -> None:
+        """nbval's setup, its kernel forked from this worker's kernel factory (tests/forked_kernels.py)."""
+        with nbval_forks():
+            super().setup()

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from forked_kernels import client_kwargs
 from nbclient import NotebookClient
 
 from attn_course.reference import EXERCISES
@@ -51,6 +52,7 @@ def test_student_notebook_run_through_undone_shows_only_the_checks_messages(stem
         kernel_name="python3",
         allow_errors=True,
         resources={"metadata": {"path": str(path.parent)}},
+        **client_kwargs(),
     ).execute()
     checks = dict(check_cells(notebook))
     for index, name in checks.items():
@@ -89,6 +91,7 @@ def test_a_skipped_exercise_cell_is_named_by_its_check_and_the_later_cells_use_t
         kernel_name="python3",
         allow_errors=True,
         resources={"metadata": {"path": str(path.parent)}},
+        **client_kwargs(),
     ).execute()
     errors = {
         index: out
