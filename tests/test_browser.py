@@ -2,8 +2,9 @@
 
 `make lab` opens the learner's working copy: here a temporary one, holding a notebook a learner
 already worked on (which must come out untouched) and, in solutions/, the solutions of notebooks
-02, 07, 08 and 09 (the versions in which every cell must run clean; 07 at its quick-run budget, which
-the test suite sets); `make lab` copies the other student notebooks in. Nothing here writes into the
+02, 07, 08 and 09 (the versions in which every cell must run clean; at their quick-run budgets, which
+the test suite sets; 07 and 08 cut after the cells whose widgets and messages the tests look at,
+`CUT_AFTER`, since nbval runs them whole); `make lab` copies the other student notebooks in. Nothing here writes into the
 repository except the screenshots, which go to test-output/browser/ (git-ignored; set
 ATTN_COURSE_TEST_OUTPUT to put them elsewhere). The browser is Debian's chromium, never a
 download. Without it the tests skip, unless ATTN_COURSE_REQUIRE_BROWSER=1 (as in CI) makes
@@ -117,6 +118,13 @@ def _get(url: str) -> dict:
         return json.load(response)
 
 
+CUT_AFTER = {
+    "07_kv_cache": "1a98e6ce",  # the training (its progress bar) and the probe's figure
+    "08_triton_flash_attention": "36223e93",  # the four kernels and their checks, then a look cell
+}
+"""The id of the last cell the browser runs of a solution notebook that nbval also runs whole."""
+
+
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory) -> Iterator[Lab]:
     """`make lab` on a copy of notebooks/, with a fixed port and token, stopped afterwards."""
@@ -129,9 +137,12 @@ def lab(tmp_path_factory) -> Iterator[Lab]:
     exercise.source = exercise.source.replace(STUB, LEARNER_SOFTMAX)
     nbformat.write(notebook, mine)
     learner_work = {mine: mine.read_bytes()}
-    solutions = ("02_scaling", "07_kv_cache", "08_triton_flash_attention", "09_backward")
-    for name in (f"{stem}.ipynb" for stem in solutions):
-        shutil.copy(ROOT / "solutions" / name, root / "solutions")
+    for stem in ("02_scaling", "07_kv_cache", "08_triton_flash_attention", "09_backward"):
+        notebook = nbformat.read(ROOT / "solutions" / f"{stem}.ipynb", as_version=4)
+        if stem in CUT_AFTER:  # nbval runs them whole; here, what only a browser shows
+            ids = [cell.get("id") for cell in notebook.cells]
+            notebook.cells = notebook.cells[: ids.index(CUT_AFTER[stem]) + 1]
+        nbformat.write(notebook, root / "solutions" / f"{stem}.ipynb")
     for name, values in SETTINGS.items():
         (base / "settings" / name).parent.mkdir(parents=True, exist_ok=True)
         (base / "settings" / name).write_text(json.dumps(values))
