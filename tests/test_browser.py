@@ -4,8 +4,8 @@
 already worked on (which must come out untouched) and, in solutions/, the solutions of notebooks
 02, 07, 08 and 09 (the versions in which every cell must run clean; at their quick-run budgets, which
 the test suite sets; 07 and 08 cut after the cells whose widgets and messages the tests look at,
-`CUT_AFTER`, since nbval runs them whole); `make lab` copies the other student notebooks in. Nothing here writes into the
-repository except the screenshots, which go to test-output/browser/ (git-ignored; set
+`CUT_AFTER`, since nbval runs them whole); `make lab` copies the other student notebooks in. Nothing
+here writes into the repository except the screenshots, which go to test-output/browser/ (git-ignored; set
 ATTN_COURSE_TEST_OUTPUT to put them elsewhere). The browser is Debian's chromium, never a
 download. Without it the tests skip, unless ATTN_COURSE_REQUIRE_BROWSER=1 (as in CI) makes
 them fail.
