@@ -21,8 +21,7 @@ from torch.overrides import TorchFunctionMode
 from attn_course.checks import _mutants
 
 _WHY = {
-    "sub": "−inf − (−inf): what is subtracted is itself −inf (a row's maximum is, while every key so far is "
-    "masked)",
+    "sub": "−inf − (−inf): what is subtracted is itself −inf there",
     "add": "inf + (−inf), a masked score meeting an opposite infinity",
     "div": "0/0, a row whose sum is 0 (it attended no key, or every exponential in it underflowed to 0)",
     "div-inf": "inf/inf, a sum of exponentials that overflowed (exp of scores not shifted by their maximum)",

@@ -648,8 +648,9 @@ def _parameter_difference(ablated: torch.nn.Module, right: torch.nn.Module) -> s
             if part in ("queries", "keys"):
                 return (
                     f"come from a copy whose {name} has rows {_ranges(rows)} zeroed: the {part} of the head. "
-                    "That head's scores become 0, so it attends uniformly instead of falling silent; zero "
-                    "its columns of attn.out.weight, what the head adds to the output."
+                    "That changes which positions the head weighs, not that it adds its values to the "
+                    "output, so it does not fall silent; zero its columns of attn.out.weight, what the head "
+                    "adds to the output."
                 )
             if part == "values":
                 return (
