@@ -38,6 +38,13 @@ tests/blind_first_run_j.json): 158/160 caught, 152 named, 95%; under 90% only 01
 8, its one miss the uncaught 12); every alternative accepted (35 of 35). Two messages state what the code does
 not do (7 and 123, in NAMED_J_FIRST_RUN's note).
 
+K (tests/learner_mistakes_blind_k.py), blind to A-J (its writer saw seven mistakes of J and of holdout2 while
+finding the set's types, and dropped the ideas of its own that overlapped them), was written on 2026-12-07
+after the fixes made from J and measured once before any fix made from it (main at 7f9ba48;
+tests/blind_first_run_k.json): 157/159 caught, the two left allowed by the texts; 153 named, 96%, every
+notebook at 90% or more; 35 of 35 alternatives accepted. Three messages stated what the code does not do
+(7, 75 and 120, in NAMED_K_FIRST_RUN's note), each fixed after.
+
 The sets are data for one runner per set and notebook (`-k 07_kv_cache` runs one notebook's edits of
 every set), about 300 tests where there were 3,000, one per edit.
 
@@ -67,6 +74,7 @@ from learner_mistakes_blind_g import ALTERNATIVES_G, HOLDOUT_G
 from learner_mistakes_blind_h import ALTERNATIVES_H, HOLDOUT_H
 from learner_mistakes_blind_i import ALTERNATIVES_I, HOLDOUT_I
 from learner_mistakes_blind_j import ALTERNATIVES_J, HOLDOUT_J
+from learner_mistakes_blind_k import ALTERNATIVES_K, HOLDOUT_K
 
 import attn_course.checks
 from attn_course.checks import CheckerError, CheckFailed, _mutants, _repairs
@@ -399,6 +407,43 @@ UNCAUGHT_J = {
 
 REFUSED_J: dict[int, str] = {}
 
+NAMED_K_FIRST_RUN = (
+    True, True, True, False, True, True, True, True, True, True,  # 0-9
+    True, True, True, True, False, True, True, True, True, True,  # 10-19
+    True, True, True, True, True, True, True, True, True, True,  # 20-29
+    True, True, True, True, True, True, True, True, True, True,  # 30-39
+    True, True, True, True, True, True, False, True, True, True,  # 40-49
+    True, True, True, True, True, True, True, False, True, True,  # 50-59
+    True, True, True, True, True, True, True, True, False, True,  # 60-69
+    True, True, True, True, True, True, True, True, True, True,  # 70-79
+    True, True, True, True, True, True, True, True, True, True,  # 80-89
+    True, True, True, True, True, True, True, True, True, True,  # 90-99
+    True, True, True, True, True, True, True, True, True, True,  # 100-109
+    True, True, True, True, True, True, True, True, True, True,  # 110-119
+    True, True, True, True, True, True, True, True, True, True,  # 120-129
+    False, True, True, True, True, True, True, True, True, True,  # 130-139
+    True, True, True, True, True, True, True, True, True, True,  # 140-149
+    True, True, True, True, True, True, True, True, True,  # 150-158
+)  # fmt: skip
+"""Per mistake of HOLDOUT_K (written blind to A-J, after the fixes made from J, four per exercise, three for
+triton_scores): whether the first run's message (main at 7f9ba48, 2026-12-07, before any fix made from K;
+tests/blind_first_run_k.json) stated its idea, as a reader who had not written the checks judged it: 153 of
+159 (01: 11 of 12, 02: 7 of 8, 05: 11 of 12, 06: 11 of 12, 07: 27 of 28, 09: 19 of 20, the rest all).
+Unnamed though caught: 3 (cosine similarity for the dot product: a largest difference only), 57 (each block
+shifted by its own maximum: rows not summing to 1, the property only), 68 (post-norm: a garbled sentence
+about the attention's input), 130 (the dq kernel scaled by 1/d: wrong dq in every row); not caught: 14 and
+46. Stating what the code does not do: 7 (a row's maximum with every key masked, where the code subtracts a
+row's mean), 75 (a head's scores "become 0", where the qkv bias keeps them nonzero) and 120 (a passing line
+offered that gives NaN for causal T_q > T_k, which the text then allowed); each fixed after (9c44a71)."""
+
+UNCAUGHT_K = {
+    14: "score_variance returning a one-element tensor: the text says a tensor of one element passes too "
+    "(as J's 12)",
+    46: "rope_frequencies in float32: the exercise's text says 'in float64 (or float32)' (as J's 46)",
+}
+
+REFUSED_K: dict[int, str] = {}
+
 SETS = {
     "A": (HOLDOUT_A, ALTERNATIVES_A, UNCAUGHT_A, REFUSED_A, NAMED_A_FIRST_RUN),
     "B": (HOLDOUT_B, ALTERNATIVES_B, UNCAUGHT_B, REFUSED_B, NAMED_B_FIRST_RUN),
@@ -410,6 +455,7 @@ SETS = {
     "H": (HOLDOUT_H, ALTERNATIVES_H, UNCAUGHT_H, REFUSED_H, NAMED_H_FIRST_RUN),
     "I": (HOLDOUT_I, ALTERNATIVES_I, UNCAUGHT_I, REFUSED_I, NAMED_I_FIRST_RUN),
     "J": (HOLDOUT_J, ALTERNATIVES_J, UNCAUGHT_J, REFUSED_J, NAMED_J_FIRST_RUN),
+    "K": (HOLDOUT_K, ALTERNATIVES_K, UNCAUGHT_K, REFUSED_K, NAMED_K_FIRST_RUN),
 }
 
 TRITON = {name for name in EXERCISES["08_triton_flash_attention"]} | {"triton_flash_attention_backward"}
@@ -582,5 +628,6 @@ FIRST_COUNTS = {
     "H": (160, 160, 151, 35, 34),
     "I": (160, 159, 155, 35, 34),
     "J": (160, 158, 152, 35, 35),
+    "K": (159, 157, 153, 35, 35),
 }
 """(mistakes, caught, named, alternatives, accepted) at the first measurement of each set."""
