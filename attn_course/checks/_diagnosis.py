@@ -331,6 +331,8 @@ def render(failure: Failure, found: Found) -> str:
         return slips_message(what, found["known-mistake"].evidence, called)
     mutant, repair = found.get("mutant"), found.get("repair")
     if "property" in found:  # the check's own reading first; a one-change mutant that gives the same says how
+        if mutant and foreign_step(mutant.evidence[0]):
+            mutant = None  # a step the learner's code lacks says nothing of it beside the reading
         after = f"\nIt {mutant.text}" if mutant else f"\n{repair.text}" if repair else ""
         return f"{what} {found['property'].text}{after}{called}"
     if failure.parts:  # a tuple: the mutant or which parts are wrong, then the learner's names or line
