@@ -508,9 +508,10 @@ def _causal_table(bound: str) -> list[tuple[str, TiledVariant]]:
             TiledVariant(mask="offset-twice"),
         ),
         (
-            "skips the blocks above the diagonal but does not mask inside the blocks that cross it: a "
-            "block holding the diagonal still contains keys after some of its queries; mask them with "
-            "-inf (key j allowed when j <= i + T_k - T_q).",
+            "skips the blocks above the diagonal but masks no key inside the blocks that cross it (no "
+            "mask there, or one that lets every key through): a block holding the diagonal still "
+            "contains keys after some of its queries; mask them with -inf (key j allowed when "
+            "j <= i + T_k - T_q, i and j absolute: torch.arange(qs, qe) and torch.arange(ks, ke)).",
             TiledVariant(mask="blocks-only"),
         ),
     ]
