@@ -82,6 +82,16 @@ def causal_ignores_device(t_q, t_k=None, device=None):
     return causal_tril(t_q, t_k)
 
 
+def causal_keys_from_end(t_q, t_k=None, device=None):  # keys numbered -t_k … -1: every key allowed
+    t_k = t_q if t_k is None else t_k
+    return (torch.arange(t_k, device=device) - t_k)[None, :] <= torch.arange(t_q, device=device)[:, None]
+
+
+def causal_abs_offset(t_q, t_k=None, device=None):  # the offset's size, whichever is longer
+    t_k = t_q if t_k is None else t_k
+    return torch.ones(t_q, t_k, dtype=torch.bool, device=device).tril(abs(t_k - t_q))
+
+
 def not_implemented(*args, **kwargs):
     raise NotImplementedError
 
@@ -209,6 +219,18 @@ CORRECT = [
 ]
 
 WRONG = [
+    pytest.param(  # told before that the term `t_q` was left out of `t_k - t_q`, which it never wrote
+        check_causal_mask,
+        causal_keys_from_end,
+        "is True everywhere: every query may attend every key",
+        id="causal-keys-from-end",
+    ),
+    pytest.param(
+        check_causal_mask,
+        causal_abs_offset,
+        "keys up to i + 2, while query i sits at position i + t_k - t_q = i − 2",
+        id="causal-abs-offset",
+    ),
     pytest.param(
         check_causal_mask, causal_keys_on_rows, "the right mask transposed", id="causal-keys-on-rows"
     ),

@@ -180,7 +180,9 @@ def check_causal_mask(candidate: Callable[..., Any]) -> str:
     )
     expected = reference.causal_mask(4)
     mask = _expect_bool_mask(got, expected, "causal_mask(4)")
-    expect_close(mask, expected, "Your causal_mask(4)", mistakes=mistakes, args=(4, 4))
+    expect_close(
+        mask, expected, "Your causal_mask(4)", mistakes=mistakes, args=(4, 4), diagnose=_diagnose_causal
+    )
     generated = [(c.size["T_q"], c.size["T_k"]) for c in size_cases(CAUSAL_CONTRACT)]
     hand_picked = [(5, 5), (1, 1), (3, 5), (2, 6), (1, 7), (4, 7)]
     for t_q, t_k in dict.fromkeys([*hand_picked, *generated]):
@@ -210,11 +212,16 @@ def _diagnose_causal(actual: torch.Tensor, expected: torch.Tensor) -> str | None
     """A lower triangle with another diagonal, or no triangle at all."""
     t_q, t_k = expected.shape
     ones = torch.ones(t_q, t_k, dtype=torch.bool)
+    right = "row i (query i, at position i + t_k - t_q) must be True for keys 0 … i + t_k - t_q only"
+    if bool(actual.cpu().all()) and not bool(expected.cpu().all()):
+        return f"is True everywhere: every query may attend every key, those after it too, but {right}."
+    if not bool(actual.cpu().any()) and bool(expected.cpu().any()):
+        return f"is False everywhere: no query may attend any key, but {right}."
     for shift in range(-t_k - t_q, t_k + t_q):
         if torch.equal(actual.cpu(), ones.tril(diagonal=shift)):
             return (
-                f"is a lower triangle, but shifted: it lets query i see keys up to i + {shift}, while "
-                f"query i sits at position i + t_k - t_q = i + {t_k - t_q} (bottom-right alignment: "
+                f"is a lower triangle, but shifted: it lets query i see keys up to {_plus(shift)}, while "
+                f"query i sits at position i + t_k - t_q = {_plus(t_k - t_q)} (bottom-right alignment: "
                 f"torch.tril(..., diagonal=t_k - t_q), or key position <= query position + t_k - t_q)."
             )
     return (
