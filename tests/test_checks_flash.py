@@ -556,7 +556,7 @@ def test_online_softmax_accepts_learner_code_spelled_otherwise(edits, capsys):
 FLASH_NO_FALSE_CAUSE = [  # (edits, phrase it must get, words it must not say: a cause the code has not)
     # the lse of a row with no key, wrong only in the rows whose block visits a key tile
     ([("        out[..., qs:qe, :] = acc / l\n", "        l = torch.where(l == 0, 1.0, l)\n        out[..., qs:qe, :] = acc / l\n")],
-     "is wrong only for rows that see no key (rows 16–17 (2 of the 18 that do)", "where and when"),
+     "is wrong only in rows that see no key (rows 16–17, 2 of the 18 that see none", "where and when"),
     ([(LSE, "lse[..., qs:qe] = (m + torch.log(l.clamp_min(1e-30))).squeeze(-1)")],
      "where it gives -69.0776 instead of -inf", "where and when"),
     # keys numbered from the end: the mask is there and masks nothing

@@ -1310,7 +1310,11 @@ def _wrong_slices(a: torch.Tensor, wrong: torch.Tensor) -> list[str]:
                     ": all but the first, so something is taken from index 0 only, or a size-1 axis "
                     "broadcast where each index needs its own"
                 )
-            elif bad_indices == list(range(bad_indices[0], size)) and axis >= a.dim() - 2:
+            elif (  # a short tail only: rows 1 … T - 1 wrong says nothing of a last block
+                bad_indices == list(range(bad_indices[0], size))
+                and axis >= a.dim() - 2
+                and 2 * len(bad_indices) <= size
+            ):
                 note += ": the last ones (a last, partial block, or a range that stops early?)"
             notes.append(note)
     return notes

@@ -584,8 +584,9 @@ def _build(function: Callable[..., Any]) -> Iterator[Mutant]:
                 line = statement.lineno if statement is not None and replacement is not None else None
                 message = f"is what the right computation gives with one change{where}: {change}."
                 described = _describe_step(statement)  # for a step the learner's code does not have
-                own = "that step left out" if replacement is None and described else change  # unquoted
-                UNQUOTED[message] = f"is what the right computation gives with one change{described}: {own}."
+                UNQUOTED[message] = (
+                    f"is what the right computation gives with one change{described}: {change}."
+                )
                 first_after = after.splitlines()[0] if after else ""
                 into = _swaps_into_present(node, replacement, statement)
                 yield Mutant(message, compiled, line, _site_names(node), before, first_after, shift, into)

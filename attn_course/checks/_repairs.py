@@ -81,13 +81,21 @@ def unquoted(derived: str) -> str:
     if not foreign_step(derived):
         return derived
     described = _mutants.UNQUOTED.get(derived, derived)
-    names = re.search(r", in the step that computes ((?:`\w+`(?:, )?)+)", described)
     source = _candidate_source()
-    if names is not None and source is not None:
-        own = set(re.findall(r"\w+", source))
-        if not all(name in own for name in re.findall(r"`(\w+)`", names[1])):
-            described = described.replace(names[0], "")
+    if source is None:
+        return described
+    own = set(re.findall(r"\w+", source))
+    names = re.search(r", in the step that computes ((?:`\w+`(?:, )?)+)", described)
+    if names is not None and not all(name in own for name in re.findall(r"`(\w+)`", names[1])):
+        described = described.replace(names[0], "")
+    left_out = re.search(r"the step `([^`]*)` left out", described)
+    if left_out is not None and not set(re.findall(r"[A-Za-z_]\w*", left_out[1])) <= own | _WORDS:
+        described = described.replace(left_out[0], "that step left out")  # names the learner never wrote
     return described
+
+
+_WORDS = {"float", "inf", "torch", "math", "dim", "keepdim", "True", "False", "None"}
+"""Words a left-out step may hold that are no learner's names."""
 
 
 def _candidate_source() -> str | None:

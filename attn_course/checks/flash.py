@@ -783,9 +783,11 @@ def _diagnose_lse_rows(actual: torch.Tensor, expected: torch.Tensor, block_size:
     if no_key.any() and not bool((wrong & ~no_key).any()):  # wrong only where a row sees no key
         first, last = rows[0], rows[-1]
         got = a.flatten(0, -2)[:, rows[0]] if a.dim() > 1 else a[rows[:1]]
-        some = "" if bool((wrong == no_key).all()) else f" ({len(rows)} of the {int(no_key.sum())} that do)"
+        every = bool((wrong == no_key).all())
+        some = "" if every else f", {len(rows)} of the {int(no_key.sum())} that see none"
         return (
-            f"is wrong only for rows that see no key ({_rows(first, last)}{some}: with is_causal and "
+            f"is wrong only {'for the' if every else 'in'} rows that see no key ({_rows(first, last)}{some}: "
+            "with is_causal and "
             f"T_q > T_k they come before every key), where it gives {float(got[0]):g} instead of -inf: "
             "a row that attends no key has the log-sum-exp of an empty sum, log 0 = -inf. Its m stays "
             "-inf; anything that stands in for that m or for l (a 0 to subtract safely, a 1 to divide "

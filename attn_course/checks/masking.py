@@ -481,7 +481,8 @@ _ALLOWS_EVERY_KEY: list[tuple[str, AttentionVariant]] = [
         "are the same with is_causal=True as with False, on every shape tried, so queries attend the keys "
         "after their own position; your code runs something more for is_causal=True, but what it builds "
         "lets every key through, or never reaches the scores. Query i sits at position i + T_k - T_q and "
-        "may attend the keys j <= i + T_k - T_q (your causal_mask(T_q, T_k)); AND it into `mask`.",
+        "may attend the keys j <= i + T_k - T_q (your causal_mask(T_q, T_k)); combine it with `mask` by & "
+        "(a key must pass both; | lets in every key either allows, and all of them when there is no mask).",
         AttentionVariant(combine="no-causal"),
     ),
 ]
