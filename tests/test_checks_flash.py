@@ -206,7 +206,15 @@ QUERY_BLOCK_MISTAKES = [  # learner code with one edit, and the phrase its messa
     ([(RETURN, "return acc / l, (m + torch.log(p.sum(dim=-1, keepdim=True))).squeeze(-1)")], "the log-sum-exp of the last key block only"),
     ([(RETURN, "return acc / l, m.squeeze(-1)")], "the running maximum m without the log of the sum"),
     ([(RETURN, "return acc / l, (m + torch.log2(l)).squeeze(-1)")], "mixes natural log and log2"),
-    ([(RETURN, "return acc / l, (m / scale + torch.log(l)).squeeze(-1)")], "without the 1/√d scale"),
+    ([(RETURN, "return acc / l, (m / scale + torch.log(l)).squeeze(-1)")], "is m + log(l) with m the maximum of the scores without the 1/√d scale, while l sums"),
+    (  # the scale applied inside exp: m is the unscaled maximum, l the scaled sum (not an unscaled lse)
+        [
+            ("s = q_blk @ k[..., ks:ks + block_size, :].transpose(-2, -1) * scale", "s = q_blk @ k[..., ks:ks + block_size, :].transpose(-2, -1)"),
+            ("p = torch.exp(s - m_new)", "p = torch.exp((s - m_new) * scale)"),
+            ("alpha = torch.exp(m - m_new)", "alpha = torch.exp((m - m_new) * scale)"),
+        ],
+        "is m + log(l) with m the maximum of the scores without the 1/√d scale, while l sums",
+    ),
     ([(RETURN, "return acc / l, m + torch.log(l)")], "Drop the last axis"),
     ([(RETURN, "return acc / l")], "returned one tensor: return the pair (out, lse)"),
     ([(RETURN, "return acc / l, l, m")], "should return the pair (out, lse)"),

@@ -633,5 +633,12 @@ def tiled_lse_mistakes(simulate: Callable[..., torch.Tensor]) -> list[Mistake]:
             "log-sum-only",
         )
     )
-    table.insert(5, (table[4][0], "unscaled-max"))
+    table.insert(
+        5,
+        (
+            "is m + log(l) with m the maximum of the scores without the 1/√d scale, while l sums the "
+            "exponentials of the scaled ones: take m from the scaled scores q @ kᵀ / √d too.",
+            "unscaled-max",
+        ),
+    )
     return [Mistake(message, functools.partial(simulate, kind=kind)) for message, kind in table]
