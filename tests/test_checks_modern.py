@@ -866,6 +866,11 @@ KEY_COLUMNS = "cols = torch.arange(ks, ks + s.shape[-1], device=q.device)"
             "attends no key at all in rows 0–20",
             id="tiled-keys-minus-offset",
         ),
+        pytest.param(  # told before that "the key loop stops a block too early", which it does not
+            window_flash((KEY_COLUMNS, KEY_COLUMNS + " - t_k")),
+            "attends no key at all in rows 0–36",
+            id="tiled-keys-from-the-end",
+        ),
         pytest.param(
             window_flash((KEY_COLUMNS, "cols = torch.arange(s.shape[-1], device=q.device)")),
             "attends no key at all in rows 15–36",

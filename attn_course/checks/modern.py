@@ -926,9 +926,16 @@ def _diagnose_window_support(
         else ""
     )
     blind = sorted(int(i) for i in (~seen.any(-1)).nonzero()[:, 0])
-    if blind:  # what is observed, not why: a key numbered wrongly, a mask inverted, a block skipped, ...
+    early = (  # each row misses whole key blocks up to its own position: the loop's end, seen as such
+        missing.any()
+        and not extra.any()
+        and bool((keys == positions)[missing].any())
+        and _whole_blocks_missing(missing, allowed, block_size)
+    )
+    if blind and not (early and not offset):  # what is observed, not why: a key numbered wrongly, ...
         named = f"rows {_spans(blind)}" if len(blind) > 1 else f"row {blind[0]}"
-        return f"attends no key at all in {named} (their output is 0/0 or NaN), but every query sees " + (
+        their = "their output is" if len(blind) > 1 else "its output is"
+        return f"attends no key at all in {named} ({their} 0/0 or NaN), but every query sees " + (
             f"at least itself.{offset}"
             if offset
             else "at least itself: query i sits at position p = i + T_k − T_q, key j at position j, "
@@ -949,9 +956,9 @@ def _diagnose_window_support(
             return f"never attends some keys of the window next to the query ({where}).{offset}"
         if bool((keys == positions)[missing].any()) and _whole_blocks_missing(missing, allowed, block_size):
             return (
-                f"never attends some keys of the window next to the query ({where}), each a whole key "
-                "block up to the query's own: the key loop stops a block too early; it runs up to the "
-                "block holding the query's own position, p = i + T_k − T_q."
+                f"never attends some keys of the window next to the query ({where}), those of the key "
+                "block holding its own position: the key loop stops a block too early; it runs up to "
+                "the block holding the query's own position, p = i + T_k − T_q."
             )
         if late and _whole_blocks_missing(missing, allowed, block_size, earliest=True):
             return (
@@ -1010,8 +1017,8 @@ def _right_when_square(
 def _whole_blocks_missing(
     missing: torch.Tensor, allowed: torch.Tensor, block_size: int, earliest: bool = False
 ) -> bool:
-    """Whether each row misses exactly its allowed keys from one key block's start on (before one key
-    block's start, with `earliest`); missing and allowed are (T_q, T_k) bools."""
+    """Whether each row misses exactly its allowed keys from the start of the key block holding its own
+    position on (before one key block's start, with `earliest`); missing and allowed are (T_q, T_k)."""
     keys = torch.arange(missing.shape[-1])  # (T_k,)
     for row_missing, row_allowed in zip(missing, allowed, strict=True):
         if not row_missing.any():
@@ -1020,7 +1027,10 @@ def _whole_blocks_missing(
             end = -(-(int(row_missing.nonzero()[-1, 0]) + 1) // block_size) * block_size
             edge = keys < end  # (T_k,)
         else:
-            edge = keys >= int(row_missing.nonzero()[0, 0]) // block_size * block_size  # (T_k,)
+            start = int(row_missing.nonzero()[0, 0]) // block_size * block_size
+            if start != int(row_allowed.nonzero()[-1, 0]) // block_size * block_size:
+                return False  # not the block holding the row's own position: not where the loop ends
+            edge = keys >= start  # (T_k,)
         if not torch.equal(row_missing, row_allowed & edge):
             return False
     return True
