@@ -793,18 +793,17 @@ def _keys_attended(
                     "(causal_mask(T_q, T_k), bottom-right aligned)."
                 )
             if _partial(upper) and torch.equal(seen, mask_only & upper):
-                at = _plus(shift)
                 return (
-                    f"are the softmax over the keys j >= {at}, at and after a diagonal, where {query} and "
-                    "may attend the keys j <= i + T_k − T_q: the causal mask keeps the lower triangle "
-                    "(tril), not the upper one."
+                    f"are the softmax over the keys j >= {_plus(shift)}, at and after a diagonal, where "
+                    f"{query} and may attend the keys j <= i + T_k − T_q: the causal mask keeps the lower "
+                    "triangle (tril), not the upper one."
                 )
     wrong = (seen != allowed).nonzero()[0].tolist()  # [..., i, j]
-    at, row = wrong[:-1], seen[tuple(wrong[:-1])]
+    index, row = wrong[:-1], seen[tuple(wrong[:-1])]
     attended = [int(j) for j in row.nonzero()[:, 0]]
     may = [int(j) for j in allowed[tuple(wrong[:-1])].nonzero()[:, 0]]
     return (
-        f"are the softmax over other keys than the allowed ones: row {at} attends keys "
+        f"are the softmax over other keys than the allowed ones: row {index} attends keys "
         f"{attended or 'none'}, where it may attend keys {may or 'none'}"
         + (f" ({query})." if is_causal else ".")
     )
