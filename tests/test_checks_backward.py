@@ -350,7 +350,16 @@ FLASH_REJECTED = {
     ),
     "mask only in the forward": (
         [("            if is_causal:\n                rows", "            if False:\n                rows")],
-        "causal mask in the forward but not in the recomputation",
+        "causal mask in the forward but masks no key in the recomputation",
+    ),
+    "keys numbered from the end: a mask that masks nothing": (
+        [
+            (
+                "cols = torch.arange(ks, ke, device=q.device)[None, :]",
+                "cols = torch.arange(ks, ke, device=q.device)[None, :] - T_k",
+            )
+        ],
+        "masks no key in the recomputation (no mask there, or one that lets every key through)",
     ),
     "dQ not accumulated": (
         [("dq[..., qs:qe, :] += ds", "dq[..., qs:qe, :] = ds")],

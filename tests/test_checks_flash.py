@@ -206,7 +206,15 @@ QUERY_BLOCK_MISTAKES = [  # learner code with one edit, and the phrase its messa
     ([(RETURN, "return acc / l, (m + torch.log(p.sum(dim=-1, keepdim=True))).squeeze(-1)")], "the log-sum-exp of the last key block only"),
     ([(RETURN, "return acc / l, m.squeeze(-1)")], "the running maximum m without the log of the sum"),
     ([(RETURN, "return acc / l, (m + torch.log2(l)).squeeze(-1)")], "mixes natural log and log2"),
-    ([(RETURN, "return acc / l, (m / scale + torch.log(l)).squeeze(-1)")], "without the 1/√d scale"),
+    ([(RETURN, "return acc / l, (m / scale + torch.log(l)).squeeze(-1)")], "is m + log(l) with m the maximum of the scores without the 1/√d scale, while l sums"),
+    (  # the scale applied inside exp: m is the unscaled maximum, l the scaled sum (not an unscaled lse)
+        [
+            ("s = q_blk @ k[..., ks:ks + block_size, :].transpose(-2, -1) * scale", "s = q_blk @ k[..., ks:ks + block_size, :].transpose(-2, -1)"),
+            ("p = torch.exp(s - m_new)", "p = torch.exp((s - m_new) * scale)"),
+            ("alpha = torch.exp(m - m_new)", "alpha = torch.exp((m - m_new) * scale)"),
+        ],
+        "is m + log(l) with m the maximum of the scores without the 1/√d scale, while l sums",
+    ),
     ([(RETURN, "return acc / l, m + torch.log(l)")], "Drop the last axis"),
     ([(RETURN, "return acc / l")], "returned one tensor: return the pair (out, lse)"),
     ([(RETURN, "return acc / l, l, m")], "should return the pair (out, lse)"),
@@ -489,7 +497,7 @@ FLASH_MISTAKES = [  # learner code with one edit, and the phrase of the table's 
     ([("qe + t_k - t_q) if is_causal", "qe) if is_causal")], "without T_k - T_q"),
     ([("qe + t_k - t_q) if is_causal", "qs + t_k - t_q) if is_causal")], "stops the causal loop one block early"),
     ([("            s = q_blk @ k", "            if is_causal and ke - 1 > qs + t_k - t_q:\n                continue\n            s = q_blk @ k"), ("            if is_causal:\n                rows", "            if False:\n                rows")], "the key block that holds the diagonal is never visited"),
-    ([("            if is_causal:\n                rows", "            if False:\n                rows")], "does not mask inside the blocks that cross it"),
+    ([("            if is_causal:\n                rows", "            if False:\n                rows")], "masks no key inside the blocks that cross it"),
     # the offset on the rows and taken from the columns too: offered, with the slips that give the same,
     # never asserted as tile-local numbers (its rows and columns are positions: qs and ks are there)
     ([("torch.arange(ks, ke, device=q.device)[None, :]", "torch.arange(ks, ke, device=q.device)[None, :] - (t_k - t_q)")], "the offset T_k - T_q is counted twice"),
@@ -551,6 +559,33 @@ def test_online_softmax_names_learner_mistakes(edits, phrase, capsys):
 @pytest.mark.parametrize("edits", ONLINE_SOFTMAX_RIGHT)
 def test_online_softmax_accepts_learner_code_spelled_otherwise(edits, capsys):
     assert_accepted(check_online_softmax, _online(*edits), capsys)
+
+
+FLASH_NO_FALSE_CAUSE = [  # (edits, phrase it must get, words it must not say: a cause the code has not)
+    # the lse of a row with no key, wrong only in the rows whose block visits a key tile
+    ([("        out[..., qs:qe, :] = acc / l\n", "        l = torch.where(l == 0, 1.0, l)\n        out[..., qs:qe, :] = acc / l\n")],
+     "is wrong only in rows that see no key (rows 16–17, 2 of the 18 that see none", "where and when"),
+    ([(LSE, "lse[..., qs:qe] = (m + torch.log(l.clamp_min(1e-30))).squeeze(-1)")],
+     "where it gives -69.0776 instead of -inf", "where and when"),
+    # keys numbered from the end: the mask is there and masks nothing
+    ([("cols = torch.arange(ks, ke, device=q.device)[None, :]", "cols = torch.arange(ks, ke, device=q.device)[None, :] - t_k")],
+     "masks no key inside the blocks that cross it (no mask there, or one that lets every key through)", "does not mask"),
+    # the offset turned round: said without the course's name `offset`, which this code never uses
+    ([("rows = torch.arange(qs, qe, device=q.device)[:, None] + (t_k - t_q)", "rows = torch.arange(qs, qe, device=q.device)[:, None] + (t_q - t_k)")],
+     "one change: `t_q - t_k` where it is `t_k - t_q`", "`offset`"),
+    # the guard of l left out: the first NaN is 0/0, so the running maximum's guard (there) is not asked for
+    ([("        out[..., qs:qe, :].masked_fill_(l == 0, 0.0)  # a row with no key at all: 0, as attention\n", "")],
+     "Divide by 1 where l is 0", "safe 0"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("edits", "phrase", "untrue"), FLASH_NO_FALSE_CAUSE)
+def test_flash_attention_states_no_cause_its_code_lacks(edits, phrase, untrue, capsys):
+    candidate = _flash(*edits)
+    assert_rejected(check_flash_attention, candidate, phrase, capsys)
+    with pytest.raises(AssertionError) as failure:
+        check_flash_attention(candidate)
+    assert untrue not in str(failure.value)
 
 
 @pytest.mark.parametrize(("edits", "phrase"), FLASH_MISTAKES)

@@ -82,6 +82,16 @@ def causal_ignores_device(t_q, t_k=None, device=None):
     return causal_tril(t_q, t_k)
 
 
+def causal_keys_from_end(t_q, t_k=None, device=None):  # keys numbered -t_k … -1: every key allowed
+    t_k = t_q if t_k is None else t_k
+    return (torch.arange(t_k, device=device) - t_k)[None, :] <= torch.arange(t_q, device=device)[:, None]
+
+
+def causal_abs_offset(t_q, t_k=None, device=None):  # the offset's size, whichever is longer
+    t_k = t_q if t_k is None else t_k
+    return torch.ones(t_q, t_k, dtype=torch.bool, device=device).tril(abs(t_k - t_q))
+
+
 def not_implemented(*args, **kwargs):
     raise NotImplementedError
 
@@ -209,6 +219,18 @@ CORRECT = [
 ]
 
 WRONG = [
+    pytest.param(  # told before that the term `t_q` was left out of `t_k - t_q`, which it never wrote
+        check_causal_mask,
+        causal_keys_from_end,
+        "is True everywhere: every query may attend every key",
+        id="causal-keys-from-end",
+    ),
+    pytest.param(
+        check_causal_mask,
+        causal_abs_offset,
+        "keys up to i + 2, while query i sits at position i + t_k - t_q = i − 2",
+        id="causal-abs-offset",
+    ),
     pytest.param(
         check_causal_mask, causal_keys_on_rows, "the right mask transposed", id="causal-keys-on-rows"
     ),
@@ -344,6 +366,42 @@ LEARNER_WRONG = [
     ("attention", ATTENTION, [(MASKED, "    if is_causal:\n        " + MASK_LINE + "\n")], "ignore `mask`: fill"),
 ]  # fmt: skip
 """(exercise, right learner solution, text edits, phrase the message must contain)."""
+
+
+CAUSAL_LINE = "causal = torch.ones(t_q, t_k, dtype=torch.bool, device=q.device).tril(diagonal=t_k - t_q)"
+POSITIONS = "causal = (torch.arange(t_k, device=q.device){keys})[None, :] <= (torch.arange(t_q, device=q.device){queries})[:, None]"
+
+CAUSAL_NUMBERED_WRONGLY = [  # each reads is_causal; none ignores it, though one lets every key through
+    ([(CAUSAL_LINE, POSITIONS.format(keys=" - t_k", queries=""))],
+     "your code runs something more for is_causal=True, but what it builds lets every key through, or never reaches"),
+    ([(CAUSAL_LINE, POSITIONS.format(keys=" - (t_k - t_q)", queries=" + t_k - t_q"))],
+     "let queries attend keys after their own position although is_causal=True (query i sits at position i + T_k − T_q = i + 4 (T_q = 2, T_k = 6))"),
+    ([("tril(diagonal=t_k - t_q)", "triu(diagonal=t_k - t_q)")],
+     "are the softmax over the keys j >= i, at and after a diagonal"),
+    ([("tril(diagonal=t_k - t_q)", "tril(diagonal=t_k - t_q - 1)")],
+     "are the softmax over a causal mask whose diagonal is at key j = i − 1"),
+    ([("tril(diagonal=t_k - t_q)", "tril(diagonal=t_k - t_q + 1)")],
+     "are the softmax over a causal mask whose diagonal is at key j = i + 1"),
+    ([(CAUSAL_LINE, POSITIONS.format(keys="", queries=" - t_q"))],
+     "are 0 in every row: no query attends any key"),
+    ([("tril(diagonal=t_k - t_q)", "tril(diagonal=abs(t_k - t_q))")],
+     "mask=padding of lengths [3, 0], is_causal=True) let queries attend keys after their own position although is_causal=True"),
+    ([(CAUSAL_LINE, CAUSAL_LINE + "\n        causal = causal | True")],
+     "your code runs something more for is_causal=True"),
+]  # fmt: skip
+"""(edits of the right attention that number the causal mask's keys or queries wrongly, phrase)."""
+
+
+@pytest.mark.parametrize(("edits", "phrase"), CAUSAL_NUMBERED_WRONGLY)
+def test_a_causal_mask_numbered_wrongly_is_not_said_to_ignore_is_causal(edits, phrase, capsys):
+    """Issue 44: "ignore is_causal=True" only where the flag changes neither the result nor what runs; a
+    mask whose diagonal is misplaced is said as the keys each query attends, a fill of 0 is not asked for."""
+    candidate = learner(ATTENTION, "attention", *edits)
+    assert_rejected(check_attention, candidate, phrase, capsys)
+    with pytest.raises(AssertionError) as failure:
+        check_attention(candidate)
+    message = str(failure.value)
+    assert "ignore is_causal" not in message and "after the softmax" not in message
 
 
 @pytest.mark.parametrize(("exercise", "source", "edits", "phrase"), LEARNER_WRONG)

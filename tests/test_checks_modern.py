@@ -816,6 +816,77 @@ def test_no_repair_turns_a_rows_maximum_into_the_whole_tensors():
     assert "passes this check written" not in str(failure.value)
 
 
+def window_dense_keys_from_end(q, k, v, window, block_size=64):  # no tiles, keys numbered -T_k … -1
+    t_q, t_k = q.shape[-2], k.shape[-2]
+    p = torch.arange(t_q)[:, None]
+    j = torch.arange(t_k)[None, :] - t_k
+    allowed = (p - j >= 0) & (p - j < window)
+    s = (q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])).masked_fill(~allowed, float("-inf"))
+    return torch.softmax(s, -1) @ v
+
+
+def window_dense_offset_on_keys(q, k, v, window, block_size=64):  # the offset added to the keys instead
+    t_q, t_k = q.shape[-2], k.shape[-2]
+    p = torch.arange(t_q)[:, None]
+    j = torch.arange(t_k)[None, :] + (t_k - t_q)
+    allowed = (p - j >= 0) & (p - j < window)
+    s = (q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])).masked_fill(~allowed, float("-inf"))
+    return torch.softmax(s, -1) @ v
+
+
+def window_dense_keys_reversed(q, k, v, window, block_size=64):  # key j numbered T_k - 1 - j
+    t_q, t_k = q.shape[-2], k.shape[-2]
+    p = torch.arange(t_q)[:, None] + t_k - t_q
+    j = (t_k - 1 - torch.arange(t_k))[None, :]
+    allowed = (p - j >= 0) & (p - j < window)
+    s = (q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])).masked_fill(~allowed, float("-inf"))
+    return torch.softmax(s, -1) @ v
+
+
+KEY_COLUMNS = "cols = torch.arange(ks, ks + s.shape[-1], device=q.device)"
+
+
+@pytest.mark.parametrize(
+    ("candidate", "phrase"),
+    [
+        pytest.param(
+            window_dense_keys_from_end, "attends no key at all in rows 7–36", id="dense-keys-from-end"
+        ),
+        pytest.param(
+            window_dense_offset_on_keys,
+            "(it is right with T_q = T_k, where the offset is 0): query i sits at position p = i + T_k − T_q "
+            "and key j at position j",
+            id="dense-offset-on-keys",
+        ),
+        pytest.param(
+            window_dense_keys_reversed, "row 0 attends key 36, where its window is key 0", id="dense-reversed"
+        ),
+        pytest.param(
+            window_flash((KEY_COLUMNS, KEY_COLUMNS + " - offset")),
+            "attends no key at all in rows 0–20",
+            id="tiled-keys-minus-offset",
+        ),
+        pytest.param(  # told before that "the key loop stops a block too early", which it does not
+            window_flash((KEY_COLUMNS, KEY_COLUMNS + " - t_k")),
+            "attends no key at all in rows 0–36",
+            id="tiled-keys-from-the-end",
+        ),
+        pytest.param(
+            window_flash((KEY_COLUMNS, "cols = torch.arange(s.shape[-1], device=q.device)")),
+            "attends no key at all in rows 15–36",
+            id="tiled-keys-tile-local",
+        ),
+    ],
+)
+def test_window_keys_numbered_wrongly_are_not_told_to_guard_the_maximum(candidate, phrase, capsys):
+    """Keys numbered wrongly leave rows with no key: said as observed, not as notebook 06's missing guard
+    (a dense pass has no running maximum, a tiled one here has its guard), nor as a loop that stops early."""
+    assert_rejected(check_sliding_window_flash_attention, candidate, phrase, capsys)
+    with pytest.raises(CheckFailed) as failure:
+        check_sliding_window_flash_attention(candidate)
+    assert "m_safe" not in str(failure.value) and "block too early" not in str(failure.value)
+
+
 # ---------------------------------------------------------------------------------------------
 # The contracts of notebook 10 (issue 44): inputs the text allows and the hand-picked cases never tried.
 # Each wrong program below passed the checks before their contracts drove them (verified against main at

@@ -225,7 +225,7 @@ KERNELS_REJECTED = {
     "dkdv: no causal mask inside the tile": (DKDV, [
         ("            allowed = allowed & (offs_n[:, None] <= rows[None, :] + offset)\n",
          "            pass\n"),
-    ], "applies the causal mask in the forward but not in the recomputation"),
+    ], "applies the causal mask in the forward but masks no key in the recomputation"),
     "dkdv: queries loaded without a mask": (DKDV, [
         ("q = tl.load(q_head + rows[:, None] * stride_qm + offs_d[None, :], mask=q_mask, other=0.0)",
          "q = tl.load(q_head + rows[:, None] * stride_qm + offs_d[None, :])"),

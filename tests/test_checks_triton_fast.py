@@ -120,7 +120,7 @@ FAST_REJECTED = {
                 "        full = hi",
             )
         ],
-        "does not mask inside the blocks that cross it",
+        "masks no key inside the blocks that cross it",
     ),
     "the masked loop's causal test applied without the causal mask": (
         FAST,

@@ -28,7 +28,7 @@ and where (`Failure.locate`), said beside the learner's misplaced arguments or l
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -67,8 +67,9 @@ class Failure:
     """Skip a mistake whose simulation gives NaN where the right answer has none."""
     diagnose: Callable[[torch.Tensor, torch.Tensor], str | None] | None = None
     """The check's own reading of what property fails, or None."""
-    nonfinite_hint: str = ""
-    """Why learners get NaN or inf here."""
+    nonfinite_hint: str | Mapping[str, str] = ""
+    """Why learners get NaN or inf here; or, keyed by the operation that made the first NaN ("sub" for
+    −inf − (−inf), "div", "softmax", ...), the hint true of that origin only, "" for any other."""
     own_line_with_property: bool = False
     """Show the learner's line changed once after a property too (where the check's readings are coarse,
     as rotary_window_attention's, which sees keys after a query but not a mask_mod's parameters swapped)."""
@@ -244,13 +245,14 @@ def _non_finite(failure: Failure, found: Found) -> Finding | None:
     ):
         return None
     bad = "NaN" if torch.isnan(actual).any() else "inf"
-    origin = nan_origin(library_dirs()) if bad == "NaN" else ""
+    origin, operation = nan_origin(library_dirs()) if bad == "NaN" else ("", "")
+    hint = failure.nonfinite_hint
+    if not isinstance(hint, str):  # a cause is said only where the NaN was born as it says
+        hint = hint.get(operation, hint.get("", ""))
     finite_inputs = " (the inputs are finite)" if _inputs_finite(failure) else ""
     text = (
         f"contains {bad} values where the right answer is finite{finite_inputs}: "
-        f"{where_nonfinite(actual)}."
-        + (f" {origin}" if origin else "")
-        + (f" {failure.nonfinite_hint}" if failure.nonfinite_hint else "")
+        f"{where_nonfinite(actual)}." + (f" {origin}" if origin else "") + (f" {hint}" if hint else "")
     )
     return Finding("non-finite", text)
 
@@ -329,6 +331,8 @@ def render(failure: Failure, found: Found) -> str:
         return slips_message(what, found["known-mistake"].evidence, called)
     mutant, repair = found.get("mutant"), found.get("repair")
     if "property" in found:  # the check's own reading first; a one-change mutant that gives the same says how
+        if mutant and foreign_step(mutant.evidence[0]):
+            mutant = None  # a step the learner's code lacks says nothing of it beside the reading
         after = f"\nIt {mutant.text}" if mutant else f"\n{repair.text}" if repair else ""
         return f"{what} {found['property'].text}{after}{called}"
     if failure.parts:  # a tuple: the mutant or which parts are wrong, then the learner's names or line

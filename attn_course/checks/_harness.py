@@ -21,7 +21,7 @@ import sysconfig
 import textwrap
 import traceback
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -1071,7 +1071,7 @@ def expect_close(
     mistakes: Sequence[Mistake] = (),
     args: Sequence[Any] = (),
     kwargs: dict[str, Any] | None = None,
-    nonfinite_hint: str = "",
+    nonfinite_hint: str | Mapping[str, str] = "",
     close: Callable[[torch.Tensor, torch.Tensor], bool] = is_close,
     nan_means_unknown: bool = False,
     diagnose: Callable[[torch.Tensor, torch.Tensor], str | None] | None = None,
@@ -1089,7 +1089,8 @@ def expect_close(
     skipped; with `nan_means_unknown` so is one whose simulation gives NaN where the reference has
     none); then `diagnose(actual, expected)`, the check's own description of what property fails
     (None when it sees none); then NaN or inf where the reference is finite (`nonfinite_hint` says
-    why learners get them); then where the error lies (`describe_error`). `close` decides agreement.
+    why learners get them, or keyed by the operation that made the first NaN); then where the error
+    lies (`describe_error`). `close` decides agreement.
     The message ends with how the function was called: `called_as`, else `args` and `kwargs`
     (`called_as=""` when `what` says it already).
     """
@@ -1309,7 +1310,11 @@ def _wrong_slices(a: torch.Tensor, wrong: torch.Tensor) -> list[str]:
                     ": all but the first, so something is taken from index 0 only, or a size-1 axis "
                     "broadcast where each index needs its own"
                 )
-            elif bad_indices == list(range(bad_indices[0], size)) and axis >= a.dim() - 2:
+            elif (  # a short tail only: rows 1 … T - 1 wrong says nothing of a last block
+                bad_indices == list(range(bad_indices[0], size))
+                and axis >= a.dim() - 2
+                and 2 * len(bad_indices) <= size
+            ):
                 note += ": the last ones (a last, partial block, or a range that stops early?)"
             notes.append(note)
     return notes

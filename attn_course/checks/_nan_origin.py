@@ -30,6 +30,8 @@ _WHY = {
     "matmul": "0 · inf inside a product: an infinity among the weights or the values",
     "log": "the log of a negative number",
     "sqrt": "the square root of a negative number",
+    "softmax": "a softmax over a row whose every score is −inf (a row that attends no key) or that "
+    "holds +inf",
 }
 
 
@@ -100,15 +102,18 @@ def first_nan(
     return origin.found
 
 
-def nan_origin(library_dirs: tuple[str, ...]) -> str:
-    """'The first NaN is made at line N of your code, `…`: why', from the check's last call, or ""."""
+def nan_origin(library_dirs: tuple[str, ...]) -> tuple[str, str]:
+    """('The first NaN is made at line N of your code, `…`: why', the operation), from the check's last
+    call, or ("", "") where it is not found."""
     last, candidate = _mutants._LAST_CALL.get(), _mutants.last_candidate()
     if last is None or candidate is None or not callable(candidate):
-        return ""
+        return "", ""
     found = first_nan(candidate, last[1], last[2], library_dirs)
     if found is None:
-        return ""
+        return "", ""
     operation, line, code, _ = found
     why = _WHY.get(operation, "")
     shown = f", `{code}`" if code else ""
-    return f"The first NaN is made at line {line} of your code{shown}" + (f": {why}." if why else ".")
+    return f"The first NaN is made at line {line} of your code{shown}" + (
+        f": {why}." if why else "."
+    ), operation

@@ -76,8 +76,38 @@ def name_by_repair(
 
 
 def unquoted(derived: str) -> str:
-    """A mutant's message as the learner may read it: a step their code lacks described, not quoted."""
-    return _mutants.UNQUOTED.get(derived, derived) if foreign_step(derived) else derived
+    """A mutant's message as the learner may read it: a step their code lacks described, not quoted, and
+    by the names it sets only where the learner's code has them (the reference's `offset` is not theirs)."""
+    if not foreign_step(derived):
+        return derived
+    described = _mutants.UNQUOTED.get(derived, derived)
+    source = _candidate_source()
+    if source is None:
+        return described
+    own = set(re.findall(r"\w+", source))
+    names = re.search(r", in the step that computes ((?:`\w+`(?:, )?)+)", described)
+    if names is not None and not all(name in own for name in re.findall(r"`(\w+)`", names[1])):
+        described = described.replace(names[0], "")
+    left_out = re.search(r"the step `([^`]*)` left out", described)
+    if left_out is not None and not set(re.findall(r"[A-Za-z_]\w*", left_out[1])) <= own | _WORDS:
+        described = described.replace(left_out[0], "that step left out")  # names the learner never wrote
+    return described
+
+
+_WORDS = {"float", "inf", "torch", "math", "dim", "keepdim", "True", "False", "None"}
+"""Words a left-out step may hold that are no learner's names."""
+
+
+def _candidate_source() -> str | None:
+    """The source of the learner's function or class last called, or None."""
+    candidate = _mutants.last_candidate()
+    if candidate is None:
+        return None
+    target = candidate if inspect.isfunction(candidate) or inspect.isclass(candidate) else type(candidate)
+    try:
+        return inspect.getsource(target)
+    except (OSError, TypeError):
+        return None
 
 
 def foreign_step(derived: str | None) -> bool:

@@ -508,9 +508,10 @@ def _causal_table(bound: str) -> list[tuple[str, TiledVariant]]:
             TiledVariant(mask="offset-twice"),
         ),
         (
-            "skips the blocks above the diagonal but does not mask inside the blocks that cross it: a "
-            "block holding the diagonal still contains keys after some of its queries; mask them with "
-            "-inf (key j allowed when j <= i + T_k - T_q).",
+            "skips the blocks above the diagonal but masks no key inside the blocks that cross it (no "
+            "mask there, or one that lets every key through): a block holding the diagonal still "
+            "contains keys after some of its queries; mask them with -inf (key j allowed when "
+            "j <= i + T_k - T_q, i and j absolute: torch.arange(qs, qe) and torch.arange(ks, ke)).",
             TiledVariant(mask="blocks-only"),
         ),
     ]
@@ -632,5 +633,12 @@ def tiled_lse_mistakes(simulate: Callable[..., torch.Tensor]) -> list[Mistake]:
             "log-sum-only",
         )
     )
-    table.insert(5, (table[4][0], "unscaled-max"))
+    table.insert(
+        5,
+        (
+            "is m + log(l) with m the maximum of the scores without the 1/√d scale, while l sums the "
+            "exponentials of the scaled ones: take m from the scaled scores q @ kᵀ / √d too.",
+            "unscaled-max",
+        ),
+    )
     return [Mistake(message, functools.partial(simulate, kind=kind)) for message, kind in table]

@@ -324,9 +324,10 @@ _TILED_SLIPS: list[Slip] = [
         BackwardVariant(lse_rows="key"),
     ),
     (
-        "applies the causal mask in the forward but not in the recomputation: inside a tile that crosses "
-        "the diagonal, set the scores of keys j > i + T_k − T_q to −inf before P = exp(S − lse), or those "
-        "keys get gradients the forward never gave them weight for.",
+        "applies the causal mask in the forward but masks no key in the recomputation (no mask there, or "
+        "one that lets every key through): inside a tile that crosses the diagonal, set the scores of keys "
+        "j > i + T_k − T_q to −inf before P = exp(S − lse), i and j absolute (torch.arange(qs, qe) and "
+        "torch.arange(ks, ke)), or those keys get gradients the forward never gave them weight for.",
         BackwardVariant(mask="blocks-only"),
     ),
     (

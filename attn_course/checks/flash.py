@@ -672,12 +672,19 @@ def _mistakes(
     ]
 
 
-_NO_KEY_HINT = (
+_NO_KEY_ROWS = (
     "With is_causal and T_q > T_k the first T_q − T_k query rows may attend no key: attention (and "
-    "torch's SDPA) gives 0 there, so such a row ends with l = 0 and acc = 0, and acc / l is 0 / 0. "
-    "Divide by 1 where l is 0 (torch.where(denom == 0, 1.0, denom)), and subtract a safe 0 where "
-    "the running maximum is still -inf, never -inf itself."
+    "torch's SDPA) gives 0 there, so such a row ends with l = 0 and acc = 0, and acc / l is 0 / 0."
 )
+_NO_KEY_HINT = {
+    "div": f"{_NO_KEY_ROWS} Divide by 1 where l is 0 (torch.where(denom == 0, 1.0, denom)).",
+    "sub": "With is_causal and T_q > T_k the first T_q − T_k query rows may attend no key, and a row's "
+    "running maximum stays -inf until it meets one: subtract a safe 0 where the running maximum is "
+    "still -inf, never -inf itself.",
+    "": f"{_NO_KEY_ROWS} Divide by 1 where l is 0 (torch.where(denom == 0, 1.0, denom)), and subtract "
+    "a safe 0 where the running maximum is still -inf, never -inf itself.",
+}
+"""Why a row with no key is NaN, by where the first NaN is made (0/0, or -inf - (-inf))."""
 
 
 def _compare_lse(
@@ -773,14 +780,18 @@ def _diagnose_lse_rows(actual: torch.Tensor, expected: torch.Tensor, block_size:
         return None
     rows = wrong.nonzero().flatten().tolist()
     no_key = torch.isneginf(e).flatten(0, -2).all(dim=0) if e.dim() > 1 else torch.isneginf(e)  # (T_q,)
-    if no_key.any() and bool((wrong == no_key).all()):  # wrong exactly where a row sees no key
+    if no_key.any() and not bool((wrong & ~no_key).any()):  # wrong only where a row sees no key
         first, last = rows[0], rows[-1]
         got = a.flatten(0, -2)[:, rows[0]] if a.dim() > 1 else a[rows[:1]]
+        every = bool((wrong == no_key).all())
+        some = "" if every else f", {len(rows)} of the {int(no_key.sum())} that see none"
         return (
-            f"is wrong only for the rows that see no key ({_rows(first, last)}: with is_causal and T_q > "
-            f"T_k they come before every key), where it gives {float(got[0]):g} instead of -inf: a row "
-            "that attends no key has the log-sum-exp of an empty sum, log 0 = -inf. Its m stays -inf; "
-            "anything that stands in for that m (a 0 to subtract safely) must not reach the lse."
+            f"is wrong only {'for the' if every else 'in'} rows that see no key ({_rows(first, last)}{some}: "
+            "with is_causal and "
+            f"T_q > T_k they come before every key), where it gives {float(got[0]):g} instead of -inf: "
+            "a row that attends no key has the log-sum-exp of an empty sum, log 0 = -inf. Its m stays "
+            "-inf; anything that stands in for that m or for l (a 0 to subtract safely, a 1 to divide "
+            "by) must not reach the lse."
         )
     return (
         f"is right for some query rows but wrong for others (the first wrong row is {rows[0]}, "

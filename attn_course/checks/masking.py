@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from attn_course import reference
 from attn_course.checks._contracts import (
@@ -35,6 +36,7 @@ from attn_course.checks._harness import (
     expect_close,
     expect_gradients,
     expect_tensor,
+    is_close,
     randn,
     unpack_out_and_weights,
 )
@@ -178,7 +180,9 @@ def check_causal_mask(candidate: Callable[..., Any]) -> str:
     )
     expected = reference.causal_mask(4)
     mask = _expect_bool_mask(got, expected, "causal_mask(4)")
-    expect_close(mask, expected, "Your causal_mask(4)", mistakes=mistakes, args=(4, 4))
+    expect_close(
+        mask, expected, "Your causal_mask(4)", mistakes=mistakes, args=(4, 4), diagnose=_diagnose_causal
+    )
     generated = [(c.size["T_q"], c.size["T_k"]) for c in size_cases(CAUSAL_CONTRACT)]
     hand_picked = [(5, 5), (1, 1), (3, 5), (2, 6), (1, 7), (4, 7)]
     for t_q, t_k in dict.fromkeys([*hand_picked, *generated]):
@@ -208,11 +212,16 @@ def _diagnose_causal(actual: torch.Tensor, expected: torch.Tensor) -> str | None
     """A lower triangle with another diagonal, or no triangle at all."""
     t_q, t_k = expected.shape
     ones = torch.ones(t_q, t_k, dtype=torch.bool)
+    right = "row i (query i, at position i + t_k - t_q) must be True for keys 0 … i + t_k - t_q only"
+    if bool(actual.cpu().all()) and not bool(expected.cpu().all()):
+        return f"is True everywhere: every query may attend every key, those after it too, but {right}."
+    if not bool(actual.cpu().any()) and bool(expected.cpu().any()):
+        return f"is False everywhere: no query may attend any key, but {right}."
     for shift in range(-t_k - t_q, t_k + t_q):
         if torch.equal(actual.cpu(), ones.tril(diagonal=shift)):
             return (
-                f"is a lower triangle, but shifted: it lets query i see keys up to i + {shift}, while "
-                f"query i sits at position i + t_k - t_q = i + {t_k - t_q} (bottom-right alignment: "
+                f"is a lower triangle, but shifted: it lets query i see keys up to {_plus(shift)}, while "
+                f"query i sits at position i + t_k - t_q = {_plus(t_k - t_q)} (bottom-right alignment: "
                 f"torch.tril(..., diagonal=t_k - t_q), or key position <= query position + t_k - t_q)."
             )
     return (
@@ -467,6 +476,18 @@ ATTENTION_VARIANTS: list[tuple[str, AttentionVariant]] = [
 ]
 """Each mistake of `attention` once: its message, and the variant that makes it."""
 
+_ALLOWS_EVERY_KEY: list[tuple[str, AttentionVariant]] = [
+    (
+        "are the same with is_causal=True as with False, on every shape tried, so queries attend the keys "
+        "after their own position; your code runs something more for is_causal=True, but what it builds "
+        "lets every key through, or never reaches the scores. Query i sits at position i + T_k - T_q and "
+        "may attend the keys j <= i + T_k - T_q (your causal_mask(T_q, T_k)); combine it with `mask` by & "
+        "(a key must pass both; | lets in every key either allows, and all of them when there is no mask).",
+        AttentionVariant(combine="no-causal"),
+    ),
+]
+"""The slips that give is_causal no effect, as said where the learner's code reads the flag."""
+
 
 def _attention_cases() -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None, bool]]:
     """(q, k, v, mask, is_causal): no mask, masks of several broadcast shapes, causal, both."""
@@ -501,8 +522,11 @@ def _attention_cases() -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, t
 @check
 def check_attention(candidate: Callable[..., Any]) -> str:
     """Scaled attention with a boolean mask (True = may attend) and bottom-right is_causal."""
-    on_out = [Mistake(message, _knob(variant, 0)) for message, variant in ATTENTION_VARIANTS]
-    on_weights = [Mistake(message, _knob(variant, 1)) for message, variant in ATTENTION_VARIANTS]
+    effect = functools.cache(functools.partial(_causal_without_effect, candidate))
+    slips = [(message, variant, "ignored") for message, variant in ATTENTION_VARIANTS]
+    slips += [(message, variant, "allows-all") for message, variant in _ALLOWS_EVERY_KEY]
+    on_out = [Mistake(message, _knob(variant, 0, effect, needs)) for message, variant, needs in slips]
+    on_weights = [Mistake(message, _knob(variant, 1, effect, needs)) for message, variant, needs in slips]
     cases = _attention_cases()
     device = cuda_device()
     if device is not None:
@@ -529,7 +553,9 @@ def check_attention(candidate: Callable[..., Any]) -> str:
             diagnose=_first(
                 diagnose_views(candidate, (q, k, v), kwargs, pick=lambda result: result[1]),
                 functools.partial(
-                    _diagnose_masked_weights, allowed=_allowed(q.cpu(), k.cpu(), mask, is_causal)
+                    _diagnose_masked_weights,
+                    allowed=_allowed(q.cpu(), k.cpu(), mask, is_causal),
+                    keys_read=functools.partial(_keys_attended, q, k, mask, is_causal),
                 ),
             ),
         )
@@ -578,7 +604,8 @@ def _contract_reading(case: Case, called: Any) -> Callable[[torch.Tensor, torch.
     """Where the weights of a generated case go: to forbidden keys, or rows off 1 (see below)."""
     (q, k, _), kwargs = called
     allowed = _allowed(q.cpu(), k.cpu(), kwargs["mask"], kwargs["is_causal"])
-    return functools.partial(_diagnose_masked_weights, allowed=allowed)
+    read = functools.partial(_keys_attended, q, k, kwargs["mask"], kwargs["is_causal"])
+    return functools.partial(_diagnose_masked_weights, allowed=allowed, keys_read=read)
 
 
 NO_KEY = "rows with no visible key should give 0, as SDPA does"
@@ -611,6 +638,18 @@ def _expect_zeros_where_no_key(candidate: Callable[..., Any]) -> None:
             )
         if rows.abs().max() > 1e-6:
             uniform = name == "weights" and bool(((rows - 1 / k.shape[-2]).abs() < 1e-4).all())
+            expected_here = (expected_weights if name == "weights" else expected_out).detach().cpu()
+            others_right = is_close(got[~empty], expected_here[~empty])
+            read = _keys_attended(q, k, mask, True, weights.detach().cpu().double()) if not uniform else None
+            if not others_right and read:  # the keys attended are what is wrong, not a missing fill of 0
+                raise CheckFailed(f"Your weights of {called} {read}")
+            if not others_right and not uniform:
+                raise CheckFailed(
+                    f"Your {name} of {called}, in the {int(empty.sum())} rows that may attend no key: "
+                    f"{NO_KEY}, but yours hold values up to {rows.abs().max():.3g} there, and the rows that "
+                    "may attend keys are wrong too: query i sits at position i + T_k - T_q and may attend "
+                    "the keys j <= i + T_k - T_q that the mask allows."
+                )
             why = (
                 "they are uniform, 1/T_k on every key, as a finite fill such as -1e9 or finfo.min makes "
                 "them: the query then averages values it may not see"
@@ -652,12 +691,19 @@ def _allowed(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None, is_cau
 
 
 def _diagnose_masked_weights(
-    actual: torch.Tensor, expected: torch.Tensor, allowed: torch.Tensor
+    actual: torch.Tensor,
+    expected: torch.Tensor,
+    allowed: torch.Tensor,
+    keys_read: Callable[[torch.Tensor], str | None] | None = None,
 ) -> str | None:
-    """Where the weights go: to forbidden keys, only to forbidden keys, or NaN in rows that keep keys."""
+    """Where the weights go: to forbidden keys, only to forbidden keys, or NaN in rows that keep keys;
+    first, with `keys_read`, whether they are right but for the set of keys each query attends."""
     a = actual.detach().to("cpu", torch.float64)
     if a.shape != allowed.shape:
         return None
+    read = keys_read(a) if keys_read is not None and bool(torch.isfinite(a).all()) else None
+    if read:
+        return read
     if torch.isnan(a).all() and bool(allowed.all()):
         return (
             "are NaN in every row although nothing is masked here (every key allowed), as when every "
@@ -697,8 +743,123 @@ def _diagnose_masked_weights(
     )
 
 
-def _knob(variant: AttentionVariant, index: int) -> Callable[..., torch.Tensor]:
+def _partial(triangle: torch.Tensor) -> bool:
+    """Whether a triangle of a (T_q, T_k) matrix is neither all of it nor empty."""
+    return bool(triangle.any()) and not bool(triangle.all())
+
+
+def _plus(shift: int) -> str:
+    """'i', 'i + 2' or 'i − 1'."""
+    return "i" if shift == 0 else f"i {'+' if shift > 0 else '−'} {abs(shift)}"
+
+
+def _keys_attended(
+    q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None, is_causal: bool, weights: torch.Tensor
+) -> str | None:
+    """How the keys the learner's weights attend differ from the allowed ones, said only where the weights
+    are exactly the right softmax over the keys they attend (the allowed set is then all that is wrong)."""
+    q, k = q.detach().to("cpu", torch.float64), k.detach().to("cpu", torch.float64)
+    t_q, t_k = q.shape[-2], k.shape[-2]
+    seen = weights != 0  # (..., T_q, T_k)
+    allowed = _allowed(q, k, mask, is_causal)  # (..., T_q, T_k)
+    if seen.shape != allowed.shape or torch.equal(seen, allowed):
+        return None
+    scores = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(~seen, -math.inf)
+    redone = torch.softmax(scores, dim=-1).masked_fill(~seen.any(dim=-1, keepdim=True), 0.0)
+    if not is_close(redone, weights):
+        return None  # not only the keys: the scores or the softmax are wrong too
+    right = t_k - t_q
+    query = f"query i sits at position i + T_k − T_q = {_plus(right)} (T_q = {t_q}, T_k = {t_k})"
+    if is_causal and not seen.any():
+        return (
+            f"are 0 in every row: no query attends any key, where {query} and may attend the keys "
+            "j <= i + T_k − T_q, its own position included."
+        )
+    if is_causal:
+        mask_only = _allowed(q, k, mask, False)  # (..., T_q, T_k)
+        if torch.equal(seen, mask_only):
+            return (
+                f"let queries attend keys after their own position although is_causal=True ({query}): "
+                "whatever causal mask you build allows every key here; combine causal_mask(T_q, T_k) "
+                "with the mask by &."
+            )
+        ones = torch.ones(t_q, t_k, dtype=torch.bool)
+        for shift in sorted(range(-t_q, t_k + 1), key=lambda shift: abs(shift - right)):
+            lower, upper = ones.tril(shift), ones.triu(shift)  # (T_q, T_k) each
+            if _partial(lower) and torch.equal(seen, mask_only & lower):
+                return (
+                    f"are the softmax over a causal mask whose diagonal is at key j = {_plus(shift)}: "
+                    f"{query}, and it may attend the keys j <= i + T_k − T_q, its own position included "
+                    "(causal_mask(T_q, T_k), bottom-right aligned)."
+                )
+            if _partial(upper) and torch.equal(seen, mask_only & upper):
+                return (
+                    f"are the softmax over the keys j >= {_plus(shift)}, at and after a diagonal, where "
+                    f"{query} and may attend the keys j <= i + T_k − T_q: the causal mask keeps the lower "
+                    "triangle (tril), not the upper one."
+                )
+    wrong = (seen != allowed).nonzero()[0].tolist()  # [..., i, j]
+    index, row = wrong[:-1], seen[tuple(wrong[:-1])]
+    attended = [int(j) for j in row.nonzero()[:, 0]]
+    may = [int(j) for j in allowed[tuple(wrong[:-1])].nonzero()[:, 0]]
+    return (
+        f"are the softmax over other keys than the allowed ones: row {index} attends keys "
+        f"{attended or 'none'}, where it may attend keys {may or 'none'}"
+        + (f" ({query})." if is_causal else ".")
+    )
+
+
+class _Ops(TorchDispatchMode):
+    """The names of the operations a call runs, in order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: list[str] = []
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        self.names.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+def _causal_without_effect(candidate: Callable[..., Any], with_mask: bool) -> str:
+    """How is_causal=True changes the candidate's result for T_q = T_k, T_q < T_k and T_q > T_k (with a
+    padding mask or none): "ignored" where neither the result nor the operations run change (the flag
+    is never read), "allows-all" where only the operations do (a causal mask that allows every key, or
+    one never applied), "changes" where the result changes, "" where a call fails."""
+    ops_differ = False
+    for t_q, t_k in ((5, 5), (2, 6), (6, 4)):
+        q, k, v = randn(2, t_q, 4), randn(2, t_k, 4), randn(2, t_k, 3)
+        mask = reference.padding_mask(torch.tensor([t_k, t_k - 1]), t_k)[:, None, :] if with_mask else None
+        try:
+            with torch.no_grad():
+                with _Ops() as causal_ops:
+                    causal = candidate(q, k, v, mask=mask, is_causal=True)
+                with _Ops() as plain_ops:
+                    plain = candidate(q, k, v, mask=mask, is_causal=False)
+            same = all(is_close(a, b) for a, b in zip(causal, plain, strict=True))
+        except Exception:  # noqa: BLE001 - a reading that cannot run confirms nothing
+            return ""
+        if not same:
+            return "changes"
+        ops_differ = ops_differ or causal_ops.names != plain_ops.names
+    return "allows-all" if ops_differ else "ignored"
+
+
+def _knob(
+    variant: AttentionVariant, index: int, effect: Callable[[bool], str] | None = None, needs: str = "ignored"
+) -> Callable[..., torch.Tensor]:
+    """The slip `variant` as the check calls a mistake. One that gives is_causal no effect is offered only
+    where `effect` confirms what its message says of the learner's code: with `needs` "ignored", that
+    is_causal changes neither the result nor the operations run (without a mask; with one, for
+    "mask-only", while it does change the result without one); with "allows-all", that it changes the
+    operations only."""
+
     def wrong(q, k, v, mask=None, is_causal=False):
+        if variant.combine == "no-causal" and effect is not None and effect(False) != needs:
+            raise ValueError("not what the learner's code does with is_causal: not this slip")
+        if variant.combine == "mask-only" and effect is not None:
+            if effect(True) not in ("ignored", "allows-all") or effect(False) != "changes":
+                raise ValueError("is_causal does not work without a mask either: not this slip")
         q, k, v = q.cpu(), k.cpu(), v.cpu()
         mask = mask.cpu() if mask is not None else None
         return _masked_attention(q, k, v, mask, is_causal, variant)[index]

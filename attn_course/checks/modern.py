@@ -828,6 +828,15 @@ _FLASH_WINDOW_MISTAKES: list[tuple[str, WindowVariant]] = [
     ),
 ]
 
+_WINDOW_NONFINITE = {
+    "sub": "Every query here sees at least itself, but a row can meet a whole block of keys outside its "
+    "window first (the block is chosen for the query block's first row): guard its -inf maximum as in "
+    "notebook 06, m_safe = torch.where(m_new == -inf, 0.0, m_new).",
+    "": "Every query here sees at least one key, itself: query i sits at position p = i + T_k − T_q and "
+    "sees key j when 0 <= p − j < window.",
+}
+"""Why a row's output is NaN or inf: the guard of notebook 06 only where the first NaN is −inf − (−inf)."""
+
 _FLASH_WINDOW_CASES = [  # (q shape, T_k, d_v, window, block_size)
     ((2, 3, 37, 8), 37, 5, 8, 8),
     ((2, 21, 8), 45, 4, 10, 8),
@@ -861,9 +870,7 @@ def check_sliding_window_flash_attention(candidate: Callable[..., Any]) -> str:
             mistakes=[Mistake(message, _masked(variant)) for message, variant in _FLASH_WINDOW_MISTAKES],
             args=(q, k, v, window),
             kwargs=kwargs,
-            nonfinite_hint="Every query here sees at least itself, but a row can meet a whole block of "
-            "keys outside its window first (the block is chosen for the query block's first row): guard "
-            "its -inf maximum as in notebook 06, m_safe = torch.where(m_new == -inf, 0.0, m_new).",
+            nonfinite_hint=_WINDOW_NONFINITE,
             diagnose=functools.partial(_diagnose_window_support, candidate, q, k, window, block_size),
         )
     exercise = _function(
@@ -902,8 +909,8 @@ def _diagnose_window_support(
         return None
     if not bool(torch.isfinite(weights).all()):
         found = first_nan(candidate, (q, k, eye, window), {"block_size": block_size}, library_dirs())
-        if found is None or found[0] != "div":
-            return None  # not 0/0 from a row that attended nothing: the harness says where it is made
+        if found is None or found[0] not in {"div", "softmax"}:
+            return None  # not a row that attended nothing: the harness says where the NaN is made
     seen = (weights.detach().nan_to_num(0.0).abs() > 1e-12).reshape(-1, t_q, t_k).any(0)  # (T_q, T_k)
     allowed = reference.sliding_window_mask(t_q, t_k, window)  # (T_q, T_k)
     positions = torch.arange(t_q)[:, None] + (t_k - t_q)
@@ -911,6 +918,29 @@ def _diagnose_window_support(
     extra, missing = seen & ~allowed, allowed & ~seen
     rows = sorted({int(i) for i in (extra | missing).nonzero()[:, 0]})
     where = f"rows {rows[0]}–{rows[-1]}" if len(rows) > 1 else f"row {rows[0]}" if rows else ""
+    offset = (
+        f" With T_q = {t_q} and T_k = {t_k} (it is right with T_q = T_k, where the offset is 0): query i "
+        "sits at position p = i + T_k − T_q and key j at position j, so the rows' positions, the mask "
+        "and the loop bound all carry that offset, and the keys' none."
+        if t_q != t_k and _right_when_square(candidate, q, k, window, block_size)
+        else ""
+    )
+    blind = sorted(int(i) for i in (~seen.any(-1)).nonzero()[:, 0])
+    early = (  # each row misses whole key blocks up to its own position: the loop's end, seen as such
+        missing.any()
+        and not extra.any()
+        and bool((keys == positions)[missing].any())
+        and _whole_blocks_missing(missing, allowed, block_size)
+    )
+    if blind and not (early and not offset):  # what is observed, not why: a key numbered wrongly, ...
+        named = f"rows {_spans(blind)}" if len(blind) > 1 else f"row {blind[0]}"
+        their = "their output is" if len(blind) > 1 else "its output is"
+        return f"attends no key at all in {named} ({their} 0/0 or NaN), but every query sees " + (
+            f"at least itself.{offset}"
+            if offset
+            else "at least itself: query i sits at position p = i + T_k − T_q, key j at position j, "
+            "and query i sees key j when 0 <= p − j < window."
+        )
     if extra.any() and not missing.any():
         if bool((keys > positions)[extra].all()):
             return (
@@ -922,25 +952,88 @@ def _diagnose_window_support(
         )
     if missing.any() and not extra.any():
         late = bool((keys[0][None, :].expand_as(missing) >= positions - window + 1)[missing].all())
-        if bool((keys == positions)[missing].any()) and t_q != t_k:
+        if bool((keys == positions)[missing].any()) and offset:
+            return f"never attends some keys of the window next to the query ({where}).{offset}"
+        if bool((keys == positions)[missing].any()) and _whole_blocks_missing(missing, allowed, block_size):
             return (
-                f"never attends some keys of the window next to the query ({where}), with T_q = {t_q} and "
-                f"T_k = {t_k}: query i sits at position p = i + T_k − T_q, so the rows' positions, the "
-                "mask and the loop bound all carry that offset (the cases with T_q = T_k cannot show it)."
+                f"never attends some keys of the window next to the query ({where}), those of the key "
+                "block holding its own position: the key loop stops a block too early; it runs up to "
+                "the block holding the query's own position, p = i + T_k − T_q."
             )
-        if bool((keys == positions)[missing].any()):
-            return (
-                f"never attends some keys of the window next to the query ({where}): the key loop stops a "
-                "block too early; it runs up to the block holding the query's own position, "
-                "p = i + T_k − T_q."
-            )
-        if late:
+        if late and _whole_blocks_missing(missing, allowed, block_size, earliest=True):
             return (
                 f"never attends the earliest keys of some windows ({where}): the first key block to visit "
                 "comes from the query block's FIRST row: the block holding "
                 "max(0, qs + T_k − T_q − window + 1)."
             )
+    if rows:  # what is observed in the first wrong row, where no reading above fits
+        row = rows[0]
+        attended = [int(j) for j in seen[row].nonzero()[:, 0]]
+        window_keys = [int(j) for j in allowed[row].nonzero()[:, 0]]
+        return (
+            f"lets some queries attend keys outside their window or miss keys inside it ({where}): "
+            f"row {row} attends {_keys(attended)}, where its window is {_keys(window_keys)}."
+            + (
+                offset
+                or " (Query i sits at position p = i + T_k − T_q, key j at position j, and sees key j "
+                "when 0 <= p − j < window.)"
+            )
+        )
     return None
+
+
+def _spans(rows: list[int]) -> str:
+    """'0–6, 15–36' for the sorted row numbers given."""
+    spans: list[list[int]] = []
+    for row in rows:
+        if spans and row == spans[-1][1] + 1:
+            spans[-1][1] = row
+        else:
+            spans.append([row, row])
+    return ", ".join(f"{a}–{b}" if b > a else f"{a}" for a, b in spans)
+
+
+def _keys(keys: list[int]) -> str:
+    """'no key', 'key 3', 'keys 0–4, 7'."""
+    return "no key" if not keys else f"key {keys[0]}" if len(keys) == 1 else f"keys {_spans(keys)}"
+
+
+def _right_when_square(
+    candidate: Callable[..., Any], q: torch.Tensor, k: torch.Tensor, window: int, block_size: int
+) -> bool:
+    """Whether the candidate is right on the same queries with T_k = T_q (the offset T_k − T_q is 0)."""
+    t_q = q.shape[-2]
+    k_square = k[..., :t_q, :]  # (..., T_q, d)
+    v = randn(*k_square.shape)  # (..., T_q, d)
+    expected = reference.attention(q, k_square, v, mask=reference.sliding_window_mask(t_q, t_q, window))[0]
+    try:
+        with torch.no_grad():
+            got = candidate(q, k_square, v, window, block_size=block_size)
+    except Exception:  # noqa: BLE001 - a reading that only adds to a message must never fail the check
+        return False
+    return isinstance(got, torch.Tensor) and got.shape == expected.shape and is_close(got, expected)
+
+
+def _whole_blocks_missing(
+    missing: torch.Tensor, allowed: torch.Tensor, block_size: int, earliest: bool = False
+) -> bool:
+    """Whether each row misses exactly its allowed keys from the start of the key block holding its own
+    position on (before one key block's start, with `earliest`); missing and allowed are (T_q, T_k)."""
+    keys = torch.arange(missing.shape[-1])  # (T_k,)
+    for row_missing, row_allowed in zip(missing, allowed, strict=True):
+        if not row_missing.any():
+            continue
+        if earliest:
+            end = -(-(int(row_missing.nonzero()[-1, 0]) + 1) // block_size) * block_size
+            edge = keys < end  # (T_k,)
+        else:
+            start = int(row_missing.nonzero()[0, 0]) // block_size * block_size
+            if start != int(row_allowed.nonzero()[-1, 0]) // block_size * block_size:
+                return False  # not the block holding the row's own position: not where the loop ends
+            edge = keys >= start  # (T_k,)
+        if not torch.equal(row_missing, row_allowed & edge):
+            return False
+    return True
 
 
 def _expect_window_work(candidate: Callable[..., Any]) -> None:
