@@ -179,3 +179,13 @@ def test_an_earlier_exercise_is_found_in_each_namespace_that_holds_it(tmp_path):
     found = learner_upstream("attention", third["attention"], library_dirs())
     assert len(found) == 2 and {id(namespace) for namespace, _ in found} == {id(first), id(second)}
     assert [used for _, used in found] == ["causal_mask", "causal_mask"]
+
+
+def test_the_call_is_described_once_where_the_opening_shows_its_shapes():
+    ones = torch.ones(2, 3)
+    negated = Mistake("negates db.", lambda: (ones, -2 * ones, 3 * ones))
+    said = "\n(Called as g(x (2, 3), y (4,)).)"
+    opened = _gradients_failure(mistakes=[negated], what="Your g(x (2, 3), y (4,))", called=said)
+    assert render(opened, diagnose_failure(opened)) == "Your g(x (2, 3), y (4,)) negates db."
+    partly = _gradients_failure(mistakes=[negated], what="Your g(x (2, 3))", called=said)
+    assert render(partly, diagnose_failure(partly)).endswith(said)  # y's shape is said only there

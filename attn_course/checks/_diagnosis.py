@@ -28,6 +28,7 @@ and where (`Failure.locate`), said beside the learner's misplaced arguments or l
 from __future__ import annotations
 
 import contextvars
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -322,11 +323,23 @@ def primary(found: Found) -> str:
     return next(key for key in _PRIMARY_ORDER if key in found)
 
 
+_SHAPE = re.compile(r"\(\d+(?:, \d+)*,?\)")
+
+
+def _said_already(called: str, what: str) -> bool:
+    """Whether the "(Called as ...)" tail repeats what the message's opening says: every shape it
+    shows is in the opening already (an opening that names the call with its shapes says it once)."""
+    shapes = _SHAPE.findall(called)
+    return bool(shapes) and all(shape in what for shape in shapes)
+
+
 def render(failure: Failure, found: Found) -> str:
     """The learner's message: what was compared, the primary finding, its supplements, how it was called."""
     from attn_course.checks._harness import slips_message
 
     what, called = failure.what, failure.called
+    if _said_already(called, what):
+        called = ""  # the call described once
     if "known-mistake" in found:
         return slips_message(what, found["known-mistake"].evidence, called)
     mutant, repair = found.get("mutant"), found.get("repair")

@@ -859,8 +859,8 @@ def check_sliding_window_flash_attention(candidate: Callable[..., Any]) -> str:
         mask = reference.sliding_window_mask(q_shape[-2], t_k, window)  # (T_q, T_k)
         expected = reference.attention(q, k, v, mask=mask)[0]  # (..., T_q, d_v)
         what = (
-            f"Your sliding_window_flash_attention(q {tuple(q.shape)}, k {tuple(k.shape)}, window={window}, "
-            f"block_size={block_size})"
+            f"Your sliding_window_flash_attention(q {tuple(q.shape)}, k {tuple(k.shape)}, "
+            f"v {tuple(v.shape)}, window={window}, block_size={block_size})"
         )
         out = expect_tensor(result, expected.shape, what, finite=False)
         expect_close(
