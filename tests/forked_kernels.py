@@ -44,8 +44,9 @@ def _socket() -> str | None:
     if not _factory:
         folder = tempfile.mkdtemp(prefix="attn-test-kernels-")
         socket = str(Path(folder, "factory.sock"))
+        isolate = ["-P"] if sys.version_info >= (3, 11) else []  # no folder's module shadows an import
         process = subprocess.Popen(
-            [sys.executable, "-P", __file__, socket],
+            [sys.executable, *isolate, __file__, socket],
             stdout=subprocess.PIPE,
             stdin=subprocess.DEVNULL,
             text=True,
