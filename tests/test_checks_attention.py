@@ -344,9 +344,9 @@ d_k = lambda q, k, v: float(q.shape[-1])  # noqa: E731
 WRONG = [
     # dot_product_scores
     pytest.param(check_dot_product_scores, not_implemented, "is not implemented yet", id="scores-stub"),
-    pytest.param(check_dot_product_scores, scores_scaled, "is divided by √d", id="scores-scaled"),
-    pytest.param(check_dot_product_scores, scores_transposed, "is transposed", id="scores-transposed"),
-    pytest.param(check_dot_product_scores, scores_softmaxed, "has a softmax applied", id="scores-softmax"),
+    pytest.param(check_dot_product_scores, scores_scaled, "scores are divided by √d", id="scores-scaled"),
+    pytest.param(check_dot_product_scores, scores_transposed, "are transposed", id="scores-transposed"),
+    pytest.param(check_dot_product_scores, scores_softmaxed, "scores have a softmax", id="scores-softmax"),
     pytest.param(check_dot_product_scores, scores_dot_T, "not k.T", id="scores-dot-T-batch"),
     pytest.param(
         check_dot_product_scores, scores_einsum_2d, "write einsum with '...'", id="scores-einsum-2d"

@@ -34,7 +34,7 @@ NAMED_WHEN_FIRST_RUN = (
 )  # fmt: skip
 
 PHRASES = (
-    "It is transposed: rows are queries and columns keys",
+    "They are transposed: rows are queries and columns keys",
     "changed one of its input tensors in place",
     "normalised over the queries (softmax over dim=-2)",
     "Dividing by d_k makes it ≈ 1/d_k",

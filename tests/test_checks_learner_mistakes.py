@@ -150,7 +150,7 @@ DEVELOPMENT = [
 
 HOLD_OUT = [
 ('dot_product_scores', SCORES, [('q @ k.transpose(-2, -1)', "torch.einsum('...id,...jd->...ij', q, q)")], 'the scores compare the queries with themselves (q @ qᵀ)', False),
-    ('dot_product_scores', SCORES, [('q @ k.transpose(-2, -1)', 'q @ k.transpose(-2, -1) / q.shape[-1]')], 'is wrong', True),
+    ('dot_product_scores', SCORES, [('q @ k.transpose(-2, -1)', 'q @ k.transpose(-2, -1) / q.shape[-1]')], 'are wrong', True),
     ('softmax', SOFTMAX, [('    return exps / total', '    return exps / total.detach()')], 'tensor autograd saved, or a constant where x should enter).', True),
     ('softmax', SOFTMAX, [('total = exps.sum(dim=dim, keepdim=True)', 'total = torch.exp(x).sum(dim=dim, keepdim=True)')], 'he very exponentials you return (after subtracting the max).', True),
     ('softmax', SOFTMAX, [('    return exps / total', '    return x.softmax(dim)')], '(torch.exp, x.amax, .sum and torch.logsumexp are all fine).', True),

@@ -267,8 +267,17 @@ def _where_wrong(failure: Failure, found: Found) -> Finding | None:
     if compared is None:
         return None
     actual, expected, opening = compared
-    text = opening.removesuffix("it ") if opening else "is wrong: "
+    text = opening.removesuffix("it ") if opening else f"{_verb(failure.what)} wrong: "
     return Finding("where-wrong", text + describe_error(actual, expected))
+
+
+_PLURALS = {"scores", "weights", "logits", "probabilities", "outputs", "gradients", "keys", "values"}
+
+
+def _verb(what: str) -> str:
+    """'are' after a plural result ("Your scores"), else 'is'."""
+    words = what.rstrip(" ,.`").split()
+    return "are" if words and words[-1].strip("`") in _PLURALS else "is"
 
 
 def _named(found: Found) -> bool:

@@ -372,16 +372,16 @@ def check_dot_product_scores(candidate: Callable[..., Any]) -> str:
     """Raw scores q·kᵀ, shape (..., T_q, T_k), unscaled."""
     mistakes = [
         Mistake(
-            "is divided by √d: this function returns the raw, unscaled scores q @ kᵀ "
+            "are divided by √d: this function returns the raw, unscaled scores q @ kᵀ "
             "(the 1/√d_k scale is notebook 02's topic).",
             lambda q, k: _scores(q, k) / math.sqrt(q.shape[-1]),
         ),
         Mistake(
-            "is transposed: entry [i, j] must be query i · key j, so compute q @ kᵀ, not k @ qᵀ.",
+            "are transposed: entry [i, j] must be query i · key j, so compute q @ kᵀ, not k @ qᵀ.",
             lambda q, k: k @ q.transpose(-2, -1),
         ),
         Mistake(
-            "has a softmax applied: this function returns the raw scores, before any softmax.",
+            "have a softmax applied: this function returns the raw scores, before any softmax.",
             lambda q, k: torch.softmax(_scores(q, k), dim=-1),
         ),
     ]
@@ -395,7 +395,7 @@ def check_dot_product_scores(candidate: Callable[..., Any]) -> str:
             expected.shape,
             "Your scores",
             hints={
-                transposed: "It is transposed: rows are queries and columns keys, "
+                transposed: "They are transposed: rows are queries and columns keys, "
                 "so compute q @ kᵀ, not k @ qᵀ.",
                 (*expected.shape[:-1], q.shape[-2]): "That is one column per QUERY: the scores compare "
                 "the queries with themselves (q @ qᵀ). Each column is a key: q @ kᵀ.",

@@ -1220,7 +1220,7 @@ def _diagnose_slopes(
     bias = got[:, 1, 0] - scores[:, 1, 0]  # (h,): what it adds one step back
     heads = [h for h in range(n_heads) if not is_close(got_past[h], expected_past[h])]
     return (
-        f"are wrong in heads {heads}. One position back (q_idx=1, kv_idx=0) your mod adds "
+        f"gives wrong scores in heads {heads}. One position back (q_idx=1, kv_idx=0) your mod adds "
         f"{[round(b, 5) for b in bias.tolist()]} per head, ALiBi adds -slope_h = "
         f"{[round(-s, 5) for s in flex.alibi_slopes(n_heads).tolist()]}; "
         f"{difference(got_past, expected_past)}" + _extra_slopes_from(-bias, n_heads, heads)
@@ -1260,8 +1260,9 @@ def check_alibi_score_mod(candidate: Callable[..., Any]) -> str:
             functools.partial(flex.evaluate_score_mod, mod, scores),
             "score_mod(score, b, h, q_idx, kv_idx)",
         )
-        what = f"The scores of alibi_score_mod({n_heads}) (at and before the diagonal)"
-        got = expect_tensor(got, scores.shape, what, finite=False)[0]  # (h, t, t)
+        what = f"Your alibi_score_mod({n_heads}), on the scores at and before the diagonal,"
+        shaped = f"The scores of alibi_score_mod({n_heads})"
+        got = expect_tensor(got, scores.shape, shaped, finite=False)[0]  # (h, t, t)
         expected = flex.evaluate_score_mod(reference.alibi_score_mod(n_heads), scores)[0]  # (h, t, t)
         past = torch.ones(t, t, dtype=torch.bool).tril()  # (t, t): ALiBi runs with a causal mask
         got_past, expected_past = got.masked_fill(~past, 0.0), expected.masked_fill(~past, 0.0)
