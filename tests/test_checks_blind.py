@@ -40,7 +40,7 @@ not do (7 and 123, in NAMED_J_FIRST_RUN's note).
 
 K (tests/learner_mistakes_blind_k.py), blind to A-J (its writer saw seven mistakes of J and of holdout2 while
 finding the set's types, and dropped the ideas of its own that overlapped them), was written on 2026-12-07
-after the fixes made from J and measured once before any fix made from it (main at 7f9ba48;
+after the fixes made from J and measured once before any fix made from it (main at 403bbe4;
 tests/blind_first_run_k.json): 157/159 caught, the two left allowed by the texts; 153 named, 96%, every
 notebook at 90% or more; 35 of 35 alternatives accepted. Three messages stated what the code does not do
 (7, 75 and 120, in NAMED_K_FIRST_RUN's note), each fixed after.
@@ -426,7 +426,7 @@ NAMED_K_FIRST_RUN = (
     True, True, True, True, True, True, True, True, True,  # 150-158
 )  # fmt: skip
 """Per mistake of HOLDOUT_K (written blind to A-J, after the fixes made from J, four per exercise, three for
-triton_scores): whether the first run's message (main at 7f9ba48, 2026-12-07, before any fix made from K;
+triton_scores): whether the first run's message (main at 403bbe4, 2026-12-07, before any fix made from K;
 tests/blind_first_run_k.json) stated its idea, as a reader who had not written the checks judged it: 153 of
 159 (01: 11 of 12, 02: 7 of 8, 05: 11 of 12, 06: 11 of 12, 07: 27 of 28, 09: 19 of 20, the rest all).
 Unnamed though caught: 3 (cosine similarity for the dot product: a largest difference only), 57 (each block
@@ -434,7 +434,7 @@ shifted by its own maximum: rows not summing to 1, the property only), 68 (post-
 about the attention's input), 130 (the dq kernel scaled by 1/d: wrong dq in every row); not caught: 14 and
 46. Stating what the code does not do: 7 (a row's maximum with every key masked, where the code subtracts a
 row's mean), 75 (a head's scores "become 0", where the qkv bias keeps them nonzero) and 120 (a passing line
-offered that gives NaN for causal T_q > T_k, which the text then allowed); each fixed after (9c44a71)."""
+offered that gives NaN for causal T_q > T_k, which the text then allowed); each fixed after (ddd6974)."""
 
 UNCAUGHT_K = {
     14: "score_variance returning a one-element tensor: the text says a tensor of one element passes too "
