@@ -17,14 +17,12 @@ from __future__ import annotations
 
 import atexit
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
+
+from attn_course.grading.kernel_factory import Zygote
 
 FRESH_VARIABLE = "ATTN_COURSE_FRESH_KERNELS"
 """Set to 1 to start every kernel afresh, as before."""
@@ -34,7 +32,7 @@ PRELOAD = (
 )  # fmt: skip
 """What the factory imports before it forks: third-party modules that do not look at IPython."""
 
-_factory: list[tuple[subprocess.Popen, str]] = []
+_factory: list[Zygote] = []
 
 
 def _socket() -> str | None:
@@ -42,28 +40,9 @@ def _socket() -> str | None:
     if os.environ.get(FRESH_VARIABLE) == "1":
         return None
     if not _factory:
-        folder = tempfile.mkdtemp(prefix="attn-test-kernels-")
-        socket = str(Path(folder, "factory.sock"))
-        isolate = ["-P"] if sys.version_info >= (3, 11) else []  # no folder's module shadows an import
-        process = subprocess.Popen(
-            [sys.executable, *isolate, __file__, socket],
-            stdout=subprocess.PIPE,
-            stdin=subprocess.DEVNULL,
-            text=True,
-            start_new_session=True,
-        )
-        assert process.stdout is not None
-        ready = process.stdout.readline().strip()
-        assert ready == "ready", f"the test kernel factory did not start: {ready!r}"
-        _factory.append((process, socket))
-
-        def close() -> None:
-            process.kill()
-            process.wait()
-            shutil.rmtree(folder, ignore_errors=True)
-
-        atexit.register(close)
-    return _factory[0][1]
+        _factory.append(Zygote(dict(os.environ), script=__file__, package_parent=None))
+        atexit.register(_factory[0].close)
+    return _factory[0].socket
 
 
 def _managers() -> tuple[type, type]:

@@ -171,12 +171,17 @@ PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
 class Zygote:
     """The host's handle on a kernel factory process."""
 
-    def __init__(self, env: dict[str, str]) -> None:
+    def __init__(
+        self, env: dict[str, str], script: str = __file__, package_parent: str | None = PACKAGE_PARENT
+    ) -> None:
+        """Start `script` (this file; the test suite's factory is another) on a socket of its own;
+        with `package_parent`, the factory imports the grader's modules from there too."""
         self.folder = tempfile.mkdtemp(prefix="attn-grade-zygote-")
         self.socket = str(Path(self.folder, "zygote.sock"))
         isolate = ["-P"] if sys.version_info >= (3, 11) else []
+        parent = [package_parent] if package_parent else []
         self.process = subprocess.Popen(
-            [sys.executable, *isolate, str(Path(__file__)), self.socket, PACKAGE_PARENT],
+            [sys.executable, *isolate, str(Path(script)), self.socket, *parent],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
