@@ -11,6 +11,7 @@ namesake in the right computation never has; the learner's own line changed once
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import pytest
@@ -34,6 +35,7 @@ from learner_mistakes_blind_a import load
 from learner_mistakes_blind_b import HOLDOUT_B
 
 from attn_course.checks import (
+    CheckFailed,
     _mutants,
     _repairs,
     check_ablate_heads,
@@ -339,6 +341,65 @@ def test_the_first_nan_is_found_at_the_line_and_operation_that_make_it(function,
     found = first_nan(function, (s,), {}, library_dirs())
     assert found is not None and found[0] == operation and found[2] == code
     assert first_nan(torch.exp, (torch.zeros(2),), {}, library_dirs()) is None
+
+
+def _weights_into_empty(s):
+    out = torch.empty_like(s)  # every element written below
+    p = torch.exp(s.clamp(max=0)) * (s > 0)  # a row with no positive score sums to 0
+    out[:] = p / p.sum(dim=-1, keepdim=True)
+    return out
+
+
+def _last_row_unwritten(s):
+    out = torch.empty_like(s)
+    out[:-1] = torch.softmax(s[:-1], dim=-1)  # the last row is never written
+    return out
+
+
+@contextlib.contextmanager
+def _empty_memory_is_nan():
+    """torch.empty's memory as NaN, as memory left over from earlier work can be (a full test run)."""
+    saved = torch.are_deterministic_algorithms_enabled(), torch.utils.deterministic.fill_uninitialized_memory
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.utils.deterministic.fill_uninitialized_memory = True
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(saved[0])
+        torch.utils.deterministic.fill_uninitialized_memory = saved[1]
+
+
+def test_memory_from_torch_empty_is_never_where_a_nan_is_born():
+    from attn_course.checks._harness import library_dirs
+    from attn_course.checks._nan_origin import first_nan
+
+    s = torch.tensor([[0.5, 2.0], [-1.0, -3.0]])  # (2, 2): row 1 sums to 0
+    with _empty_memory_is_nan():
+        assert torch.isnan(torch.empty(3)).all()  # what a full run's leftover memory can hold
+        found = first_nan(_weights_into_empty, (s,), {}, library_dirs())
+    assert found is not None and found[0] == "div" and found[2] == "out[:] = p / p.sum(dim=-1, keepdim=True)"
+
+
+def test_a_nan_only_unwritten_elements_explain_is_said_to_be_that_whatever_the_memory_held():
+    from attn_course.checks._harness import library_dirs
+    from attn_course.checks._nan_origin import first_nan
+
+    s = torch.tensor([[0.5, 2.0], [-1.0, -3.0]])  # (2, 2)
+    for memory in (contextlib.nullcontext(), _empty_memory_is_nan()):
+        with memory:
+            found = first_nan(_last_row_unwritten, (s,), {}, library_dirs())
+        assert found is not None and found[:3:2] == ("unwritten", "out = torch.empty_like(s)")
+
+
+def test_flash_attention_with_torch_empty_is_told_where_its_nan_is_made_whatever_the_memory_held(capsys):
+    guard = "out[..., qs:qe, :].masked_fill_(l == 0, 0.0)  # a row with no key at all: 0, as attention\n"
+    wrong = learner(FLASH, "flash_attention", (f"        {guard}", ""))  # 0/0 where no key; out: empty
+    for memory in (contextlib.nullcontext(), _empty_memory_is_nan()):
+        with memory, pytest.raises(CheckFailed) as failure:
+            check_flash_attention(wrong)
+        message = str(failure.value)
+        assert "`out[..., qs:qe, :] = acc / l`: 0/0" in message and "Divide by 1 where l is 0" in message
+        assert "torch.empty" not in message and "safe 0" not in message, message
 
 
 # ---------------------------------------------------------------------------------------------

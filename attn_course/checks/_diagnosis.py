@@ -247,7 +247,7 @@ def _non_finite(failure: Failure, found: Found) -> Finding | None:
         return None
     bad = "NaN" if torch.isnan(actual).any() else "inf"
     origin, operation = nan_origin(library_dirs()) if bad == "NaN" else ("", "")
-    hint = failure.nonfinite_hint
+    hint = "" if operation == "unwritten" else failure.nonfinite_hint  # no operation made it: no cause
     if not isinstance(hint, str):  # a cause is said only where the NaN was born as it says
         hint = hint.get(operation, hint.get("", ""))
     finite_inputs = " (the inputs are finite)" if _inputs_finite(failure) else ""

@@ -4,6 +4,11 @@ A NaN in a result says little by itself: in a tiled softmax it comes either from
 (a row whose running maximum is still −inf) or from 0/0 (a row that met no key at all), and the
 fixes differ. The check's last call is run again under a torch function mode that watches every
 operation; the first whose result holds NaN while none of its inputs did is where it was born.
+
+Memory that `torch.empty` (or `empty_like`, `new_empty`, …) hands out holds whatever was there
+before, NaN bit patterns included, so on that run it is filled with NaN: an allocation is never
+where a NaN is born, every run reads the same, and a NaN that only unwritten elements explain is
+said to be that.
 """
 
 from __future__ import annotations
@@ -34,6 +39,9 @@ _WHY = {
     "holds +inf",
 }
 
+_UNINITIALISED = {"empty", "empty_like", "new_empty", "empty_strided", "new_empty_strided", "empty_permuted"}
+"""Operations whose result is memory nobody wrote yet (`_Origin` fills it with NaN)."""
+
 
 class _Origin(TorchFunctionMode):
     """Remembers the first operation whose result has NaN while its inputs have none."""
@@ -42,9 +50,17 @@ class _Origin(TorchFunctionMode):
         super().__init__()
         self.library_dirs = library_dirs
         self.found: tuple[str, int, str, str] | None = None
+        self.allocated: tuple[str, int, str, str] | None = None
+        """The first `torch.empty` (or kin) of the learner's code, filled with NaN on this run."""
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         result = func(*args, **(kwargs or {}))
+        if _plain(getattr(func, "__name__", "")) in _UNINITIALISED:
+            if isinstance(result, torch.Tensor) and result.is_floating_point():
+                with torch.no_grad():
+                    result.fill_(math.nan)
+                self.allocated = self.allocated or self._where("unwritten")
+            return result
         inputs = list(_tensors(args, kwargs))
         if self.found is None and _has_nan(result) and not any(_has_nan(a) for a in inputs):
             operation = _plain(getattr(func, "__name__", str(func)))
@@ -96,10 +112,18 @@ def first_nan(
     origin = _Origin(library_dirs)
     try:
         with origin:
-            _mutants._call(function, args, kwargs)
+            result, _ = _mutants._call(function, args, kwargs)
     except Exception:  # noqa: BLE001 - a reading that only adds to a message must never fail the check
         return None
+    if origin.found is None and origin.allocated is not None and _holds_nan(result):
+        return origin.allocated  # no operation made a NaN: it was in elements the code never wrote
     return origin.found
+
+
+def _holds_nan(result: Any) -> bool:
+    """Whether a result (a tensor, or a tuple or list of them) holds a NaN."""
+    values = result if isinstance(result, tuple | list) else (result,)
+    return any(_has_nan(value) for value in values)
 
 
 def nan_origin(library_dirs: tuple[str, ...]) -> tuple[str, str]:
@@ -112,8 +136,13 @@ def nan_origin(library_dirs: tuple[str, ...]) -> tuple[str, str]:
     if found is None:
         return "", ""
     operation, line, code, _ = found
-    why = _WHY.get(operation, "")
     shown = f", `{code}`" if code else ""
+    if operation == "unwritten":
+        return (
+            f"No operation of your code makes a NaN: it is in elements that nothing wrote of the tensor "
+            f"made at line {line}{shown}, which holds whatever was in memory until it is written."
+        ), operation
+    why = _WHY.get(operation, "")
     return f"The first NaN is made at line {line} of your code{shown}" + (
         f": {why}." if why else "."
     ), operation
