@@ -166,12 +166,18 @@ def autograded(tmp_path_factory):
     return course, source, student, scores, grade(subs, root / "grades", jobs=2)
 
 
+def _graded(report) -> list[tuple[str, str, str, list[str]]]:
+    """What `attn-course grade` said of each notebook: (learner, status, problem, messages)."""
+    return [(learner.learner, book.status, book.problem, [e.message[:300] for e in book.exercises])
+            for learner in report.learners for book in learner.notebooks]  # fmt: skip
+
+
 def test_exported_grades_and_feedback_say_what_attn_course_grade_says(autograded):
     course, _, _, _, report = autograded
     with (course / "grades.csv").open(encoding="utf-8") as file:
         rows = list(csv.DictReader(file))
     exported = {row["student_id"]: float(row["raw_score"]) for row in rows}
-    assert exported == {learner.learner: float(learner.total) for learner in report.learners}
+    assert exported == {learner.learner: float(learner.total) for learner in report.learners}, _graded(report)
     # the same total out of the same maximum: the written answers add nothing until graded by hand
     assert {float(row["max_score"]) for row in rows} == {float(report.maximum)} == {notebook_points(STEM)}
     feedback = html.unescape((course / "feedback" / "reference" / STEM / f"{STEM}.html").read_text("utf-8"))
@@ -211,7 +217,7 @@ def test_autograde_scores_the_hostile_class_as_attn_course_grade_does(autograded
     course, _, _, scores, report = autograded
     ours = {learner.learner: {name: float(learner.score(name)) for name in EXERCISES[STEM]}
             for learner in report.learners}  # fmt: skip
-    assert scores == ours
+    assert scores == ours, _graded(report)
     assert scores["full"] == {name: float(POINTS[name]) for name in EXERCISES[STEM]}
     assert sum(scores["full"].values()) == notebook_points(STEM)
     for case in ("wrong", "reference", "tamper"):  # no point for the reference or a replaced check
