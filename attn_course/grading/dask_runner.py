@@ -19,7 +19,6 @@ Needs Dask's `distributed` (`pip install "attn-course[grading]"`).
 
 from __future__ import annotations
 
-import atexit
 import io
 import json
 import os
@@ -27,7 +26,6 @@ import socket
 import sys
 import tarfile
 import tempfile
-import threading
 from collections import defaultdict
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -38,15 +36,12 @@ from attn_course.grading.discover import Learner, Submission, SubmissionsError
 from attn_course.grading.execute import Limits
 from attn_course.grading.report import ProgressBar
 from attn_course.grading.results import ExerciseResult, NotebookResult
-from attn_course.grading.tasks import Results, failed, grade_one, start_zygote
+from attn_course.grading.tasks import Results, failed, grade_one, shared_zygote
 
 if TYPE_CHECKING:
     from distributed import Client, Future
 
-    from attn_course.grading.kernel_factory import Zygote
 
-_ZYGOTES: dict[str, Zygote] = {}
-_ZYGOTE_LOCK = threading.Lock()
 RETRIES = 2
 """Times a task that raised is run again (a task whose worker died is rerun by the scheduler itself)."""
 CONNECT_SECONDS = 5.0
@@ -105,19 +100,6 @@ def result_from_bytes(data: bytes) -> NotebookResult:
     return NotebookResult(**raw, exercises=exercises)
 
 
-def _worker_zygote(limits: Limits) -> str | None:
-    """The socket of this worker process's kernel factory for `limits.threads`, started on first use."""
-    key = str(limits.threads)
-    with _ZYGOTE_LOCK:
-        if key not in _ZYGOTES:
-            zygote = start_zygote(limits)
-            if zygote is None:
-                return None
-            _ZYGOTES[key] = zygote
-            atexit.register(zygote.close)
-        return _ZYGOTES[key].socket
-
-
 def grade_packed(
     folder: bytes,
     learner: str,
@@ -147,7 +129,8 @@ def grade_packed(
             # the grader's own folders too, where a worker shares the grader's machine (a LocalCluster)
             hidden=(temporary, str(worker.local_directory), jupyter_runtime_dir(), *limits["hidden"]),
         )
-        local = replace(local, zygote=_worker_zygote(local))
+        zygote = shared_zygote(local)  # this worker process's, started on its first task
+        local = replace(local, zygote=zygote.socket if zygote is not None else None)
         submission = Submission(stem, where / notebook["file"], data, notebook["problem"])
         result = grade_one(Learner(learner, where, (submission,), ()), submission, local)
     return result_to_bytes(result)

@@ -195,12 +195,13 @@ class Zygote:
             raise RuntimeError("the kernel factory did not start")
 
     def close(self) -> None:
-        """Stop the factory (kernels it forked are killed by their own notebooks' clean-up)."""
+
         self.process.kill()
         self.process.wait()
-        for name in os.listdir(self.folder):
-            os.unlink(os.path.join(self.folder, name))
-        os.rmdir(self.folder)
+        if os.path.isdir(self.folder):
+            for name in os.listdir(self.folder):
+                os.unlink(os.path.join(self.folder, name))
+            os.rmdir(self.folder)
 
 
 def request_kernel(path: str, connection_file: str, memory: int) -> int:

@@ -8,7 +8,9 @@ imports `grader` or `dask_runner`, so that the runners depend on this module and
 
 from __future__ import annotations
 
+import atexit
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import replace
 
@@ -51,6 +53,26 @@ def start_zygote(limits: Limits) -> Zygote | None:
         return None
 
 
+_FACTORIES: dict[tuple[tuple[str, str], ...], Zygote] = {}
+_FACTORIES_LOCK = threading.Lock()
+
+
+def shared_zygote(limits: Limits) -> Zygote | None:
+    """This process's kernel factory for the kernels' environment, started on first use and kept until
+    the process exits, so that grading again (another class, a Dask task) imports torch no more; one
+    that died is started again. None where forking is unavailable."""
+    key = tuple(sorted(kernel_env(limits).items()))
+    with _FACTORIES_LOCK:
+        zygote = _FACTORIES.get(key)
+        if zygote is not None and zygote.process.poll() is None:
+            return zygote
+        zygote = start_zygote(limits)
+        if zygote is not None:
+            _FACTORIES[key] = zygote
+            atexit.register(zygote.close)
+        return zygote
+
+
 def grade_locally(
     tasks: list[tuple[Learner, Submission]],
     limits: Limits,
@@ -62,23 +84,17 @@ def grade_locally(
     """Grade each (learner, notebook) on this machine, `jobs` at a time; results by (learner, stem).
 
     With `fork` and more than one notebook, kernels are forked from a process that has imported
-    torch once (see `kernel_factory`).
+    torch once (`shared_zygote`, see `kernel_factory`).
     """
-    zygote = start_zygote(limits) if len(tasks) > 1 and fork else None
+    zygote = shared_zygote(limits) if len(tasks) > 1 and fork else None
     if zygote is not None:
         limits = replace(limits, zygote=zygote.socket)
     bar = ProgressBar(len(tasks)) if progress else None
     results: Results = {}
-    try:
-        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-            futures = {
-                pool.submit(grade_one, learner, s, limits): (learner.name, s.stem) for learner, s in tasks
-            }
-            for future in as_completed(futures):
-                results[futures[future]] = future.result()
-                if bar:
-                    bar.advance()
-    finally:
-        if zygote is not None:
-            zygote.close()
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        futures = {pool.submit(grade_one, learner, s, limits): (learner.name, s.stem) for learner, s in tasks}
+        for future in as_completed(futures):
+            results[futures[future]] = future.result()
+            if bar:
+                bar.advance()
     return results
