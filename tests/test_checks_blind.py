@@ -45,6 +45,11 @@ tests/blind_first_run_k.json): 157/159 caught, the two left allowed by the texts
 notebook at 90% or more; 35 of 35 alternatives accepted. Three messages stated what the code does not do
 (7, 75 and 120, in NAMED_K_FIRST_RUN's note), each fixed after.
 
+L (tests/learner_mistakes_blind_l.py), blind to A-K, was written on 2026-12-07 after the fixes made from K and
+measured once before any fix made from it (main at 61a1581; tests/blind_first_run_l.json): 159/159 caught,
+151 named, 95%, every notebook at 75% (06) or more; 35 of 35 alternatives accepted. Six messages stated what
+the code does not do (0, 29, 53, 62, 99 and 136, in NAMED_L_FIRST_RUN's note).
+
 The sets are data for one runner per set and notebook (`-k 07_kv_cache` runs one notebook's edits of
 every set), about 300 tests where there were 3,000, one per edit.
 
@@ -75,6 +80,7 @@ from learner_mistakes_blind_h import ALTERNATIVES_H, HOLDOUT_H
 from learner_mistakes_blind_i import ALTERNATIVES_I, HOLDOUT_I
 from learner_mistakes_blind_j import ALTERNATIVES_J, HOLDOUT_J
 from learner_mistakes_blind_k import ALTERNATIVES_K, HOLDOUT_K
+from learner_mistakes_blind_l import ALTERNATIVES_L, HOLDOUT_L
 
 import attn_course.checks
 from attn_course.checks import CheckerError, CheckFailed, _mutants, _repairs
@@ -444,6 +450,41 @@ UNCAUGHT_K = {
 
 REFUSED_K: dict[int, str] = {}
 
+NAMED_L_FIRST_RUN = (
+    True, True, True, True, True, True, True, True, True, True,  # 0-9
+    True, True, True, True, True, True, True, True, True, True,  # 10-19
+    True, True, True, True, True, True, True, True, True, False,  # 20-29
+    True, True, True, True, True, True, True, True, True, True,  # 30-39
+    True, True, False, True, True, True, True, True, True, True,  # 40-49
+    True, True, True, True, True, True, True, True, False, True,  # 50-59
+    True, True, False, True, True, True, True, False, True, True,  # 60-69
+    True, True, True, True, True, True, True, True, True, False,  # 70-79
+    True, True, True, True, True, True, True, True, True, True,  # 80-89
+    True, True, True, True, True, True, True, True, True, True,  # 90-99
+    True, True, True, True, True, False, True, True, True, True,  # 100-109
+    True, True, True, True, False, True, True, True, True, True,  # 110-119
+    True, True, True, True, True, True, True, True, True, True,  # 120-129
+    True, True, True, True, True, True, True, True, True, True,  # 130-139
+    True, True, True, True, True, True, True, True, True, True,  # 140-149
+    True, True, True, True, True, True, True, True, True,  # 150-158
+)  # fmt: skip
+"""Per mistake of HOLDOUT_L (written blind to A-K, after the fixes made from K): whether the first run's
+message (main at 61a1581, 2026-12-07, before any fix made from L; tests/blind_first_run_l.json) stated its
+idea, as a reader who had not written the checks judged it: 151 of 159 (03: 11 of 12, 04: 11 of 12, 06: 9 of
+12, 07: 27 of 28, 08: 14 of 15, 09: 19 of 20, the rest all). Unnamed though caught: 29 (a causal mask without
+t_k: the arguments said swapped), 42 (values from x in cross-attention: torch's error and the lengths only),
+58 (the block's maximum kept, not the running one: rows not summing to 1), 62 (`v[..., ks:ke]` on the
+feature axis: "wrong indices"), 67 (the diagonal test on the block's last row: "masks no key inside the blocks
+that cross it"), 79 (torch's KeyError only), 105 (the grid's key axis from T_q: elements nobody wrote) and 114
+(D as the row mean of grad_p: the property only). Stating what the code does not do: 0 (q and k said not to
+broadcast, where k.T is the operand), 29 (the course's causal_mask line quoted as the learner's), 53 (`mask`
+said used where the code passes None), 62 (a length said built from the other's), 99 (the mask blamed where
+`n` is wrong) and 136 (k said split into 8 heads, where it is 4 repeated to 8)."""
+
+UNCAUGHT_L: dict[int, str] = {}
+
+REFUSED_L: dict[int, str] = {}
+
 SETS = {
     "A": (HOLDOUT_A, ALTERNATIVES_A, UNCAUGHT_A, REFUSED_A, NAMED_A_FIRST_RUN),
     "B": (HOLDOUT_B, ALTERNATIVES_B, UNCAUGHT_B, REFUSED_B, NAMED_B_FIRST_RUN),
@@ -456,6 +497,7 @@ SETS = {
     "I": (HOLDOUT_I, ALTERNATIVES_I, UNCAUGHT_I, REFUSED_I, NAMED_I_FIRST_RUN),
     "J": (HOLDOUT_J, ALTERNATIVES_J, UNCAUGHT_J, REFUSED_J, NAMED_J_FIRST_RUN),
     "K": (HOLDOUT_K, ALTERNATIVES_K, UNCAUGHT_K, REFUSED_K, NAMED_K_FIRST_RUN),
+    "L": (HOLDOUT_L, ALTERNATIVES_L, UNCAUGHT_L, REFUSED_L, NAMED_L_FIRST_RUN),
 }
 
 TRITON = {name for name in EXERCISES["08_triton_flash_attention"]} | {"triton_flash_attention_backward"}
@@ -629,5 +671,6 @@ FIRST_COUNTS = {
     "I": (160, 159, 155, 35, 34),
     "J": (160, 158, 152, 35, 35),
     "K": (159, 157, 153, 35, 35),
+    "L": (159, 159, 151, 35, 35),
 }
 """(mistakes, caught, named, alternatives, accepted) at the first measurement of each set."""
