@@ -20,7 +20,7 @@ WORK ?= my-work
 LAB_ROOT ?= $(WORK)
 LAB_EXTRA ?=
 
-.PHONY: setup setup-lab lab test test-fast test-gpu release site bench bench-grade bench-grade-dask clean
+.PHONY: setup setup-lab lab test test-fast test-blind test-gpu release site bench bench-grade bench-grade-dask clean
 
 $(BASE):
 	$(PYTHON) -m venv $(VENV)
@@ -63,6 +63,11 @@ test-fast: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest -m "not slow" -q $(PYTEST_JOBS)
+
+# Every blind set of learner mistakes, the retired ones too, each one's data verified against the
+# reference (make test runs the sets not retired, and verifies the newest three's data).
+test-blind: setup
+	ATTN_COURSE_TEST_ALL_BLIND=1 $(BIN)/python -m pytest -q $(PYTEST_JOBS) tests/test_checks_blind.py
 
 # The GPU tier: compiled Triton kernels, the checks' GPU cases, notebooks 06, 08 (09) at full budgets
 # and the benchmarks, within 8 minutes; report in bench-results/gpu/. Without a GPU: one line, exit 0.
