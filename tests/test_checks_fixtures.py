@@ -92,7 +92,7 @@ def test_a_right_sample_next_over_wrong_probabilities_blames_next_token_probs():
     with pytest.raises(CheckFailed) as failure:
         check_sample_next(namespace["sample_next"])
     assert failure.value.upstream == "next_token_probs"
-    assert "ignores the temperature" not in str(failure.value)
+    assert "ignore the temperature" not in str(failure.value)
 
 
 def test_a_wrong_attention_over_a_right_mask_is_still_its_own_mistake():

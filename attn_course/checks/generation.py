@@ -543,25 +543,25 @@ def check_sample_next(candidate: Callable[..., Any]) -> str:
         want = reference.next_token_probs(logits, temperature, top_k)  # (b, vocab)
         mistakes = [
             Mistake(
-                "samples the logits, not the probabilities: torch.multinomial treats its input as weights, "
+                "sample the logits, not the probabilities: torch.multinomial treats its input as weights, "
                 "so pass next_token_probs(logits, temperature, top_k), the softmax.",
                 lambda logits=logits: logits / logits.sum(dim=-1, keepdim=True),
             ),
             Mistake(
-                "always picks the most likely token (an argmax), which is greedy decoding: draw at random, "
+                "always pick the most likely token (an argmax), which is greedy decoding: draw at random, "
                 "torch.multinomial(probs, 1, generator=generator).",
                 lambda want=want: torch.nn.functional.one_hot(want.argmax(dim=-1), vocab).to(torch.float64),
             ),
             Mistake(
-                "ignores the temperature: draw from next_token_probs(logits, temperature, top_k).",
+                "ignore the temperature: draw from next_token_probs(logits, temperature, top_k).",
                 lambda logits=logits, k=top_k: reference.next_token_probs(logits, 1.0, k),
             ),
             Mistake(
-                "ignores top_k: draw from next_token_probs(logits, temperature, top_k).",
+                "ignore top_k: draw from next_token_probs(logits, temperature, top_k).",
                 lambda logits=logits, t=temperature: reference.next_token_probs(logits, t, None),
             ),
         ]
-        what = f"The frequencies of your draws ({_DRAWS:,} per row, temperature={temperature}, top_k={top_k})"
+        what = f"Your sample_next's draws ({_DRAWS:,} per row, temperature={temperature}, top_k={top_k})"
         expect_close(
             frequencies,
             want,
@@ -615,7 +615,7 @@ def _diagnose_draws(
             row, token = (int(i) for i in outside.nonzero()[0])
             share = float(frequencies[probs.cpu() == 0].sum() / frequencies.shape[0])
             return (
-                f"draw token {token} in row {row}, which has probability 0 (outside the top k): "
+                f"include token {token} in row {row}, which has probability 0 (outside the top k): "
                 f"{share:.1%} of the draws fall outside the top k. Mask those logits with -inf first."
             )
         if logits is not None:

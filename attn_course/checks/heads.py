@@ -495,7 +495,7 @@ _CONFIGS = [(12, 3, True), (8, 4, False), (6, 1, True)]
 """(d_model, n_heads, bias) of the layers the check builds; batch 2 and 5 tokens never equal n_heads."""
 
 _BROADCAST_HINT = (
-    "The mask broadcasts to (b, t, t), a (b, 1, t) padding mask, a (b, t, t) or a (t, t) mask, and "
+    "The mask, a (b, 1, t) padding mask, a (b, t, t) or a (t, t) mask, broadcasts to (b, t, t) and "
     "applies to every head: insert a head axis just before the last two, mask.unsqueeze(-3), so that it "
     "broadcasts against the (b, h, t, t) scores."
 )
