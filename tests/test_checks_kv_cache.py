@@ -629,6 +629,9 @@ CACHED_RIGHT = [
 """(old, new): text edits that keep the learner solution right (the last caches unrotated keys)."""
 
 KV_CACHE_WRONG = [
+    # the cache asked whether it holds anything at all, not this layer: a KeyError for a layer not yet cached
+    ([("        if layer not in self.keys:\n", "        if len(self.keys) == 0:\n")],
+     "Layer 1 has nothing cached yet (layer 0 has): its length is 0"),
     ([("        self.values = {}\n", "        self.values = self.keys\n")], "self.values = self.keys"),
     ([("        self.values = {}\n", "        self.values = self.keys\n"),
       ("            self.keys[layer] = torch.cat([self.keys[layer], k], dim=-2)\n"

@@ -326,8 +326,16 @@ def _expect_length(
     appends: dict[int, int],
     when: str,
 ) -> None:
-    got = call("KVCache.length", cache.length, layer)
     expected = sum(pair[0].shape[-2] for pair in history[layer])
+    others = sorted(other for other, pairs in history.items() if pairs and other != layer)
+    hint = (
+        f"Layer {layer} has nothing cached yet ({'layers' if len(others) > 1 else 'layer'} "
+        f"{', '.join(map(str, others))} {'have' if len(others) > 1 else 'has'}): its length is 0, so look a "
+        "layer's tensors up only once it holds some."
+        if not expected and others
+        else ""
+    )
+    got = call("KVCache.length", cache.length, layer, hint=hint)
     value = _as_int(got)
     if value == expected:
         return
