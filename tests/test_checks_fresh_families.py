@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import math
 
+import numpy as np
 import pytest
 import torch
 from check_assertions import assert_accepted, assert_rejected
@@ -356,6 +357,12 @@ def _last_row_unwritten(s):
     return out
 
 
+def _written_by_numpy(s):
+    out = torch.empty_like(s)
+    out.numpy()[:] = np.log(s.numpy())  # NaN for a negative score, written where torch does not see
+    return out
+
+
 @contextlib.contextmanager
 def _empty_memory_is_nan():
     """torch.empty's memory as NaN, as memory left over from earlier work can be (a full test run)."""
@@ -389,6 +396,14 @@ def test_a_nan_only_unwritten_elements_explain_is_said_to_be_that_whatever_the_m
         with memory:
             found = first_nan(_last_row_unwritten, (s,), {}, library_dirs())
         assert found is not None and found[:3:2] == ("unwritten", "out = torch.empty_like(s)")
+
+
+def test_a_nan_written_where_torch_does_not_see_is_not_said_to_be_unwritten_memory():
+    from attn_course.checks._harness import library_dirs
+    from attn_course.checks._nan_origin import first_nan
+
+    s = torch.tensor([[0.5, 2.0], [-1.0, 3.0]])  # (2, 2): log(-1) is NaN, as a Triton kernel's could be
+    assert first_nan(_written_by_numpy, (s,), {}, library_dirs()) is None
 
 
 def test_flash_attention_with_torch_empty_is_told_where_its_nan_is_made_whatever_the_memory_held(capsys):

@@ -7,8 +7,9 @@ operation; the first whose result holds NaN while none of its inputs did is wher
 
 Memory that `torch.empty` (or `empty_like`, `new_empty`, …) hands out holds whatever was there
 before, NaN bit patterns included, so on that run it is filled with NaN: an allocation is never
-where a NaN is born, every run reads the same, and a NaN that only unwritten elements explain is
-said to be that.
+where a NaN is born and every run reads the same. Where no torch operation made the NaN, a run with
+that memory filled with 0 instead tells whether unwritten elements hold it (then it is said to be
+that) or something the mode cannot see made it (a Triton kernel, numpy: then nothing is said).
 """
 
 from __future__ import annotations
@@ -46,19 +47,21 @@ _UNINITIALISED = {"empty", "empty_like", "new_empty", "empty_strided", "new_empt
 class _Origin(TorchFunctionMode):
     """Remembers the first operation whose result has NaN while its inputs have none."""
 
-    def __init__(self, library_dirs: tuple[str, ...]) -> None:
+    def __init__(self, library_dirs: tuple[str, ...], fill: float = math.nan) -> None:
         super().__init__()
         self.library_dirs = library_dirs
+        self.fill = fill
+        """What every `torch.empty` (or kin) is filled with on this run."""
         self.found: tuple[str, int, str, str] | None = None
         self.allocated: tuple[str, int, str, str] | None = None
-        """The first `torch.empty` (or kin) of the learner's code, filled with NaN on this run."""
+        """The first `torch.empty` (or kin) of the learner's code."""
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         result = func(*args, **(kwargs or {}))
         if _plain(getattr(func, "__name__", "")) in _UNINITIALISED:
             if isinstance(result, torch.Tensor) and result.is_floating_point():
                 with torch.no_grad():
-                    result.fill_(math.nan)
+                    result.fill_(self.fill)
                 self.allocated = self.allocated or self._where("unwritten")
             return result
         inputs = list(_tensors(args, kwargs))
@@ -113,10 +116,16 @@ def first_nan(
     try:
         with origin:
             result, _ = _mutants._call(function, args, kwargs)
+        if origin.found is None and origin.allocated is not None and _holds_nan(result):
+            # No torch operation made a NaN. Unwritten elements explain it only if the NaN goes away when
+            # torch.empty's memory holds 0 instead (a Triton kernel or numpy can make a NaN unseen here).
+            zeroed = _Origin(library_dirs, fill=0.0)
+            with zeroed:
+                again, _ = _mutants._call(function, args, kwargs)
+            if again is not None and not _holds_nan(again):
+                return origin.allocated
     except Exception:  # noqa: BLE001 - a reading that only adds to a message must never fail the check
         return None
-    if origin.found is None and origin.allocated is not None and _holds_nan(result):
-        return origin.allocated  # no operation made a NaN: it was in elements the code never wrote
     return origin.found
 
 
