@@ -633,3 +633,18 @@ def test_repeated_heads_are_described_as_held_not_as_split(capsys):
 
 def test_right_grouped_query_attention_of_this_spelling_passes(capsys):
     assert_accepted(check_GroupedQueryAttention, learner(GQA, "GroupedQueryAttention"), capsys)
+
+
+def test_a_tensor_named_only_in_the_lines_comment_is_not_an_operand():
+    """`# as big as w`: w is not on the line, and its shape must not stand for the operand made there."""
+    from attn_course.checks._harness import explain_error
+
+    wrong = learner(
+        "\ndef widen(x, w):\n    return x * torch.ones(4, 3)  # as big as w\n",
+        "widen",
+    )
+    with pytest.raises(RuntimeError) as error:
+        wrong(torch.zeros(2, 3), torch.zeros(4, 3))
+    text = explain_error(error.value)
+    assert "`x` (2, 3) and `torch.ones(4, 3)` do not line up from the right (2 meets 4)" in text
+    assert "`w` (4, 3)" not in text  # w may be named as the input whose length 4 is, not as an operand

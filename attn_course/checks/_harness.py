@@ -37,7 +37,13 @@ from attn_course.checks._mutants import (
     note_call,
     reference_shapes,
 )
-from attn_course.checks._operands import clashes, failing_operands, held_size, index_value
+from attn_course.checks._operands import (
+    clashes,
+    failing_operands,
+    held_size,
+    index_value,
+    without_comment,
+)
 from attn_course.checks._repairs import begin_check, name_by_repair, quiet_run, unquoted
 from attn_course.checks._shapes import explain_shape
 from attn_course.checks._upstream import blamed_exercise, learner_upstream, upstream_message
@@ -397,7 +403,7 @@ def _line_tensors(tb: Any, kind: type = torch.Tensor) -> list[tuple[str, Any]]:
     """The tensors (or objects of `kind`) the learner's failing line names (`x`, `self.mask`), by name."""
     if tb is None:
         return []
-    code = linecache.getline(tb.tb_frame.f_code.co_filename, tb.tb_lineno)
+    code = without_comment(linecache.getline(tb.tb_frame.f_code.co_filename, tb.tb_lineno))
     scope = tb.tb_frame.f_locals
     found: list[tuple[str, Any]] = []
     for dotted in dict.fromkeys(re.findall(r"(?<![\w.])[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*", code)):

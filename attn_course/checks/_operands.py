@@ -12,7 +12,9 @@ sizes are the two torch reports, so that a message describes the operands actual
 from __future__ import annotations
 
 import ast
+import io
 import operator
+import tokenize
 import warnings
 from typing import Any
 
@@ -31,6 +33,17 @@ _PAIRED_METHODS = {"masked_fill", "masked_fill_", "add", "sub", "mul", "div", "m
 _SHAPE_METHODS = {"transpose", "swapaxes", "permute", "unsqueeze", "squeeze", "t", "float", "double",
                   "bool", "contiguous", "clone", "detach", "flatten"}  # fmt: skip
 _LONGEST = 70
+
+
+def without_comment(line: str) -> str:
+    """The line without its comment: a name in `# v is not rotated` is not on the line."""
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(line).readline):
+            if token.type == tokenize.COMMENT:
+                return line[: token.start[1]]
+    except (tokenize.TokenError, SyntaxError):  # a line of a longer statement: its comment came first
+        pass
+    return line
 
 
 def index_value(node: ast.AST, scope: dict[str, Any]) -> Any:
