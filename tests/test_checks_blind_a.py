@@ -69,7 +69,7 @@ BLIND_A = [
     ("#38", "apply_rope", APPLY_ROPE, [("t, d = x.shape[-2], x.shape[-1]", "t, d = x.shape[1], x.shape[-1]")], "5 and 8 are two axes of `x` (5, 8), so a size was read from the wrong axis"),
     ("#43", "online_softmax", UNGUARDED_SOFTMAX, [("block.max(dim=-1, keepdim=True).values", "block.max(dim=-1).values")], "`block.max(dim=-1)` at line 15 drops the axis it reduces"),
     ("#50", "flash_attention", FLASH, [("ke = min(ks + block_size, t_k)", "ke = ks + block_size")], "The last block is shorter: 5 rows, not block_size = 8"),
-    ("#91", "GroupedQueryAttention", None, [('k = rearrange(self.k(x), "b t (h d) -> b h t d", h=self.n_kv_heads)', 'k = rearrange(self.k(x), "b t (h d) -> b h t d", h=self.n_heads)')], "`k` (2, 8, 5, 2) is split into 8 heads of 2"),
+    ("#91", "GroupedQueryAttention", None, [('k = rearrange(self.k(x), "b t (h d) -> b h t d", h=self.n_kv_heads)', 'k = rearrange(self.k(x), "b t (h d) -> b h t d", h=self.n_heads)')], "`k` (2, 8, 5, 2) holds 8 heads of width 2 (4 of them distinct)"),
     ("#92", "GroupedQueryAttention", None, [("v = repeat_kv_einops(v, n_rep)", "")], "`v` (2, 2, 5, 4) has 2 heads where `q` (2, 4, 5, 4) has 4"),
     ("#93", "GroupedQueryAttention", None, [("mask = mask.unsqueeze(-3)", "mask = mask")], "`mask` (2, 1, 5) has no head axis"),
     ("#34", "rope_frequencies", FREQUENCIES, [("torch.arange(0, d, 2,", "torch.arange(0, d + 1, 2,")], "One frequency too many"),

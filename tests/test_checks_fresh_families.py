@@ -541,3 +541,125 @@ def test_a_mean_where_a_sum_belongs_is_shown_in_the_learners_line(capsys):
     assert_rejected(
         check_softmax_backward, wrong, "passes this check written `weighted = (grad_p * p).sum(", capsys
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# Set L's families: shapes and lengths
+
+GQA = """
+from attn_course.attention import attention
+from attn_course.gqa import repeat_kv
+
+
+class GroupedQueryAttention(nn.Module):
+    def __init__(self, d_model, n_heads, n_kv_heads):
+        super().__init__()
+        self.n_heads, self.n_kv_heads = n_heads, n_kv_heads
+        d_head = d_model // n_heads
+        self.q = nn.Linear(d_model, d_model, bias=False)
+        self.k = nn.Linear(d_model, n_kv_heads * d_head, bias=False)
+        self.v = nn.Linear(d_model, n_kv_heads * d_head, bias=False)
+        self.out = nn.Linear(d_model, d_model, bias=False)
+
+    def forward(self, x, mask=None, is_causal=False):
+        b, t, _ = x.shape
+        q = self.q(x).view(b, t, self.n_heads, -1).transpose(1, 2)
+        k = self.k(x).view(b, t, self.n_kv_heads, -1).transpose(1, 2)
+        v = self.v(x).view(b, t, self.n_kv_heads, -1).transpose(1, 2)
+        n_rep = self.n_heads // self.n_kv_heads
+        k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)
+        head_mask = None if mask is None else mask.unsqueeze(1)
+        out, _ = attention(q, k, v, mask=head_mask, is_causal=is_causal)
+        return self.out(out.transpose(1, 2).reshape(b, t, -1))
+"""
+
+
+def test_a_product_with_every_axis_reversed_names_the_reversed_operand(capsys):
+    """k.transpose(0, -1) reverses a 3-D k: the batch axes that clash are q's and that operand's."""
+    wrong = learner(SCORES, "dot_product_scores", ("k.transpose(-2, -1)", "k.transpose(0, -1)"))
+    with pytest.raises(CheckFailed) as failure:
+        check_dot_product_scores(wrong)
+    text = str(failure.value)
+    assert "`k.transpose(0, -1)` (4, 7, 2)" in text
+    assert "`q` (2, 5, 4) and `k` (2, 7, 4)" not in text
+    assert_rejected(check_dot_product_scores, wrong, "(2 meets 4)", capsys)
+
+
+def test_a_mask_made_on_the_failing_line_is_the_operand_named_not_another_tensor(capsys):
+    """A (t_q, t_q) mask built inside masked_fill: the clash is the scores' against it, not q's."""
+    wrong = learner(
+        ATTENTION,
+        "attention",
+        (
+            '        scores = scores.masked_fill(~mask, float("-inf"))\n',
+            '        scores = scores.masked_fill(~mask, float("-inf"))\n'
+            "    if is_causal:\n"
+            "        scores = scores.masked_fill(torch.ones(t_q, t_q, dtype=torch.bool, device=q.device)"
+            '.triu(1), float("-inf"))\n',
+        ),
+        ("mask = causal if mask is None else mask & causal", "mask = mask"),
+    )
+    with pytest.raises(CheckFailed) as failure:
+        check_attention(wrong)
+    text = str(failure.value)
+    assert "`scores` (2, 2, 6) and `torch.ones(t_q, t_q, dtype=torch.bool, device=q.device)" in text
+    assert "`q` (2, 2, 4)" not in text
+    assert_rejected(check_attention, wrong, "6 is the length of `k` and 2 that of `q`", capsys)
+
+
+def test_lengths_that_are_also_the_block_size_are_not_said_to_be_swapped(capsys):
+    """k's features sliced as its rows: p is (Bq, T_k), and 16 is q_blk's length and block_size too."""
+    from learner_code import FLASH_QUERY_BLOCK
+
+    from attn_course.checks import check_flash_attention_query_block
+
+    wrong = learner(
+        FLASH_QUERY_BLOCK,
+        "flash_attention_query_block",
+        ("k[..., ks:ks + block_size, :].transpose", "k[..., ks:ks + block_size].transpose"),
+    )
+    with pytest.raises(CheckFailed) as failure:
+        check_flash_attention_query_block(wrong)
+    text = str(failure.value)
+    assert "built with the other's length" not in text
+    assert "qs:qe" not in text  # this function has no query rows to slice
+    assert "v[..., ks:ke, :]" in text
+    assert_rejected(
+        check_flash_attention_query_block, wrong, "64 is the length of `k` and 16 that of `q_blk`", capsys
+    )
+
+
+def test_repeated_heads_are_described_as_held_not_as_split(capsys):
+    """k viewed as n_heads heads of half the width, then repeated: it holds 8 heads, 4 distinct."""
+    wrong = learner(
+        GQA,
+        "GroupedQueryAttention",
+        (
+            "k = self.k(x).view(b, t, self.n_kv_heads, -1)",
+            "k = self.k(x).view(b, t, self.n_heads, -1)",
+        ),
+    )
+    with pytest.raises(CheckFailed) as failure:
+        check_GroupedQueryAttention(wrong)
+    text = str(failure.value)
+    assert "is split into 8 heads" not in text
+    assert_rejected(check_GroupedQueryAttention, wrong, "`k` (2, 8, 5, 2) holds 8 heads of width 2", capsys)
+
+
+def test_right_grouped_query_attention_of_this_spelling_passes(capsys):
+    assert_accepted(check_GroupedQueryAttention, learner(GQA, "GroupedQueryAttention"), capsys)
+
+
+def test_a_tensor_named_only_in_the_lines_comment_is_not_an_operand():
+    """`# as big as w`: w is not on the line, and its shape must not stand for the operand made there."""
+    from attn_course.checks._harness import explain_error
+
+    wrong = learner(
+        "\ndef widen(x, w):\n    return x * torch.ones(4, 3)  # as big as w\n",
+        "widen",
+    )
+    with pytest.raises(RuntimeError) as error:
+        wrong(torch.zeros(2, 3), torch.zeros(4, 3))
+    text = explain_error(error.value)
+    assert "`x` (2, 3) and `torch.ones(4, 3)` do not line up from the right (2 meets 4)" in text
+    assert "`w` (4, 3)" not in text  # w may be named as the input whose length 4 is, not as an operand

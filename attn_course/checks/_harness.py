@@ -14,7 +14,6 @@ import inspect
 import itertools
 import linecache
 import math
-import operator
 import os
 import re
 import sysconfig
@@ -37,6 +36,13 @@ from attn_course.checks._mutants import (
     name_shape_by_mutation,
     note_call,
     reference_shapes,
+)
+from attn_course.checks._operands import (
+    clashes,
+    failing_operands,
+    held_size,
+    index_value,
+    without_comment,
 )
 from attn_course.checks._repairs import begin_check, name_by_repair, quiet_run, unquoted
 from attn_course.checks._shapes import explain_shape
@@ -397,7 +403,7 @@ def _line_tensors(tb: Any, kind: type = torch.Tensor) -> list[tuple[str, Any]]:
     """The tensors (or objects of `kind`) the learner's failing line names (`x`, `self.mask`), by name."""
     if tb is None:
         return []
-    code = linecache.getline(tb.tb_frame.f_code.co_filename, tb.tb_lineno)
+    code = without_comment(linecache.getline(tb.tb_frame.f_code.co_filename, tb.tb_lineno))
     scope = tb.tb_frame.f_locals
     found: list[tuple[str, Any]] = []
     for dotted in dict.fromkeys(re.findall(r"(?<![\w.])[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*", code)):
@@ -425,34 +431,9 @@ def _line_tensors(tb: Any, kind: type = torch.Tensor) -> list[tuple[str, Any]]:
     return found[:4]
 
 
-_BINARY = {
-    ast.Add: operator.add,
-    ast.Sub: operator.sub,
-    ast.Mult: operator.mul,
-    ast.FloorDiv: operator.floordiv,
-}
-
-
 def _line_subscripts(code: str, scope: dict[str, Any]) -> dict[str, tuple[str, Any]]:
     """`name[index]` subscripts of a tensor on the line, by the text of each, with what they give: only
     where the index is made of names, numbers, slices and arithmetic (nothing of the learner's is run)."""
-
-    def value(node: ast.AST) -> Any:
-        if isinstance(node, ast.Constant) and (node.value is Ellipsis or node.value is None or
-                                               isinstance(node.value, int)):  # fmt: skip
-            return node.value
-        if isinstance(node, ast.Name) and isinstance(scope.get(node.id), int):
-            return scope[node.id]
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-            return -value(node.operand)
-        if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
-            return _BINARY[type(node.op)](value(node.left), value(node.right))
-        if isinstance(node, ast.Slice):
-            parts = (node.lower, node.upper, node.step)
-            return slice(*(None if part is None else value(part) for part in parts))
-        if isinstance(node, ast.Tuple):
-            return tuple(value(element) for element in node.elts)
-        raise ValueError("not a plain index")
 
     try:
         tree = ast.parse(code.strip().removesuffix(":"), mode="exec")
@@ -466,7 +447,7 @@ def _line_subscripts(code: str, scope: dict[str, Any]) -> dict[str, tuple[str, A
         if not isinstance(tensor, torch.Tensor):
             continue
         try:
-            found[ast.unparse(node)] = (node.value.id, tensor[value(node.slice)])
+            found[ast.unparse(node)] = (node.value.id, tensor[index_value(node.slice, scope)])
         except Exception:  # noqa: BLE001 - an index this cannot follow: the name alone is shown
             continue
     return {text: (text, part) for text, (_, part) in found.items()}
@@ -534,12 +515,31 @@ def _explain_broadcast(
             )
     if earlier := _earlier_reduction(tb, tensors):
         return earlier
-    for (name_x, x), (name_y, y) in itertools.permutations(tensors, 2):
+    line = "" if tb is None else linecache.getline(tb.tb_frame.f_code.co_filename, tb.tb_lineno)
+    pairs = [  # only two tensors whose sizes are the two torch reports can be the two that met
+        (name_x, x, name_y, y)
+        for (name_x, x), (name_y, y) in itertools.permutations(tensors, 2)
+        if clashes(tuple(x.shape), tuple(y.shape), a, b, axis)
+    ]
+    operands = None if pairs else failing_operands(line, scope, a, b, axis)
+    if operands is not None and operands[3] is None:  # one operand made on the line, by a call
+        known_name, known, other, _ = operands
+        held = held_size(tuple(known.shape), a, b, axis) or a
+        met = b if held == a else a
+        sources = _sizes_in_frame(arguments, held, met, lengths_only=True)
+        named = _named_sizes(scope, held, met)
+        return (
+            f"`{known_name}` {_shape(known)} and `{other}` do not line up from the right ({held} meets {met})"
+            + (f": {sources}." if sources else named if named.endswith(".") else f"{named}.")
+        )
+    if operands is not None:
+        name_x, x, name_y, y = operands
+        pairs = [(name_x, x, name_y, y), (name_y, y, name_x, x)]  # type: ignore[list-item]
+    for name_x, x, name_y, y in pairs:
         big, small = tuple(x.shape), tuple(y.shape)
         if _broadcasts(big, small) or len(small) > len(big):
             continue
         sources = _sizes_in_frame(arguments, a, b, lengths_only=len(small) != len(big))
-        line = "" if tb is None else linecache.getline(tb.tb_frame.f_code.co_filename, tb.tb_lineno)
         product = rf"(?<![\w.]){re.escape(name_x)}\s*\*\s*{re.escape(name_y)}(?![\w(])"
         reverse = rf"(?<![\w.]){re.escape(name_y)}\s*\*\s*{re.escape(name_x)}(?![\w(])"
         paired = re.search(product, line) or re.search(reverse, line)
@@ -606,13 +606,27 @@ def _heads_differ(tensors: list[tuple[str, torch.Tensor]], scope: dict[str, Any]
                 + (f" Yours are {kv.shape[1]} = {q.shape[1]} × {round(factor)} ({named})." if named else "")
             )
         if x.shape[1] != y.shape[1] and x.shape[0] == y.shape[0]:
+            held_y, held_x = _heads_held(name_y, y), _heads_held(name_x, x)
+            if "holds" not in held_y + held_x:
+                held_x = held_x.replace(" is split into ", " into ")  # `k` … is split into 8 …, `q` … into 2
             return (
-                f"`{name_y}` {_shape(y)} is split into {y.shape[1]} heads of {y.shape[-1]}, `{name_x}` "
-                f"{_shape(x)} into {x.shape[1]} heads of {x.shape[-1]}: each query head needs a key and a "
+                f"{held_y}, {held_x}: each query head needs a key and a "
                 "value head of its width (split each with the number of heads it projects to, then repeat "
                 "the shared ones)."
             )
     return ""
+
+
+def _heads_held(name: str, x: torch.Tensor) -> str:
+    """'`q` (2, 4, 5, 4) is split into 4 heads of 4', or, where some heads are copies of others (the
+    shared heads repeated), '`k` (2, 8, 5, 2) holds 8 heads of width 2 (4 of them distinct)'."""
+    heads = x.detach().transpose(0, 1).reshape(x.shape[1], -1)
+    distinct = len(torch.unique(heads, dim=0)) if heads.numel() and not heads.isnan().any() else x.shape[1]
+    if distinct == x.shape[1]:
+        return f"`{name}` {_shape(x)} is split into {x.shape[1]} heads of {x.shape[-1]}"
+    return (
+        f"`{name}` {_shape(x)} holds {x.shape[1]} heads of width {x.shape[-1]} ({distinct} of them distinct)"
+    )
 
 
 def _arguments(tb: Any) -> dict[str, Any]:
@@ -623,7 +637,10 @@ def _arguments(tb: Any) -> dict[str, Any]:
 
 
 def _sizes_in_frame(scope: dict[str, Any], a: int, b: int, lengths_only: bool = False) -> str:
-    """Where sizes a and b come from among the function's input tensors: two lengths, or two axes of one."""
+    """Where sizes a and b come from among the function's input tensors: two lengths, or two axes of one.
+
+    Two lengths are said to be swapped only where no integer the function was given has either size.
+    """
     found: dict[int, list[tuple[str, int]]] = {a: [], b: []}
     for name, value in scope.items():
         if isinstance(value, torch.Tensor) and value.dim() >= 2 and value.dtype != torch.bool:
@@ -633,6 +650,12 @@ def _sizes_in_frame(scope: dict[str, Any], a: int, b: int, lengths_only: bool = 
     for name_a, axis_a in found[a]:
         for name_b, axis_b in found[b]:
             if name_a != name_b and axis_a == axis_b == -2:
+                also = [f"{n} is also `{k}`" for n in (a, b) for k in _ints_equal(scope, n)]
+                if also:  # the size may come from that number, not from a length
+                    return (
+                        f"{a} is the length of `{name_a}` and {b} that of `{name_b}`, but {', '.join(also)}: "
+                        "see which of the two axes has a size it should not, and where that size comes from"
+                    )
                 return (
                     f"{a} is the length of `{name_a}` and {b} that of `{name_b}`, so one of the two was "
                     "built with the other's length (T_q for T_k, or the reverse): take each from its own "

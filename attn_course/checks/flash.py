@@ -258,6 +258,11 @@ _SLICE_HINT = (
     "scores are the query block against k[..., ks:ke, :], and p @ v takes the same key rows, "
     "v[..., ks:ke, :] (not the query block's rows qs:qe)."
 )
+_QUERY_BLOCK_SLICE_HINT = (  # one query block: no query rows are sliced, only the keys' and values'
+    "A size mismatch inside the loop usually comes from a tile sliced with the wrong indices: a tile's "
+    "scores are q_blk against the key rows k[..., ks:ke, :], and p @ v takes the same rows of v, "
+    "v[..., ks:ke, :]: rows on axis -2, with every feature kept."
+)
 
 
 def _call_tiled(name: str, candidate: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -279,7 +284,8 @@ def _call_tiled(name: str, candidate: Callable[..., Any], *args: Any, **kwargs: 
                     "ke = min(ks + block_size, T_k) (qe likewise), and build its slices and its mask "
                     "positions (torch.arange(ks, ke)) from that end."
                 ) from None
-            raise CheckFailed(f"{text}\n{_SLICE_HINT}") from None
+            hint = _QUERY_BLOCK_SLICE_HINT if name == "flash_attention_query_block" else _SLICE_HINT
+            raise CheckFailed(f"{text}\n{hint}") from None
         raise
 
 
