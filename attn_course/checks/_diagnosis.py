@@ -10,8 +10,9 @@ reorder it.
 The order, and why:
 1. `known-mistake`: a named slip of the check's table gives exactly the learner's result (all of the
    slips that do, when several do: each is said, none asserted).
-2. `mutant`: the right computation changed once gives the learner's result; said after a property,
-   or alone (run before the property, whose reading may call the learner's code again).
+2. `mutant`: the right computation changed once gives the learner's result; said alone, never beside a
+   property, which names the idea already (run before the property, whose reading may call the
+   learner's code again).
 3. `property`: the check's own reading of what property fails (rows summing off 1, a block's offset);
    said first when there is one.
 4. `repair`: the learner's own line changed once passes the whole check; run where no property was
@@ -352,10 +353,10 @@ def render(failure: Failure, found: Found) -> str:
     if "known-mistake" in found:
         return slips_message(what, found["known-mistake"].evidence, called)
     mutant, repair = found.get("mutant"), found.get("repair")
-    if "property" in found:  # the check's own reading first; a one-change mutant that gives the same says how
-        if mutant and foreign_step(mutant.evidence[0]):
-            mutant = None  # a step the learner's code lacks says nothing of it beside the reading
-        after = f"\nIt {mutant.text}" if mutant else f"\n{repair.text}" if repair else ""
+    if "property" in found:  # the check's own reading names the idea; the learner's own line may follow
+        # No mutant beside it: a change of the right computation that gives the same result is not known to
+        # be the learner's (their step may differ, or hold another name whose value happens to agree).
+        after = f"\n{repair.text}" if repair else ""
         return f"{what} {found['property'].text}{after}{called}"
     if failure.parts:  # a tuple: the mutant or which parts are wrong, then the learner's names or line
         misplaced = found.get("misplaced-arguments")
