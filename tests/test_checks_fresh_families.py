@@ -607,3 +607,16 @@ def test_a_flat_count_taken_from_one_axis_blames_n_not_the_mask(capsys, tmp_path
     message = str(failure.value)
     assert "(1 program of 1024)" in message
     assert "offsets < n - 1" not in message and "1 programs" not in message
+
+
+def test_a_change_the_learners_own_code_makes_is_still_said_beside_the_reading(capsys):
+    """The shift read from the mask, then the change their own `t_q - t_k` makes: theirs, so said."""
+    from attn_course.checks import check_causal_mask
+
+    wrong = learner(
+        "\ndef causal_mask(t_q, t_k=None, device=None):\n"
+        "    t_k = t_q if t_k is None else t_k\n"
+        "    return torch.ones(t_q, t_k, dtype=torch.bool, device=device).tril(diagonal=t_q - t_k)\n",
+        "causal_mask",
+    )
+    assert_rejected(check_causal_mask, wrong, "`t_q - t_k` where it is `t_k - t_q`", capsys)

@@ -530,6 +530,7 @@ def deep_mutants(function: Callable[..., Any]) -> list[Mutant]:
                     for text in (mutant.message, UNQUOTED.get(mutant.message, mutant.message))
                 )
                 UNQUOTED[message] = unquoted  # the helper's step is never in the caller's code: described
+                CHANGED.setdefault(message, mutant.changed)
                 found.append(Mutant(message, caller, mutant.line, mutant.names))
         _DEEP_CACHE[function] = found
     return _DEEP_CACHE[function]
@@ -618,6 +619,7 @@ def _build(function: Callable[..., Any]) -> Iterator[Mutant]:
                 UNQUOTED[message] = (
                     f"is what the right computation gives with one change{described}: {change}."
                 )
+                CHANGED.setdefault(message, changed)
                 first_after = after.splitlines()[0] if after else ""
                 into = _swaps_into_present(node, replacement, statement)
                 yield Mutant(
@@ -629,9 +631,11 @@ def _changed_expression(node: ast.AST, replacement: ast.AST | None, parents: dic
     """The expression a change made, read while the tree holds it ("" for a statement left out)."""
     if replacement is None or not isinstance(replacement, ast.expr):
         return ""
+    if isinstance(replacement, ast.Constant) and isinstance(replacement.value, str):
+        return ast.unparse(replacement)  # a pattern ('b t (d h) -> b h t d') says it alone
     around = parents.get(node)
     if isinstance(replacement, ast.Name | ast.Constant) and isinstance(around, ast.expr):
-        return ast.unparse(around)  # a bare name says nothing alone: the call or operation it is in
+        return ast.unparse(around)  # a bare name or number says nothing alone: the expression it is in
     return ast.unparse(replacement)
 
 
@@ -645,7 +649,7 @@ def made_in(code: str, changed: str) -> str | None:
     if not changed:
         return None
     try:
-        tree = ast.parse(code.strip().rstrip(":") or "None")
+        tree = ast.parse(textwrap.dedent(code).strip().rstrip(":") or "None")
         wanted = ast.parse(changed, mode="eval").body
     except SyntaxError:
         return None
@@ -669,6 +673,9 @@ def made_in(code: str, changed: str) -> str | None:
             return ast.unparse(node)
     return None
 
+
+CHANGED: dict[str, str] = {}
+"""A mutant's message -> the expression its change made (`Mutant.changed`), for the message alone."""
 
 UNQUOTED: dict[str, str] = {}
 """A mutant's message -> the same message with its step described instead of quoted: the reference's

@@ -139,6 +139,23 @@ def foreign_step(derived: str | None) -> bool:
     return "".join(text.split()) not in "".join(source.split())
 
 
+def confirmed(derived: str) -> bool:
+    """Whether the learner's code holds the expression a mutant's change makes (`_mutants.made_in`): the
+    change is then theirs, whatever step of the reference the message places it in."""
+    changed = _mutants.CHANGED.get(derived, "")
+    source = _candidate_source() if changed else None
+    return source is not None and _mutants.made_in(source, changed) is not None
+
+
+def unconfirmed(derived: str) -> bool:
+    """Whether a mutant's message quotes a step of the learner's own code (the reference's line, written
+    as they wrote it) while their code holds nowhere the expression its change makes: the change is then
+    not theirs, however equal the results (another name whose value happens to agree, a slip elsewhere)."""
+    if not _mutants.CHANGED.get(derived) or foreign_step(derived):
+        return False
+    return not confirmed(derived)
+
+
 def _search(
     body: Callable[[Any], str],
     top: Any,
