@@ -148,8 +148,13 @@ def test_the_argument_reader_leaves_calls_in_order_and_unknown_functions_alone()
 
 
 def test_a_layer_whose_heads_average_the_queries_is_named_by_its_step(capsys):
+    """The heads' reading names it; no change of the reference's own steps (its `split_heads` return,
+    which this layer does not have) is said beside it."""
     wrong = learner(MHA, "MultiHeadAttention", ("out = (weights @ v)", "out = (weights @ q)"))
-    assert_rejected(check_MultiHeadAttention, wrong, "`q` used where the right computation uses `v`", capsys)
+    assert_rejected(check_MultiHeadAttention, wrong, "not weighted averages of the values at all", capsys)
+    with pytest.raises(CheckFailed) as failure:
+        check_MultiHeadAttention(wrong)
+    assert "split_heads(q, self.n_heads)" not in str(failure.value)
 
 
 def test_a_right_layer_unlike_the_reference_still_passes(capsys):
@@ -663,3 +668,91 @@ def test_a_tensor_named_only_in_the_lines_comment_is_not_an_operand():
     text = explain_error(error.value)
     assert "`x` (2, 3) and `torch.ones(4, 3)` do not line up from the right (2 meets 4)" in text
     assert "`w` (4, 3)" not in text  # w may be named as the input whose length 4 is, not as an operand
+
+
+# Set L's families: mutants and the Triton mask
+
+
+def test_queries_rotated_at_their_own_indices_get_no_mutant_sentence_naming_another_argument(capsys):
+    """q rotated at 0 … t-1 while k gets `positions`: the reading of the heads names it; the reference
+    with `mask` where it passes `positions` gives the same only because mask is None in that call."""
+    from learner_code import ROTARY
+
+    from attn_course.checks import check_RotaryMultiHeadAttention
+
+    wrong = learner(
+        ROTARY,
+        "RotaryMultiHeadAttention",
+        ("q = apply_rope(q, positions, self.base)", "q = apply_rope(q, torch.arange(t), self.base)"),
+    )
+    assert_rejected(check_RotaryMultiHeadAttention, wrong, "rotates q by the positions 0 … t-1", capsys)
+    with pytest.raises(CheckFailed) as failure:
+        check_RotaryMultiHeadAttention(wrong)
+    message = str(failure.value)
+    assert "`mask` used where" not in message and "apply_rope(q, positions, self.base)" not in message
+    # the reading was made on a layer of another size than the call that failed: said of that layer
+    assert "(Seen on" not in message and "Built as RotaryMultiHeadAttention(32, 4)" in message
+
+
+def test_a_square_causal_mask_is_not_called_a_swap_of_its_arguments(capsys):
+    """causal_mask given T_q alone raises where the keys are longer: nothing was swapped."""
+    wrong = learner(
+        "\ndef attention(q, k, v, mask=None, is_causal=False):\n"
+        "    t_q = q.shape[-2]\n"
+        "    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])\n"
+        "    allowed = torch.ones_like(scores, dtype=torch.bool)\n"
+        "    if mask is not None:\n"
+        "        allowed = allowed & mask\n"
+        "    if is_causal:\n"
+        "        allowed = allowed & causal_mask(t_q, device=q.device)\n"
+        "    scores = scores.masked_fill(~allowed, float('-inf'))\n"
+        "    weights = torch.softmax(scores, dim=-1)\n"
+        "    weights = weights.masked_fill(~allowed.any(dim=-1, keepdim=True), 0.0)\n"
+        "    return weights @ v, weights\n",
+        "attention",
+    )
+    wrong.__globals__["causal_mask"] = causal_mask
+    assert_rejected(check_attention, wrong, "with one change to its call of `causal_mask`", capsys)
+    with pytest.raises(CheckFailed) as failure:
+        check_attention(wrong)
+    message = str(failure.value)
+    assert "swapped" not in message and "k.shape[-2]" not in message
+
+
+def test_a_flat_count_taken_from_one_axis_blames_n_not_the_mask(capsys, tmp_path):
+    """The grid from x.numel() covers every element, the mask's bound is x.size(0): the mask's form is
+    right, what it compares with is not (and one program is not "1 programs")."""
+    pytest.importorskip("triton")
+    from triton_variants import ADD, variant
+
+    from attn_course.checks import check_triton_add
+
+    wrong = variant(
+        ADD,
+        tmp_path,
+        "triton_add",
+        ("BLOCK = 64", "BLOCK = 1024"),  # one program covers the whole input
+        (
+            "add_kernel[grid](x, y, out, n, BLOCK=BLOCK)",
+            "add_kernel[grid](x, y, out, x.size(0), BLOCK=BLOCK)",
+        ),
+    )
+    assert_rejected(check_triton_add, wrong, "n counts every element, x.numel(), not one axis", capsys)
+    with pytest.raises(CheckFailed) as failure:
+        check_triton_add(wrong)
+    message = str(failure.value)
+    assert "(1 program of 1024)" in message
+    assert "offsets < n - 1" not in message and "1 programs" not in message
+
+
+def test_a_change_the_learners_own_code_makes_is_still_said_beside_the_reading(capsys):
+    """The shift read from the mask, then the change their own `t_q - t_k` makes: theirs, so said."""
+    from attn_course.checks import check_causal_mask
+
+    wrong = learner(
+        "\ndef causal_mask(t_q, t_k=None, device=None):\n"
+        "    t_k = t_q if t_k is None else t_k\n"
+        "    return torch.ones(t_q, t_k, dtype=torch.bool, device=device).tril(diagonal=t_q - t_k)\n",
+        "causal_mask",
+    )
+    assert_rejected(check_causal_mask, wrong, "`t_q - t_k` where it is `t_k - t_q`", capsys)

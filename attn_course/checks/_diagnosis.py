@@ -10,8 +10,9 @@ reorder it.
 The order, and why:
 1. `known-mistake`: a named slip of the check's table gives exactly the learner's result (all of the
    slips that do, when several do: each is said, none asserted).
-2. `mutant`: the right computation changed once gives the learner's result; said after a property,
-   or alone (run before the property, whose reading may call the learner's code again).
+2. `mutant`: the right computation changed once gives the learner's result; said alone, or after a
+   property where the learner's code holds what the change makes (run before the property, whose
+   reading may call the learner's code again).
 3. `property`: the check's own reading of what property fails (rows summing off 1, a block's offset);
    said first when there is one.
 4. `repair`: the learner's own line changed once passes the whole check; run where no property was
@@ -38,7 +39,7 @@ import torch
 from attn_course.checks._calls import misplaced_in
 from attn_course.checks._mutants import last_candidate, name_by_mutation
 from attn_course.checks._nan_origin import nan_origin
-from attn_course.checks._repairs import foreign_step, name_by_repair, unquoted
+from attn_course.checks._repairs import confirmed, foreign_step, name_by_repair, unconfirmed, unquoted
 
 if TYPE_CHECKING:
     from attn_course.checks._harness import CheckFailed, Mistake
@@ -202,6 +203,8 @@ def _mutant(failure: Failure, found: Found) -> Finding | None:
         return None
     actual, expected, opening = compared
     derived = name_by_mutation(actual, expected, failure.close)
+    if derived and unconfirmed(derived):
+        return None  # the learner's own line, as the reference writes it, did not make this change
     return Finding("mutant", opening + unquoted(derived), (derived,)) if derived else None
 
 
@@ -352,9 +355,11 @@ def render(failure: Failure, found: Found) -> str:
     if "known-mistake" in found:
         return slips_message(what, found["known-mistake"].evidence, called)
     mutant, repair = found.get("mutant"), found.get("repair")
-    if "property" in found:  # the check's own reading first; a one-change mutant that gives the same says how
-        if mutant and foreign_step(mutant.evidence[0]):
-            mutant = None  # a step the learner's code lacks says nothing of it beside the reading
+    if "property" in found:  # the check's own reading first; a mutant the learner's code is known to make
+        # says how. Any other is not said: a change of the right computation that gives the same result is
+        # not the learner's when their code holds nowhere what it makes (another name whose value agrees).
+        if mutant and not confirmed(mutant.evidence[0]):
+            mutant = None
         after = f"\nIt {mutant.text}" if mutant else f"\n{repair.text}" if repair else ""
         return f"{what} {found['property'].text}{after}{called}"
     if failure.parts:  # a tuple: the mutant or which parts are wrong, then the learner's names or line

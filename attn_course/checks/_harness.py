@@ -44,7 +44,7 @@ from attn_course.checks._operands import (
     index_value,
     without_comment,
 )
-from attn_course.checks._repairs import begin_check, name_by_repair, quiet_run, unquoted
+from attn_course.checks._repairs import begin_check, name_by_repair, quiet_run, unconfirmed, unquoted
 from attn_course.checks._shapes import explain_shape
 from attn_course.checks._upstream import blamed_exercise, learner_upstream, upstream_message
 from attn_course.progress import record_failure, record_pass
@@ -1050,7 +1050,7 @@ def expect_tensor(
 def _derived_shape_hint(value: torch.Tensor, shape: tuple[int, ...]) -> str:
     """A one-change mutant of the reference that gives this shape; else how it departs from the right one."""
     derived = name_shape_by_mutation(value, shape)
-    if derived:
+    if derived and not unconfirmed(derived):  # a change the learner's own line did not make: not said
         return f"It {unquoted(derived)}"
     reading = explain_shape(tuple(value.shape), shape, call_arguments())
     # the learner's own line changed once, after which this call has the right shape and the check passes

@@ -102,6 +102,9 @@ class Mutant:
     """Whether the change shifts a constant inside an index or slice (k[:1] -> k[:2])."""
     into_present: bool = False
     """Whether the change swaps a name for one the statement already reads (`t_k - t_q` -> `t_k - t_k`)."""
+    changed: str = ""
+    """The changed expression as the mutant writes it: for a name or a constant swapped, the expression
+    around it (`apply_rope(q, mask, self.base)`), which a learner's line must hold to have made it."""
 
 
 _LAST_CANDIDATE: contextvars.ContextVar[Any] = contextvars.ContextVar("last_candidate", default=None)
@@ -300,13 +303,40 @@ def name_error_by_mutation(
         if learner_shapes and not _same_shapes(raised, learner_shapes):
             continue
         if mutant.names & learner_names and not _written_as_right(learner_line, mutant):
+            code = re.search(r"`(.*)`", learner_line)
+            made = made_in(code[1], mutant.changed) if code is not None else None
+            if made is None:  # the same error, but the learner's line does not make this change
+                return _same_error_at(mutant, learner_names, code[1] if code is not None else "")
+            own = f"the arguments of `{made}` swapped"  # a swap said of the learner's own call
             said, unquoted = (
-                text.replace("is what the right computation gives", "The right computation raises it", 1)
+                re.sub(
+                    r"the arguments of `[^`]*` swapped",
+                    own.replace("\\", "\\\\"),
+                    text.replace("is what the right computation gives", "The right computation raises it", 1),
+                )
                 for text in (mutant.message, UNQUOTED.get(mutant.message, mutant.message))
             )
             UNQUOTED[said] = unquoted
             return said
     return None
+
+
+def _same_error_at(mutant: Mutant, learner_names: set[str], code: str) -> str:
+    """What a mutant that raises the learner's error shows where the learner's line is not that mutant: the
+    call (or name) the two share, in the learner's words, and no change said to be theirs."""
+    shared = sorted(mutant.names & learner_names)
+    calls = [n for n in shared if re.search(rf"\b{re.escape(n)}\s*\(", code)]
+    where = (
+        f"to its call of {', '.join(f'`{n}`' for n in calls)}"
+        if calls
+        else f"where it reads {', '.join(f'`{n}`' for n in shared)}"
+    )
+    described = UNQUOTED.get(mutant.message, "")
+    step = re.search(r", in the step that computes ((?:`\w+`(?:, )?)+)", described)
+    if step is not None and all(n in learner_names for n in re.findall(r"`(\w+)`", step[1])):
+        where += step[0]
+    yours = "what yours is given" if calls else "what yours reads there"
+    return f"The right computation raises the same error with one change {where}: look at {yours}."
 
 
 def _written_as_right(learner_line: str, mutant: Mutant) -> bool:
@@ -500,6 +530,7 @@ def deep_mutants(function: Callable[..., Any]) -> list[Mutant]:
                     for text in (mutant.message, UNQUOTED.get(mutant.message, mutant.message))
                 )
                 UNQUOTED[message] = unquoted  # the helper's step is never in the caller's code: described
+                CHANGED.setdefault(message, mutant.changed)
                 found.append(Mutant(message, caller, mutant.line, mutant.names))
         _DEEP_CACHE[function] = found
     return _DEEP_CACHE[function]
@@ -573,6 +604,7 @@ def _build(function: Callable[..., Any]) -> Iterator[Mutant]:
                     continue
                 shown = replacement if statement is node else statement  # a statement replaced whole
                 after = ast.unparse(shown) if shown is not None and replacement is not None else ""
+                changed = _changed_expression(node, replacement, parents)
                 key = (id(statement), after) if replacement is not None else (id(node), "")
                 if key in seen:
                     continue
@@ -587,10 +619,63 @@ def _build(function: Callable[..., Any]) -> Iterator[Mutant]:
                 UNQUOTED[message] = (
                     f"is what the right computation gives with one change{described}: {change}."
                 )
+                CHANGED.setdefault(message, changed)
                 first_after = after.splitlines()[0] if after else ""
                 into = _swaps_into_present(node, replacement, statement)
-                yield Mutant(message, compiled, line, _site_names(node), before, first_after, shift, into)
+                yield Mutant(
+                    message, compiled, line, _site_names(node), before, first_after, shift, into, changed
+                )
 
+
+def _changed_expression(node: ast.AST, replacement: ast.AST | None, parents: dict[ast.AST, ast.AST]) -> str:
+    """The expression a change made, read while the tree holds it ("" for a statement left out)."""
+    if replacement is None or not isinstance(replacement, ast.expr):
+        return ""
+    if isinstance(replacement, ast.Constant) and isinstance(replacement.value, str):
+        return ast.unparse(replacement)  # a pattern ('b t (d h) -> b h t d') says it alone
+    around = parents.get(node)
+    if isinstance(replacement, ast.Name | ast.Constant) and isinstance(around, ast.expr):
+        return ast.unparse(around)  # a bare name or number says nothing alone: the expression it is in
+    return ast.unparse(replacement)
+
+
+def made_in(code: str, changed: str) -> str | None:
+    """The expression of `code` (a learner's line) that is the mutant's `changed` one, if it holds one.
+
+    The same text, or a call of the same function with the same positional arguments in the same order
+    (keywords left out on one side are not counted: `causal_mask(k.shape[-2], q.shape[-2])` is the change
+    `causal_mask(k.shape[-2], q.shape[-2], device=q.device)`).
+    """
+    if not changed:
+        return None
+    try:
+        tree = ast.parse(textwrap.dedent(code).strip().rstrip(":") or "None")
+        wanted = ast.parse(changed, mode="eval").body
+    except SyntaxError:
+        return None
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.expr):
+            continue
+        if ast.unparse(node) == changed:
+            return changed
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(wanted, ast.Call)
+            and ast.unparse(node.func) == ast.unparse(wanted.func)
+            and [ast.unparse(a) for a in node.args] == [ast.unparse(a) for a in wanted.args]
+            and all(
+                ast.unparse(a.value) == ast.unparse(b.value)
+                for a in node.keywords
+                for b in wanted.keywords
+                if a.arg == b.arg
+            )
+        ):
+            return ast.unparse(node)
+    return None
+
+
+CHANGED: dict[str, str] = {}
+"""A mutant's message -> the expression its change made (`Mutant.changed`), for the message alone."""
 
 UNQUOTED: dict[str, str] = {}
 """A mutant's message -> the same message with its step described instead of quoted: the reference's

@@ -75,6 +75,17 @@ def merged_input(layer: nn.Module, run: Callable[[], Any], name: str = "out") ->
     return seen[-1] if seen else None
 
 
+def read_on(found: str | None, built: str, same_size: bool) -> str | None:
+    """A probe's reading, said of the layer it was read on: the learner's class built at another size than
+    the call that failed (8 features per head) is named as such, not left to a "(Seen on ...)" that would
+    follow a sentence about the call's own layer."""
+    if found is None or same_size:
+        return found
+    return (
+        f"is wrong. Built as {built}, 8 features per head so that each head can be read, your layer {found}"
+    )
+
+
 def _close(a: torch.Tensor, b: torch.Tensor, tol: float = 1e-5) -> bool:
     return a.shape == b.shape and bool(torch.allclose(a, b, atol=tol, rtol=1e-4))
 

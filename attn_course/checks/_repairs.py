@@ -107,26 +107,53 @@ def _candidate_source() -> str | None:
     try:
         return inspect.getsource(target)
     except (OSError, TypeError):
+        pass
+    if not inspect.isclass(target):
         return None
+    # a class of a notebook cell or of a module not in sys.modules: its own methods, each found by its code
+    methods = []
+    for value in vars(target).values():
+        function = getattr(value, "__func__", value)
+        if inspect.isfunction(function):
+            try:
+                methods.append(inspect.getsource(function))
+            except (OSError, TypeError):
+                return None  # a part unread: the class's source is not known
+    return "\n".join(methods) or None
 
 
 def foreign_step(derived: str | None) -> bool:
-    """Whether a mutant's message names a step the learner's own code does not contain (another layout).
+    """Whether a mutant's message names a step the learner's own code is not known to contain.
 
     Then the learner's own line, changed once, says more than the reference's: the caller tries the
-    repairs first and keeps the mutant's message only where no repair passes.
+    repairs first and keeps the mutant's message only where no repair passes. A learner's code whose
+    source cannot be read is not known to contain the step: the reference's line is not quoted.
     """
     step = re.search(r"in the step `([^`]*)`", derived or "")
-    candidate = _mutants.last_candidate()
-    if step is None or candidate is None:
+    if step is None:
         return False
-    target = candidate if inspect.isfunction(candidate) or inspect.isclass(candidate) else type(candidate)
-    try:
-        source = inspect.getsource(target)
-    except (OSError, TypeError):
-        return False
+    source = _candidate_source()
+    if source is None:
+        return True
     text = step[1].removesuffix("...")  # a long step is shown cut short
     return "".join(text.split()) not in "".join(source.split())
+
+
+def confirmed(derived: str) -> bool:
+    """Whether the learner's code holds the expression a mutant's change makes (`_mutants.made_in`): the
+    change is then theirs, whatever step of the reference the message places it in."""
+    changed = _mutants.CHANGED.get(derived, "")
+    source = _candidate_source() if changed else None
+    return source is not None and _mutants.made_in(source, changed) is not None
+
+
+def unconfirmed(derived: str) -> bool:
+    """Whether a mutant's message quotes a step of the learner's own code (the reference's line, written
+    as they wrote it) while their code holds nowhere the expression its change makes: the change is then
+    not theirs, however equal the results (another name whose value happens to agree, a slip elsewhere)."""
+    if not _mutants.CHANGED.get(derived) or foreign_step(derived):
+        return False
+    return not confirmed(derived)
 
 
 def _search(

@@ -38,7 +38,7 @@ from attn_course.checks._harness import (
     expect_tensor,
     randn,
 )
-from attn_course.checks._probe import Heads, diagnose_heads, merged_input
+from attn_course.checks._probe import Heads, diagnose_heads, merged_input, read_on
 
 # ---------------------------------------------------------------------------------------------
 # The contracts of notebook 04: what each exercise must accept and return.
@@ -523,7 +523,9 @@ def check_MultiHeadAttention(candidate: Callable[..., Any]) -> str:
                 is_causal,
                 f"({d_model}, {n_heads}, bias={bias})",
                 label,
-                probe=functools.partial(_probe_mha, candidate, n_heads, bias, mask, is_causal),
+                probe=functools.partial(
+                    _probe_mha, candidate, n_heads, bias, mask, is_causal, shown_d_model=d_model
+                ),
             )
     layer, ref, params = _build_pair(candidate, 12, 3, True, torch.float32)
     x = randn(2, 5, 12, dtype=torch.float32)
@@ -594,7 +596,7 @@ def _expect_cross_attention(candidate: Callable[..., Any]) -> None:
         }
         out = expect_tensor(result, (2, 4, 12), what, finite=False, hints=hints)
         ignored = Mistake(_CONTEXT_IGNORED, lambda x, context, mask=None: ref(x, mask=mask))
-        probe = _diagnose_by_probe(functools.partial(_probe_mha, candidate, 3, True, mask, False, 7))
+        probe = _diagnose_by_probe(functools.partial(_probe_mha, candidate, 3, True, mask, False, 7, 12))
         expect_close(
             out,
             ref(x, **kwargs),
@@ -815,8 +817,10 @@ def _probe_mha(
     mask: torch.Tensor | None,
     is_causal: bool,
     context_tokens: int | None = None,
+    shown_d_model: int | None = None,
 ) -> str | None:
-    """Which part of the learner's layer is wrong, on a layer with d_k = 8 ≥ the number of keys."""
+    """Which part of the learner's layer is wrong, on a layer with d_k = 8 ≥ the number of keys
+    (`shown_d_model`: the size of the layer the call that failed was made on)."""
     d_model = 8 * n_heads
     layer, ref, params = _build_pair(candidate, d_model, n_heads, bias, torch.float64)
     b = 2  # as in the check's cases, whose masks are (b, 1, t), (b, t, t) or (t, t)
@@ -832,7 +836,7 @@ def _probe_mha(
     merged = merged_input(layer, lambda: layer(x, **given))
     heads = _reference_heads(params, n_heads, x, mask, is_causal, context)
     found = diagnose_heads(merged, heads)
-    return None if found is None else found + f" (Seen on MultiHeadAttention({d_model}, {n_heads}).)"
+    return read_on(found, f"MultiHeadAttention({d_model}, {n_heads})", d_model == shown_d_model)
 
 
 def _wrong(

@@ -43,7 +43,7 @@ from attn_course.checks._harness import (
 )
 from attn_course.checks._memory import LargestTensor
 from attn_course.checks._nan_origin import first_nan
-from attn_course.checks._probe import Heads, diagnose_heads, merged_input
+from attn_course.checks._probe import Heads, diagnose_heads, merged_input, read_on
 from attn_course.checks.flash import _FUSED, _OpRecorder
 from attn_course.checks.masking import _expect_bool_mask
 from attn_course.heads import merge_heads, split_heads
@@ -385,9 +385,15 @@ def _gqa_layer(candidate: Callable[..., Any], d_model: int, n_heads: int, n_kv_h
 
 
 def _probe_gqa(
-    candidate: Callable[..., Any], n_heads: int, n_kv_heads: int, mask: torch.Tensor | None, is_causal: bool
+    candidate: Callable[..., Any],
+    n_heads: int,
+    n_kv_heads: int,
+    mask: torch.Tensor | None,
+    is_causal: bool,
+    shown_d_model: int | None = None,
 ) -> str | None:
-    """Which part of the learner's layer is wrong, on a layer with d_head = 8 ≥ the number of keys."""
+    """Which part of the learner's layer is wrong, on a layer with d_head = 8 ≥ the number of keys
+    (`shown_d_model`: the size of the layer the call that failed was made on)."""
     d_model = 8 * n_heads
     layer = _gqa_layer(candidate, d_model, n_heads, n_kv_heads).double().eval()
     params = {}
@@ -439,11 +445,8 @@ def _probe_gqa(
     if is_causal:
         given["is_causal"] = True
     found = diagnose_heads(merged_input(layer, lambda: layer(x, **given)), heads)
-    return (
-        None
-        if found is None
-        else f"{found} (Seen on GroupedQueryAttention({d_model}, {n_heads}, {n_kv_heads}).)"
-    )
+    built = f"GroupedQueryAttention({d_model}, {n_heads}, {n_kv_heads})"
+    return read_on(found, built, d_model == shown_d_model)
 
 
 _SHARING = (
@@ -461,10 +464,11 @@ def _gqa_reading(
     mask: torch.Tensor | None,
     is_causal: bool,
     shared_fails: bool,
+    shown_d_model: int | None = None,
 ) -> str | None:
     """What the probe reads of the learner's heads; else, once plain multi-head attention passed, that
     the sharing of key/value heads goes wrong."""
-    probed = _probe_gqa(candidate, *heads, mask, is_causal)
+    probed = _probe_gqa(candidate, *heads, mask, is_causal, shown_d_model)
     return probed or (f"is wrong: {difference(actual, expected)}{_SHARING}" if shared_fails else None)
 
 
@@ -526,6 +530,7 @@ def check_GroupedQueryAttention(candidate: Any) -> str:  # noqa: N802 (exercise 
                 mask=mask,
                 is_causal=is_causal,
                 shared_fails=passed_mha,
+                shown_d_model=d_model,
             )
             # the one pipeline (_diagnosis.py): the named slips, a one-change mutant, the probe, the own line
             expect_close(out, expected, what, mistakes=mistakes, diagnose=reading, called_as="")

@@ -40,7 +40,7 @@ from attn_course.checks._harness import (
     is_close,
     randn,
 )
-from attn_course.checks._probe import Heads, diagnose_heads, merged_input
+from attn_course.checks._probe import Heads, diagnose_heads, merged_input, read_on
 from attn_course.heads import merge_heads, split_heads
 from attn_course.rope import RotaryMultiHeadAttention, apply_rope_rotate_half
 
@@ -792,7 +792,9 @@ def check_RotaryMultiHeadAttention(candidate: Callable[..., Any]) -> str:  # noq
         if not is_close(out, expected):
             _expect_mask_broadcasts(module, x, given, expected, shown)
         mistakes = [Mistake(message, _mha_knob(ref, variant)) for message, variant in ROTARY_VARIANTS]
-        probe = functools.partial(_probe_rotary, candidate, n_heads, init_kwargs, given, tuple(x.shape[:2]))
+        probe = functools.partial(
+            _probe_rotary, candidate, n_heads, init_kwargs, given, tuple(x.shape[:2]), shown
+        )
         expect_close(
             out,
             expected,
@@ -882,8 +884,10 @@ def _probe_rotary(
     init_kwargs: dict[str, Any],
     given: dict[str, Any],
     batch_and_tokens: tuple[int, int],
+    shown: str = "",
 ) -> str | None:
-    """Which part of the learner's layer is wrong, on a layer with d_k = 8 ≥ the number of keys."""
+    """Which part of the learner's layer is wrong, on a layer with d_k = 8 ≥ the number of keys (`shown`:
+    the layer of the call that failed, as the message names it)."""
     d_model = 8 * n_heads
     ref = reference.RotaryMultiHeadAttention(d_model, n_heads, **init_kwargs).double()
     module = call("RotaryMultiHeadAttention", candidate, d_model, n_heads, **init_kwargs)
@@ -924,7 +928,12 @@ def _probe_rotary(
         )
     merged = merged_input(module, lambda: module(x, **given))
     found = diagnose_heads(merged, Heads(q, k, v, allowed, causal, others, other_scores))
-    return None if found is None else f"{found} (Seen on RotaryMultiHeadAttention({d_model}, {n_heads}).)"
+    built = (
+        f"RotaryMultiHeadAttention({d_model}, {n_heads}"
+        + "".join(f", {key}={value!r}" for key, value in init_kwargs.items())
+        + ")"
+    )
+    return read_on(found, built, shown == built)
 
 
 def _expect_rotary_runs_on_cuda(candidate: Callable[..., Any], signature: str) -> None:

@@ -194,23 +194,29 @@ def _add_coverage_hint(trace: KernelTrace | None, out: torch.Tensor) -> str:
     stores = trace.accesses_to(out, store=True)
     written = len(set().union(*by_program.values())) if by_program else 0
     sizes = [f"out.shape[{i}]" for i, size in enumerate(out.shape) if size == written]
-    count = (
-        f" It stored {written} elements, which is {sizes[0]}: n counts every element, x.numel(), not "
-        "one axis."
+    count = (  # a known wrong n: then neither the mask's form nor the grid's rounding is blamed
+        f"It stored {written} elements, which is {sizes[0]}: n counts every element, x.numel(), not one axis."
         if sizes and written < out.numel()
         else ""
     )
     if trace.launches and stores:
         programs, block = trace.launches[0].grid[0], math.prod(stores[0].block_shape)
         if programs * block >= out.numel():
-            return (
-                f"The grid covers all {out.numel()} elements ({programs} programs of {block}), so it is the "
-                "mask that leaves some out: every offset below n must be stored, mask=offsets < n (not "
-                "offsets < n - 1), the same mask for the loads and the store." + count
+            covers = (
+                f"The grid covers all {out.numel()} elements ({programs} program{'s' * (programs != 1)} "
+                f"of {block}), so it is the mask that leaves some out"
             )
+            return (
+                f"{covers}. {count}"
+                if count
+                else f"{covers}: every offset below n must be stored, mask=offsets < n (not "
+                "offsets < n - 1), the same mask for the loads and the store."
+            )
+        if count and programs * block > written:  # the programs launched could have stored more
+            return f"{count} The grid too needs enough programs for all of them: triton.cdiv(n, BLOCK)."
     return (
         "The grid needs enough programs to cover all n elements: triton.cdiv(n, BLOCK), "
-        "which rounds up (n // BLOCK rounds down and leaves the tail out)." + count
+        "which rounds up (n // BLOCK rounds down and leaves the tail out)." + (f" {count}" if count else "")
     )
 
 
