@@ -57,15 +57,17 @@ _FACTORIES: dict[tuple[tuple[str, str], ...], Zygote] = {}
 _FACTORIES_LOCK = threading.Lock()
 
 
-def shared_zygote(limits: Limits) -> Zygote | None:
+def shared_zygote(limits: Limits, start: bool = True) -> Zygote | None:
     """This process's kernel factory for the kernels' environment, started on first use and kept until
     the process exits, so that grading again (another class, a Dask task) imports torch no more; one
-    that died is started again. None where forking is unavailable."""
+    that died is started again. None where forking is unavailable, or without `start` where none runs."""
     key = tuple(sorted(kernel_env(limits).items()))
     with _FACTORIES_LOCK:
         zygote = _FACTORIES.get(key)
         if zygote is not None and zygote.process.poll() is None:
             return zygote
+        if not start:
+            return None
         zygote = start_zygote(limits)
         if zygote is not None:
             _FACTORIES[key] = zygote
@@ -83,10 +85,10 @@ def grade_locally(
 ) -> Results:
     """Grade each (learner, notebook) on this machine, `jobs` at a time; results by (learner, stem).
 
-    With `fork` and more than one notebook, kernels are forked from a process that has imported
-    torch once (`shared_zygote`, see `kernel_factory`).
+    With `fork`, kernels are forked from a process that has imported torch once (`shared_zygote`, see
+    `kernel_factory`): started for more than one notebook, and used for one where it runs already.
     """
-    zygote = shared_zygote(limits) if len(tasks) > 1 and fork else None
+    zygote = shared_zygote(limits, start=len(tasks) > 1) if fork else None
     if zygote is not None:
         limits = replace(limits, zygote=zygote.socket)
     bar = ProgressBar(len(tasks)) if progress else None
