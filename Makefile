@@ -64,8 +64,8 @@ test-fast: setup
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest -m "not slow" -q $(PYTEST_JOBS)
 
-# Every blind set of learner mistakes, the retired ones too, each one's data verified against the
-# reference (make test runs the sets not retired, and verifies the newest three's data).
+# Every blind set of learner mistakes, the older ones too, each one's data verified against the
+# reference (make test runs the newest six, and verifies the newest three's data).
 test-blind: setup
 	ATTN_COURSE_TEST_ALL_BLIND=1 $(BIN)/python -m pytest -q $(PYTEST_JOBS) tests/test_checks_blind.py
 

@@ -554,22 +554,20 @@ NOTEBOOK = {name: stem for stem, names in EXERCISES.items() for name in names}
 
 
 ALL_SETS = "ATTN_COURSE_TEST_ALL_BLIND"
-"""Set to 1 to run every set, the retired ones too, and to verify every set's data against the reference."""
-RETIRED = ("A", "B")
-"""Sets a newer one replaced in the suite's run (contributors.md: each new set replaces the oldest): L
-replaced A and M replaced B on 2026-12-07. Their records stay below, and `make test-blind` runs them."""
+"""Set to 1 to run every set, the older ones too, and to verify every set's data against the reference."""
+RUN_EACH_TIME = 6
+"""The newest sets, run by `make test` (contributors.md: each new set retires the oldest of them); the
+older ones' records stay below, and `make test-blind` runs them. On 2026-12-07: H to M."""
 VERIFIED_EACH_RUN = 3
 """The newest sets, whose data is verified against the reference on every run; every set's was when it
 was written (blind_compare.verify), and is again with ATTN_COURSE_TEST_ALL_BLIND=1."""
 
 
-def _units(newest: int | None = None):
+def _units(newest: int = RUN_EACH_TIME):
     """(set, notebook) pairs: each set's edits are run one notebook at a time, as data for one runner
     per pair (about 300 tests, not one per edit): `-k 07_kv_cache` runs one notebook's. Without
-    ATTN_COURSE_TEST_ALL_BLIND=1, the sets not retired, or only the `newest` of them."""
-    names = list(SETS)
-    if os.environ.get(ALL_SETS) != "1":
-        names = [name for name in names if name not in RETIRED][-(newest or len(names)) :]
+    ATTN_COURSE_TEST_ALL_BLIND=1, only the `newest` sets."""
+    names = list(SETS) if os.environ.get(ALL_SETS) == "1" else list(SETS)[-newest:]
     for name in names:
         mistakes, alternatives, *_ = SETS[name]
         for stem in EXERCISES:
