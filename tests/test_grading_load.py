@@ -114,3 +114,42 @@ def test_an_exercise_deleted_after_its_check_is_checked_again_at_the_end(tmp_pat
     deleted, kept = result.exercises
     assert result.status_text == "graded" and kept.passed and not deleted.passed
     assert "`score_variance` was never defined: it was deleted or overwritten after" in deleted.message
+
+
+def test_a_notebook_the_grader_failed_on_once_is_graded_again_from_scratch(tmp_path, monkeypatch):
+    """A failure of the grader's own (here the SystemError CPython 3.11 can raise when two of the
+    grader's threads build syntax trees at once, gh-106905) costs a second try, not the learner's points."""
+    from attn_course.grading import tasks
+
+    _write(tmp_path / "gil", nbformat.read(ROOT / "solutions" / f"{STEM}.ipynb", as_version=4))
+    (learner,) = discover(tmp_path)[0]
+    tries: list[Limits] = []
+
+    def failing_once(learner, submission, limits):
+        tries.append(limits)
+        if len(tries) == 1:
+            raise SystemError("AST constructor recursion depth mismatch (before=58, after=56)")
+        return run_notebook(learner, submission, limits)
+
+    monkeypatch.setattr(tasks, "run_notebook", failing_once)
+    result = tasks.grade_one(learner, learner.submissions[0], Limits(timeout=60, threads=1, zygote="factory"))
+    assert result.status == "graded" and all(e.passed for e in result.exercises), result.problem
+    assert [t.zygote for t in tries] == ["factory", None]  # the second in a kernel started afresh
+
+
+def test_a_notebook_the_grader_fails_on_twice_is_recorded_as_the_graders_failure(tmp_path, monkeypatch):
+    from attn_course.grading import tasks
+
+    _write(tmp_path / "gil", nbformat.read(ROOT / "solutions" / f"{STEM}.ipynb", as_version=4))
+    (learner,) = discover(tmp_path)[0]
+
+    def failing(learner, submission, limits):
+        raise SystemError("AST constructor recursion depth mismatch (before=58, after=56)")
+
+    monkeypatch.setattr(tasks, "run_notebook", failing)
+    result = tasks.grade_one(learner, learner.submissions[0], Limits(timeout=60, threads=1))
+    assert result.status == "grader_error" and not any(e.passed for e in result.exercises)
+    assert result.problem == (
+        "the grader failed on this notebook (SystemError: AST constructor recursion depth mismatch "
+        "(before=58, after=56))"
+    )

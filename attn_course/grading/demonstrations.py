@@ -31,6 +31,7 @@ import ast
 import builtins
 import re
 import symtable
+import threading
 from collections.abc import Iterable, Iterator
 
 import nbformat
@@ -94,6 +95,12 @@ _OPAQUE = frozenset({"globals", "locals", "vars", "eval", "exec", "get_ipython",
 _CHECK_CELL = re.compile(r"^\s*check_\w+\(\s*\w+\s*\)\s*;?\s*$")
 
 
+_PARSING = threading.Lock()
+"""One cell parsed at a time in this process: the grader reads notebooks on several threads, and CPython
+3.11 keeps the AST constructor's recursion depth in state its threads share (gh-106905), so two cells
+converted at once can raise "SystemError: AST constructor recursion depth mismatch"."""
+
+
 def _python(source: str) -> tuple[str, ast.Module] | None:
     """The cell's source as Python (IPython's magics and shell escapes translated), and its syntax
     tree; None if unreadable."""
@@ -104,8 +111,9 @@ def _python(source: str) -> tuple[str, ast.Module] | None:
     except Exception:  # IPython absent or the transform failed: read the source as it is
         pass
     try:
-        tree = ast.parse(source)
-        symtable.symtable(source, "<cell>", "exec")  # the same errors now, not later
+        with _PARSING:
+            tree = ast.parse(source)
+            symtable.symtable(source, "<cell>", "exec")  # the same errors now, not later
     except (SyntaxError, ValueError):
         return None
     return source, tree

@@ -32,15 +32,24 @@ def failed(stem: str, status: str, problem: str) -> NotebookResult:
 
 
 def grade_one(learner: Learner, submission: Submission, limits: Limits) -> NotebookResult:
-    """Grade one notebook of one learner; the grader's own failure is a result, never an exception."""
-    try:
-        result = run_notebook(learner, submission, limits)
-        if result.status == "grader_error" and limits.zygote:  # the factory is gone: start from scratch
-            result = run_notebook(learner, submission, replace(limits, zygote=None))
-        return result
-    except Exception as error:  # the grader's own failure: recorded, and the run exits non-zero
-        problem = f"the grader failed on this notebook ({type(error).__name__}: {error})"
-        return failed(submission.stem, "grader_error", problem)
+    """Grade one notebook of one learner; the grader's own failure is a result, never an exception.
+
+    Where the grader fails on a notebook (its kernel did not start, its factory is gone, an error of its
+    own), the notebook is graded once more from scratch, in a kernel started afresh: such failures are
+    the grader's and mostly passing (a busy machine, a race), and the learner's points must not hang on
+    them. A second failure is recorded, and the run exits non-zero.
+    """
+    result: NotebookResult | None = None
+    problem = ""
+    for attempt in (limits, replace(limits, zygote=None)):
+        try:
+            result = run_notebook(learner, submission, attempt)
+        except Exception as error:  # noqa: BLE001 - the grader's own failure, never the learner's
+            result, problem = None, f"the grader failed on this notebook ({type(error).__name__}: {error})"
+            continue
+        if result.status != "grader_error":
+            return result
+    return result if result is not None else failed(submission.stem, "grader_error", problem)
 
 
 def start_zygote(limits: Limits) -> Zygote | None:
