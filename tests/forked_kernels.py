@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import atexit
 import os
+import signal
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from attn_course.grading.kernel_factory import Zygote
@@ -45,6 +47,18 @@ def _socket() -> str | None:
     return _factory[0].socket
 
 
+def _kill_forked(connection_file: str) -> None:
+    """Kill the kernel the factory forked for this connection file, which jupyter_client's shutdown does
+    not reach (it kills the launcher that stood in for it), and remove the pid file the launcher wrote."""
+    path = Path(connection_file + ".kernel-pid")
+    try:
+        pid = int(path.read_text())
+        path.unlink()
+        os.killpg(pid, signal.SIGKILL)  # the kernel leads a session of its own (kernel_factory._child)
+    except (OSError, ValueError):
+        pass
+
+
 def _managers() -> tuple[type, type]:
     """(sync, async) kernel managers whose kernels are forked (imported late: the factory script
     imports nothing of jupyter_client)."""
@@ -59,6 +73,10 @@ def _managers() -> tuple[type, type]:
         zygote: str | None = None
         format_kernel_cmd = LimitedKernelManager.format_kernel_cmd
 
+        def shutdown_kernel(self, now: bool = False, restart: bool = False) -> None:
+            super().shutdown_kernel(now=now, restart=restart)
+            _kill_forked(self.connection_file)
+
     class AsyncForkedKernelManager(AsyncKernelManager):
         """The same, for nbclient."""
 
@@ -66,17 +84,25 @@ def _managers() -> tuple[type, type]:
         zygote: str | None = None
         format_kernel_cmd = LimitedKernelManager.format_kernel_cmd
 
+        async def shutdown_kernel(self, now: bool = False, restart: bool = False) -> None:
+            await super().shutdown_kernel(now=now, restart=restart)
+            _kill_forked(self.connection_file)
+
     return ForkedKernelManager, AsyncForkedKernelManager
 
 
 def client_kwargs() -> dict[str, Any]:
-    """What to add to NotebookClient(...) for a forked kernel (nothing where kernels start afresh)."""
+    """What to add to NotebookClient(...) for a forked kernel (nothing where kernels start afresh): the
+    class of its kernel manager, not one made here, so that the client owns it and shuts its kernel down."""
     zygote = _socket()
     if zygote is None:
         return {}
-    manager = _managers()[1](kernel_name="python3")
-    manager.zygote = zygote
-    return {"km": manager}
+
+    class Manager(_managers()[1]):  # type: ignore[misc]
+        pass
+
+    Manager.zygote = zygote
+    return {"kernel_manager_class": Manager}
 
 
 @contextmanager

@@ -113,3 +113,20 @@ def test_a_skipped_exercise_cell_is_named_by_its_check_and_the_later_cells_use_t
     for cell in looks:
         text = "".join(out.get("text", "") for out in cell.outputs if out.output_type == "stream")
         assert f"Using the course's `{name}`" in text, text[:300]
+
+
+def test_a_forked_kernel_is_gone_once_its_notebook_has_run(tmp_path):
+    """The suite's kernels are forked from a factory (tests/forked_kernels.py); jupyter_client's shutdown
+    stops the launcher that stood in for one, and the kernel itself must go too, not linger to the end."""
+    import os
+
+    kwargs = client_kwargs()
+    if not kwargs:
+        pytest.skip("kernels start afresh (ATTN_COURSE_FRESH_KERNELS=1)")
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("import os\nprint(os.getpid())")])
+    client = NotebookClient(notebook, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}},
+                            **kwargs)  # fmt: skip
+    client.execute()
+    pid = int(notebook.cells[0].outputs[0]["text"])
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
