@@ -51,7 +51,7 @@ measured once before any fix made from it (main at 61a1581; tests/blind_first_ru
 the code does not do (0, 29, 53, 62, 99 and 136, in NAMED_L_FIRST_RUN's note).
 
 M (tests/learner_mistakes_blind_m.py), blind to A-L, was written on 2026-12-07 after the fixes made from L and
-measured once before any fix made from it (main at 97a43e0; tests/blind_first_run_m.json): 159/159 caught,
+measured once before any fix made from it (main at 3d75e52; tests/blind_first_run_m.json): 159/159 caught,
 154 named, 97%, every notebook at 89% (07) or more; 35 of 35 alternatives accepted; no message stated what
 the code does not do.
 
@@ -511,7 +511,7 @@ NAMED_M_FIRST_RUN = (
     True, True, True, True, True, True, True, True, True,  # 150-158
 )  # fmt: skip
 """Per mistake of HOLDOUT_M (written blind to A-L, after the fixes made from L): whether the first run's
-message (main at 97a43e0, 2026-12-07, before any fix made from M; tests/blind_first_run_m.json) stated its
+message (main at 3d75e52, 2026-12-07, before any fix made from M; tests/blind_first_run_m.json) stated its
 idea, as a reader who had not written the checks judged it: 154 of 159 (06: 11 of 12, 07: 25 of 28, 09: 19 of
 20, the rest all). Unnamed though caught: 65 (the diagonal test on the block's last row: "masks no key inside
 the blocks that cross it"), 68 (post-norm: only that attention gets x), 74 (the head width from n_layers:
