@@ -30,6 +30,7 @@ TOPICS = (
     "window",
     "flex",
     "rotary_window",
+    "merging",
 )
 """The topic modules that hold exercises (a new notebook's topic module is added here)."""
 
