@@ -419,3 +419,32 @@ def rolling_window_step(layer, x, buffer, position):
     weights = torch.softmax(q @ keys.transpose(-1, -2) / q.shape[-1] ** 0.5, dim=-1)
     return layer.out(merge_heads(weights @ values))
 """
+
+GATHER = """
+def gather_kv(pool_keys, pool_values, block_table, length):
+    blocks_k = pool_keys[block_table]
+    blocks_v = pool_values[block_table]
+    keys = rearrange(blocks_k, "n h s d -> h (n s) d")
+    values = rearrange(blocks_v, "n h s d -> h (n s) d")
+    return keys[:, :length], values[:, :length]
+"""
+
+APPEND = """
+def append_kv(cache, seq, k, v):
+    pool = cache.pool
+    table = cache.tables[seq]
+    length = cache.lengths[seq]
+    slot = length % pool.block_size
+    if slot == 0:
+        table.append(pool.allocate())
+    elif pool.refcount[table[-1]] > 1:
+        new_block = pool.allocate()
+        pool.keys[new_block] = pool.keys[table[-1]]
+        pool.values[new_block] = pool.values[table[-1]]
+        pool.release(table[-1])
+        table[-1] = new_block
+    block = table[-1]
+    pool.keys[block, :, slot] = k
+    pool.values[block, :, slot] = v
+    cache.lengths[seq] = length + 1
+"""
