@@ -129,3 +129,24 @@ def test_the_paged_cache_holds_one_partial_block_per_sequence_at_most():
     waste = cache.nbytes_held() - sum(lengths) * token_bytes
     assert 0 <= waste < len(lengths) * cache.pool.block_nbytes()
     assert waste == sum(-length % 8 for length in lengths) * token_bytes
+
+
+def test_block_table_plot_colours_a_shared_block_grey_and_links_every_table_entry():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from attn_course.plots.paged_cache import block_table_plot
+
+    cache = PagedKVCache(BlockPool(6, 1, 2, 2))
+    a = cache.new_sequence()
+    for _ in range(3):
+        append_kv(cache, a, torch.ones(1, 2), torch.ones(1, 2))
+    b = cache.fork(a)
+    append_kv(cache, b, torch.ones(1, 2), torch.ones(1, 2))  # b copies block 1 into block 2
+    ax = block_table_plot(cache, {"a": a, "b": b})
+    texts = [t.get_text() for t in ax.texts]
+    assert "0\nshared ×2" in texts and "a (3)" in texts and "b (4)" in texts
+    assert len(ax.lines) == len(cache.tables[a]) + len(cache.tables[b])  # one link per table entry
+    plt.close(ax.figure)
