@@ -448,3 +448,30 @@ def append_kv(cache, seq, k, v):
     pool.values[block, :, slot] = v
     cache.lengths[seq] = length + 1
 """
+
+GATHER_LOOP = """
+def gather_kv(pool_keys, pool_values, block_table, length):
+    keys = torch.cat([pool_keys[b] for b in block_table], dim=1)
+    values = torch.cat([pool_values[b] for b in block_table], dim=1)
+    return keys[:, :length], values[:, :length]
+"""
+"""Exercise 4 of 11 another way: the blocks joined along time one by one (a right learner's, for SWAPS)."""
+
+APPEND_DIVMOD = """
+def append_kv(cache, seq, k, v):
+    pool, table = cache.pool, cache.tables[seq]
+    n_full, slot = divmod(cache.lengths[seq], pool.block_size)
+    if n_full == len(table):
+        table.append(pool.allocate())
+    block = table[n_full]
+    if pool.refcount[block] > 1:
+        copy = pool.allocate()
+        pool.keys[copy].copy_(pool.keys[block])
+        pool.values[copy].copy_(pool.values[block])
+        pool.release(block)
+        table[n_full] = block = copy
+    pool.keys[block][:, slot] = k
+    pool.values[block][:, slot] = v
+    cache.lengths[seq] += 1
+"""
+"""Exercise 5 of 11 another way: the block and slot by divmod, the copy by copy_ (for SWAPS)."""

@@ -8,7 +8,7 @@ import pytest
 import torch
 from check_assertions import assert_accepted, assert_rejected
 from einops import rearrange
-from learner_code import APPEND, GATHER, learner
+from learner_code import APPEND, APPEND_DIVMOD, GATHER, GATHER_LOOP, learner
 
 from attn_course import reference
 from attn_course.checks import CheckFailed, check_append_kv, check_gather_kv
@@ -30,12 +30,6 @@ def append(*edits):
 # Right answers in other styles
 
 
-def gather_loop_cat(pool_keys, pool_values, block_table, length):
-    keys = torch.cat([pool_keys[b] for b in block_table], dim=1)  # (H, n·S, d)
-    values = torch.cat([pool_values[b] for b in block_table], dim=1)
-    return keys[:, :length], values[:, :length]
-
-
 def gather_index_select(pool_keys, pool_values, block_table, length):
     index = torch.tensor(block_table, device=pool_keys.device)
     n, (_, h, s, d) = len(block_table), pool_keys.shape
@@ -55,23 +49,6 @@ def gather_einops_tensor_index(pool_keys, pool_values, block_table, length):
     index = torch.as_tensor(block_table, dtype=torch.long)
     keys, values = (rearrange(p[index], "n h s d -> h (n s) d")[:, :length] for p in (pool_keys, pool_values))
     return keys, values
-
-
-def append_divmod(cache, seq, k, v):
-    pool, table = cache.pool, cache.tables[seq]
-    n_full, slot = divmod(cache.lengths[seq], pool.block_size)
-    if n_full == len(table):
-        table.append(pool.allocate())
-    block = table[n_full]
-    if pool.refcount[block] > 1:
-        copy = pool.allocate()
-        pool.keys[copy].copy_(pool.keys[block])
-        pool.values[copy].copy_(pool.values[block])
-        pool.release(block)
-        table[n_full] = block = copy
-    pool.keys[block][:, slot] = k
-    pool.values[block][:, slot] = v
-    cache.lengths[seq] += 1
 
 
 def append_clone_then_write(cache, seq, k, v):
@@ -113,13 +90,13 @@ def gather_into_zeros_like(pool_keys, pool_values, block_table, length):
 CORRECT = [
     pytest.param(check_gather_kv, reference.gather_kv, id="gather-reference"),
     pytest.param(check_gather_kv, gather(), id="gather-learner"),
-    pytest.param(check_gather_kv, gather_loop_cat, id="gather-loop-cat"),
+    pytest.param(check_gather_kv, learner(GATHER_LOOP, "gather_kv"), id="gather-loop-cat"),
     pytest.param(check_gather_kv, gather_index_select, id="gather-index-select"),
     pytest.param(check_gather_kv, gather_per_position, id="gather-per-position"),
     pytest.param(check_gather_kv, gather_einops_tensor_index, id="gather-einops-tensor-index"),
     pytest.param(check_append_kv, reference.append_kv, id="append-reference"),
     pytest.param(check_append_kv, append(), id="append-learner"),
-    pytest.param(check_append_kv, append_divmod, id="append-divmod"),
+    pytest.param(check_append_kv, learner(APPEND_DIVMOD, "append_kv"), id="append-divmod"),
     pytest.param(check_append_kv, append_clone_then_write, id="append-clone-then-write"),
 ]
 
