@@ -305,6 +305,33 @@ WRONG = [
     ),
     pytest.param(
         check_append_kv,
+        append(
+            ("pool.keys[new_block] = pool.keys[table[-1]]", "pool.keys[table[-1]] = pool.keys[new_block]"),
+            (
+                "pool.values[new_block] = pool.values[table[-1]]",
+                "pool.values[table[-1]] = pool.values[new_block]",
+            ),
+        ),
+        "the shared block 0 itself was written",
+        id="append-cow-copies-the-wrong-way",
+    ),
+    pytest.param(
+        check_append_kv,
+        append(
+            ("        pool.keys[new_block] = pool.keys[table[-1]]\n", ""),
+            ("        pool.values[new_block] = pool.values[table[-1]]\n", ""),
+        ),
+        "the new block must first get the keys and values the shared block held",
+        id="append-cow-without-copy",
+    ),
+    pytest.param(
+        check_append_kv,
+        append(("        pool.values[new_block] = pool.values[table[-1]]\n", "")),
+        "the new block must first get the values the shared block held",
+        id="append-cow-copies-keys-only",
+    ),
+    pytest.param(
+        check_append_kv,
         append(("table.append(pool.allocate())", "table.append(pool.free.pop())")),
         "which sets the count to 1",
         id="append-block-taken-without-count",

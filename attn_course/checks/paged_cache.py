@@ -477,10 +477,14 @@ def _diagnose_tokens(
     name: str,
     appended: str | None,
     new_key: torch.Tensor | None,
+    copied: tuple[str, int] | None,
     actual: torch.Tensor,
     expected: torch.Tensor,
 ) -> str | None:
-    """Which positions of sequence `name` differ from notebook 07's cache, and what that shows."""
+    """Which positions of sequence `name` differ from notebook 07's cache, and what that shows.
+
+    `copied`: (the sequence appended to, its last block before) where that append had to copy a shared
+    block."""
     keys_wrong = ~torch.isclose(actual[0], expected[0]).all(dim=-1).all(dim=0)  # (length,)
     values_wrong = ~torch.isclose(actual[1], expected[1]).all(dim=-1).all(dim=0)  # (length,)
     wrong = (keys_wrong | values_wrong).nonzero().flatten().tolist()
@@ -501,6 +505,15 @@ def _diagnose_tokens(
         shared = (
             f" (block {block}, which the tables of {name} and {', '.join(sharing)} hold)" if sharing else ""
         )
+        moved = copied is not None and cache.tables[names[appended]][-1] != copied[1]
+        if moved and copied is not None and block == copied[1]:
+            return (
+                f"changes sequence {name} when appending to sequence {appended}: {name}'s {parts} at "
+                f"position {first}{shared} changed, although {appended}'s table now points at a new block "
+                f"{cache.tables[names[appended]][-1]}: the shared block {block} itself was written. The copy "
+                "goes from the shared block into the new one (pool.keys[copy] = pool.keys[shared], and "
+                "the values), never the other way; then the new position is written into the copy."
+            )
         return (
             f"changes sequence {name} when appending to sequence {appended}: {name}'s {parts} at position "
             f"{first}{shared} are no longer the ones appended to {name}. A block that other tables hold "
@@ -509,6 +522,15 @@ def _diagnose_tokens(
         )
     if new_key is not None and appended == name:
         last = expected.shape[-2] - 1
+        start = last - last % block_size  # the first position of the last block
+        if copied is not None and set(wrong) <= set(range(start, last)):
+            return (
+                f"loses sequence {name}'s {parts} at position{'s' if len(wrong) > 1 else ''} "
+                f"{', '.join(map(str, wrong))} when it copies its shared block {copied[1]} to block "
+                f"{table[-1]} (copy-on-write): the new block must first get the {parts} the shared block "
+                "held, pool.keys[copy] = pool.keys[shared] and pool.values[copy] = pool.values[shared], "
+                "before the new position is written into it."
+            )
         where = _where(cache, new_key)
         right = (table[last // block_size], last % block_size) if table else None
         if where is not None and where != right:
@@ -584,7 +606,9 @@ def check_append_kv(candidate: Callable[..., Any]) -> str:
                     expected,
                     f"After {after}, your cache (read through its block tables, keys and values stacked)",
                     mistakes=mistakes,
-                    diagnose=functools.partial(_diagnose_tokens, cache, names, other, appended, new_key),
+                    diagnose=functools.partial(
+                        _diagnose_tokens, cache, names, other, appended, new_key, copied
+                    ),
                     called_as="",
                     only=("known-mistake", "property", "where-wrong"),
                 )
