@@ -332,6 +332,27 @@ WRONG = [
     ),
     pytest.param(
         check_append_kv,
+        append(("elif pool.refcount[table[-1]] > 1:", "elif pool.refcount[table[-1]] >= 1:")),
+        "copy a block only when it is shared (count > 1)",
+        id="append-copies-every-time",
+    ),
+    pytest.param(
+        check_append_kv,
+        append(
+            (
+                "    if slot == 0:\n        table.append(pool.allocate())\n    elif pool.refcount[table[-1]] > 1:",
+                "    if table and pool.refcount[table[-1]] > 1:",
+            ),
+            (
+                "    block = table[-1]\n",
+                "    if slot == 0:\n        table.append(pool.allocate())\n    block = table[-1]\n",
+            ),
+        ),
+        "The blocks before it are full and never written again",
+        id="append-copies-a-full-shared-block",
+    ),
+    pytest.param(
+        check_append_kv,
         append(("table.append(pool.allocate())", "table.append(pool.free.pop())")),
         "which sets the count to 1",
         id="append-block-taken-without-count",

@@ -471,6 +471,30 @@ def _expect_counts(
             )
 
 
+def _expect_table_change(
+    table: list[int], name: str, old: list[int], length: int, count: int, block_size: int, after: str
+) -> None:
+    """An append adds a block at the end (a full last block) or replaces the last (a shared one), no more.
+
+    `old`, `length` and `count`: the sequence's table, its length and its last block's count before."""
+    if length % block_size == 0 or count > 1:
+        if table[:-1] == old[: len(table) - 1]:
+            return
+        raise CheckFailed(
+            f"After {after}, sequence {name}'s table changed from {old} to {table}: an append adds a block "
+            "at the end (when the last is full) or replaces the last (when it is shared, by its copy). "
+            "The blocks before it are full and never written again, so they are neither copied nor moved, "
+            "even when other tables hold them too."
+        )
+    if table != old:
+        raise CheckFailed(
+            f"After {after}, sequence {name}'s table changed from {old} to {table}, although its last block "
+            f"{old[-1]} had room (slot {length % block_size} of {block_size}) and no other table held it "
+            f"(count {count}): copy a block only when it is shared (count > 1); a block the sequence "
+            "holds alone is written in place."
+        )
+
+
 def _diagnose_tokens(
     cache: PagedKVCache,
     names: dict[str, int],
@@ -562,10 +586,11 @@ def check_append_kv(candidate: Callable[..., Any]) -> str:
         cache, done = replay.cache, []
         for index, op in enumerate(ops):
             kind, name = op[0], op[1]
-            copied = None
+            copied, before = None, None
             if kind == "append":
                 seq = replay.ids[name]
                 table, length = cache.tables[seq], cache.lengths[seq]
+                before = (list(table), length, cache.pool.refcount[table[-1]] if table else 0)
                 if length % scenario.block_size and cache.pool.refcount[table[-1]] > 1:
                     copied = (name, table[-1])
 
@@ -589,6 +614,10 @@ def check_append_kv(candidate: Callable[..., Any]) -> str:
             _expect_lengths(cache, replay, names, after)
             _expect_tables(cache, names, after)
             _expect_counts(cache, names, after, copied)
+            if before is not None:
+                _expect_table_change(
+                    cache.tables[replay.ids[name]], name, *before, scenario.block_size, after
+                )
             for other in names:
                 expected = replay.history(other)  # (2, H, length, d)
                 table, length = cache.tables[names[other]], cache.lengths[names[other]]
