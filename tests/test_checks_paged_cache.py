@@ -353,6 +353,18 @@ WRONG = [
     ),
     pytest.param(
         check_append_kv,
+        append(
+            (
+                "    elif pool.refcount[table[-1]] > 1:",
+                "    block = table[-1]\n    if slot and pool.refcount[block] > 1:",
+            ),
+            ("    block = table[-1]\n    pool.keys[block, :, slot] = k", "    pool.keys[block, :, slot] = k"),
+        ),
+        "not into the copy",
+        id="append-cow-writes-the-old-block",
+    ),
+    pytest.param(
+        check_append_kv,
         append(("table.append(pool.allocate())", "table.append(pool.free.pop())")),
         "which sets the count to 1",
         id="append-block-taken-without-count",

@@ -557,6 +557,12 @@ def _diagnose_tokens(
             )
         where = _where(cache, new_key)
         right = (table[last // block_size], last % block_size) if table else None
+        if copied is not None and where is not None and where[0] == copied[1] and table[-1] != copied[1]:
+            return (
+                f"writes position {last} of sequence {name} into the shared block {copied[1]} it has just "
+                f"copied, not into the copy, block {table[-1]}, which the table now holds: after "
+                "copy-on-write, write the new position into the copy (tables[seq][-1])."
+            )
         if where is not None and where != right:
             return (
                 f"writes position {last} of sequence {name} into block {where[0]}, slot {where[1]}, but it "
