@@ -419,3 +419,50 @@ def rolling_window_step(layer, x, buffer, position):
     weights = torch.softmax(q @ keys.transpose(-1, -2) / q.shape[-1] ** 0.5, dim=-1)
     return layer.out(merge_heads(weights @ values))
 """
+
+MERGE_ATTENTION = """
+def merge_attention(out_a, lse_a, out_b, lse_b):
+    lse = torch.logaddexp(lse_a, lse_b)
+    lse_safe = torch.where(torch.isinf(lse), torch.zeros_like(lse), lse)
+    w_a = torch.exp(lse_a - lse_safe)
+    w_b = torch.exp(lse_b - lse_safe)
+    out = w_a.unsqueeze(-1) * out_a + w_b.unsqueeze(-1) * out_b
+    return out, lse
+"""
+
+FLASH_DECODE = """
+from attn_course.merging import partial_attention
+
+
+def flash_decode(q, k, v, chunk_size):
+    outs, lses = [], []
+    for start in range(0, k.shape[-2], chunk_size):
+        chunk_k, chunk_v = k[..., start:start + chunk_size, :], v[..., start:start + chunk_size, :]
+        out_c, lse_c = partial_attention(q, chunk_k, chunk_v)
+        outs.append(out_c)
+        lses.append(lse_c)
+    lses = torch.stack(lses)
+    lse = torch.logsumexp(lses, dim=0)
+    weights = torch.exp(lses - lse)
+    return (weights.unsqueeze(-1) * torch.stack(outs)).sum(dim=0)
+"""
+
+FLASH_DECODE_LOOP = (
+    MERGE_ATTENTION
+    + """
+from attn_course.merging import partial_attention
+
+
+def flash_decode(q, k, v, chunk_size):
+    out, lse = None, None
+    for start in range(0, k.shape[-2], chunk_size):
+        chunk = slice(start, start + chunk_size)
+        out_c, lse_c = partial_attention(q, k[..., chunk, :], v[..., chunk, :])
+        if out is None:
+            out, lse = out_c, lse_c
+        else:
+            out, lse = merge_attention(out, lse, out_c, lse_c)
+    return out
+"""
+)
+"""flash_decode as a loop of the learner's own merge_attention (defined above it, as in the notebook)."""
