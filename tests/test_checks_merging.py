@@ -347,6 +347,49 @@ WRONG = [
         "It fails because your `merge_attention`",
         id="decode-upstream-max",
     ),
+    # what the contract's cases find: a view, another device, another dtype; and the notebook's stubs
+    pytest.param(
+        check_flash_decode,
+        decode(
+            (
+                "    outs, lses = [], []\n",
+                "    shape = q.shape\n    q, k, v = (x.view(-1, *x.shape[-2:]) for x in (q, k, v))\n    outs, lses = [], []\n",
+            ),
+            (
+                "return (weights.unsqueeze(-1) * torch.stack(outs)).sum(dim=0)",
+                "return (weights.unsqueeze(-1) * torch.stack(outs)).sum(dim=0).view(*shape[:-1], -1)",
+            ),
+        ),
+        "`q` passed as an expanded view",
+        id="decode-view-of-views",
+    ),
+    pytest.param(
+        check_merge_attention,
+        merge(("torch.zeros_like(lse)", "torch.zeros(lse.shape)")),
+        "Make every new tensor on the inputs' device",
+        id="merge-zeros-on-cpu",
+    ),
+    pytest.param(
+        check_merge_attention,
+        merge(("torch.logaddexp(lse_a, lse_b)", "torch.logaddexp(lse_a.double(), lse_b.double())")),
+        "has dtype float64 for float32 inputs",
+        id="merge-float64-inside",
+    ),
+    pytest.param(
+        check_merge_attention,
+        learner(
+            "def merge_attention(out_a, lse_a, out_b, lse_b):\n    raise NotImplementedError\n",
+            "merge_attention",
+        ),
+        "not implemented yet",
+        id="merge-stub",
+    ),
+    pytest.param(
+        check_flash_decode,
+        learner("def flash_decode(q, k, v, chunk_size):\n    raise NotImplementedError\n", "flash_decode"),
+        "not implemented yet",
+        id="decode-stub",
+    ),
 ]
 
 
