@@ -47,7 +47,7 @@ def share_plot(
     ax.set_xlabel("query row")
     ax.set_ylabel("share of the merged row")
     ax.set_ylim(0, 1.05)
-    ax.legend(fontsize=8, loc="lower right", framealpha=0.9)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     if title is not None:
         ax.set_title(title, fontsize=10)
     return ax
@@ -72,7 +72,7 @@ def occupancy_plot(
     ax.set_xlabel(f"chunks per (batch entry, head); {programs_per_chunk} × chunks programs")
     ax.set_ylabel("share of SMs busy")
     ax.set_ylim(0, 1.05)
-    ax.set_title(f"B·H = {programs_per_chunk}: one program per chunk", fontsize=10)
+    ax.set_title(f"B·H = {programs_per_chunk}: one program per (batch entry, head, chunk)", fontsize=10)
     ax.legend(fontsize=8, loc="lower right")
     ax.grid(alpha=0.3)
     return ax
