@@ -398,12 +398,16 @@ def test_names_each_mistake(check, candidate, phrase, capsys):
     assert_rejected(check, candidate, phrase, capsys)
 
 
-def test_whole_cache_at_once_is_refused_though_its_numbers_are_right(capsys):
-    whole = learner(
-        "from attn_course.merging import partial_attention\n\ndef flash_decode(q, k, v, chunk_size):\n    return partial_attention(q, k, v)[0]\n",
-        "flash_decode",
-    )
-    assert_rejected(check_flash_decode, whole, "all 40 keys at once", capsys)
+WHOLE_CACHE = [
+    "from attn_course.merging import partial_attention\n\ndef flash_decode(q, k, v, chunk_size):\n    return partial_attention(q, k, v)[0]\n",
+    "def flash_decode(q, k, v, chunk_size):\n    return F.scaled_dot_product_attention(q, k, v)\n",
+    "def flash_decode(q, k, v, chunk_size):\n    s = torch.einsum('...qd,...kd->...qk', q, k) / math.sqrt(q.shape[-1])\n    return torch.softmax(s, dim=-1) @ v\n",
+]
+
+
+@pytest.mark.parametrize("source", WHOLE_CACHE, ids=["partial-attention", "sdpa", "einsum"])
+def test_whole_cache_at_once_is_refused_though_its_numbers_are_right(source, capsys):
+    assert_rejected(check_flash_decode, learner(source, "flash_decode"), "all 40 keys at once", capsys)
 
 
 def test_flash_decode_over_a_wrong_merge_gives_merge_attention_the_blame():

@@ -730,7 +730,7 @@ def _diagnose_decode(
 
 
 class _Scores(TorchFunctionMode):
-    """Notes the largest number of keys one product of queries and keys was taken over."""
+    """Notes the first product of the queries with all T_k keys at once (its shape), if any."""
 
     def __init__(self, t_q: int, t_k: int) -> None:
         super().__init__()
@@ -740,7 +740,11 @@ class _Scores(TorchFunctionMode):
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         out = func(*args, **(kwargs or {}))
         name = getattr(func, "__name__", "")
-        if name in ("matmul", "__matmul__", "einsum", "bmm", "scaled_dot_product_attention", "baddbmm"):
+        if name == "scaled_dot_product_attention":  # its scores stay inside: read the keys it was given
+            key = args[1] if len(args) > 1 else (kwargs or {}).get("key")
+            if isinstance(key, torch.Tensor) and key.shape[-2] == self.t_k:
+                self.whole = self.whole or (*key.shape[:-2], self.t_q, self.t_k)
+        if name in ("matmul", "__matmul__", "einsum", "bmm", "baddbmm"):
             if (
                 isinstance(out, torch.Tensor)
                 and out.dim() >= 2
