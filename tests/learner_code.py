@@ -466,3 +466,35 @@ def flash_decode(q, k, v, chunk_size):
 """
 )
 """flash_decode as a loop of the learner's own merge_attention (defined above it, as in the notebook)."""
+
+MERGE_ATTENTION_STACKED = """
+def merge_attention(out_a, lse_a, out_b, lse_b):
+    lses = torch.stack([lse_a, lse_b])  # (2, ..., T_q)
+    outs = torch.stack([out_a, out_b])  # (2, ..., T_q, d_v)
+    lse = torch.logsumexp(lses, dim=0)
+    safe = lse.masked_fill(lse == float("-inf"), 0.0)
+    weights = torch.exp(lses - safe)
+    return (weights[..., None] * outs).sum(dim=0), lse
+"""
+"""merge_attention over the two lse stacked, with a guard: a right answer unlike the course's (for SWAPS)."""
+
+FLASH_DECODE_PADDED = """
+from attn_course.merging import partial_attention
+
+
+def flash_decode(q, k, v, chunk_size):
+    t_k = k.shape[-2]
+    n = -(-t_k // chunk_size)
+    pad = n * chunk_size - t_k
+    k = F.pad(k, (0, 0, 0, pad))
+    v = F.pad(v, (0, 0, 0, pad))
+    valid = torch.arange(n * chunk_size, device=k.device) < t_k
+    k = rearrange(k, "... (n c) d -> ... n c d", c=chunk_size)
+    v = rearrange(v, "... (n c) d -> ... n c d", c=chunk_size)
+    mask = rearrange(valid, "(n c) -> n 1 c", c=chunk_size)
+    out_c, lse_c = partial_attention(q.unsqueeze(-3), k, v, mask=mask)  # (..., n, T_q, d_v), (..., n, T_q)
+    lse = torch.logsumexp(lse_c, dim=-2, keepdim=True)
+    weights = torch.exp(lse_c - lse)
+    return (weights.unsqueeze(-1) * out_c).sum(dim=-3)
+"""
+"""flash_decode with the cache padded to whole chunks and the padding masked: one call for every chunk."""

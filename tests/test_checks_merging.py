@@ -6,7 +6,14 @@ from __future__ import annotations
 
 import pytest
 from check_assertions import assert_accepted, assert_rejected
-from learner_code import FLASH_DECODE, FLASH_DECODE_LOOP, MERGE_ATTENTION, learner
+from learner_code import (
+    FLASH_DECODE,
+    FLASH_DECODE_LOOP,
+    FLASH_DECODE_PADDED,
+    MERGE_ATTENTION,
+    MERGE_ATTENTION_STACKED,
+    learner,
+)
 
 from attn_course import reference
 from attn_course.checks import CheckFailed, check_flash_decode, check_merge_attention
@@ -48,15 +55,6 @@ def merge_attention(out_a, lse_a, out_b, lse_b):
     return out, lse
 """
 
-MERGE_STACKED_GUARDED = """
-def merge_attention(out_a, lse_a, out_b, lse_b):
-    lses = torch.stack([lse_a, lse_b])  # (2, ..., T_q)
-    outs = torch.stack([out_a, out_b])  # (2, ..., T_q, d_v)
-    lse = torch.logsumexp(lses, dim=0)
-    safe = lse.masked_fill(lse == float("-inf"), 0.0)
-    weights = torch.exp(lses - safe)
-    return (weights[..., None] * outs).sum(dim=0), lse
-"""
 
 MERGE_EINSUM = """
 def merge_attention(out_a, lse_a, out_b, lse_b):
@@ -72,25 +70,6 @@ MERGE_NEGINF_AS_ZERO = (  # an unknown slip: a part with no key read as lse 0
     "    lse_a = torch.nan_to_num(lse_a, neginf=0.0)\n    lse_b = torch.nan_to_num(lse_b, neginf=0.0)\n    lse = torch.logaddexp(lse_a, lse_b)\n",
 )
 
-DECODE_PADDED = """
-from attn_course.merging import partial_attention
-
-
-def flash_decode(q, k, v, chunk_size):
-    t_k = k.shape[-2]
-    n = -(-t_k // chunk_size)
-    pad = n * chunk_size - t_k
-    k = F.pad(k, (0, 0, 0, pad))
-    v = F.pad(v, (0, 0, 0, pad))
-    valid = torch.arange(n * chunk_size, device=k.device) < t_k
-    k = rearrange(k, "... (n c) d -> ... n c d", c=chunk_size)
-    v = rearrange(v, "... (n c) d -> ... n c d", c=chunk_size)
-    mask = rearrange(valid, "(n c) -> n 1 c", c=chunk_size)
-    out_c, lse_c = partial_attention(q.unsqueeze(-3), k, v, mask=mask)  # (..., n, T_q, d_v), (..., n, T_q)
-    lse = torch.logsumexp(lse_c, dim=-2, keepdim=True)
-    weights = torch.exp(lse_c - lse)
-    return (weights.unsqueeze(-1) * out_c).sum(dim=-3)
-"""
 
 DECODE_EINSUM = """
 from attn_course.merging import partial_attention
@@ -117,14 +96,14 @@ RIGHT = [
     ),
     pytest.param(
         check_merge_attention,
-        learner(MERGE_STACKED_GUARDED, "merge_attention"),
+        learner(MERGE_ATTENTION_STACKED, "merge_attention"),
         id="merge-logsumexp-stacked-guarded",
     ),
     pytest.param(check_merge_attention, learner(MERGE_EINSUM, "merge_attention"), id="merge-einsum"),
     pytest.param(check_flash_decode, reference.flash_decode, id="decode-reference"),
     pytest.param(check_flash_decode, decode(), id="decode-learner"),
     pytest.param(check_flash_decode, decode_loop(), id="decode-loop-of-merges"),
-    pytest.param(check_flash_decode, learner(DECODE_PADDED, "flash_decode"), id="decode-padded-masked"),
+    pytest.param(check_flash_decode, learner(FLASH_DECODE_PADDED, "flash_decode"), id="decode-padded-masked"),
     pytest.param(check_flash_decode, learner(DECODE_EINSUM, "flash_decode"), id="decode-einsum"),
 ]
 
@@ -333,6 +312,18 @@ WRONG = [
         decode(("weights = torch.exp(lses - lse)", "weights = torch.softmax(lses, dim=-1)")),
         "do not sum to 1",
         id="decode-softmax-over-queries",
+    ),
+    pytest.param(
+        check_flash_decode,
+        decode(("range(0, k.shape[-2], chunk_size)", "range(0, k.shape[-2], chunk_size + 1)")),
+        "gives no weight to keys 8, 17, 26, 35 of 37",
+        id="decode-steps-past-a-key",
+    ),
+    pytest.param(
+        check_flash_decode,
+        decode(("weights = torch.exp(lses - lse)", "weights = torch.softmax(lses / 2, dim=0)")),
+        "mixes the chunks in the wrong proportions",
+        id="decode-chunks-tempered",
     ),
     # flash_decode over the learner's own wrong merge_attention: merge_attention is blamed
     pytest.param(

@@ -703,10 +703,10 @@ def _diagnose_decode(
     flat_got, flat_right = got.reshape(-1, t_k), right.reshape(-1, t_k)
     unseen = ((flat_got.abs() < 1e-9) & (flat_right > 1e-9)).any(dim=0).nonzero().flatten().tolist()
     if unseen:
-        shown = ", ".join(str(j) for j in unseen[:8]) + (", …" if len(unseen) > 8 else "")
+        keys = ("keys " if len(unseen) > 1 else "key ") + ", ".join(str(j) for j in unseen[:8])
+        keys += ", …" if len(unseen) > 8 else ""
         return (
-            f"gives no weight to key {shown} of {t_k} {where}: every key of the cache lies in exactly one "
-            "chunk, "
+            f"gives no weight to {keys} of {t_k} {where}: every key of the cache lies in exactly one chunk, "
             "chunks k[..., start : start + chunk_size, :] for start in range(0, T_k, chunk_size)."
         )
     ratio = flat_got / flat_right  # (rows, T_k)
