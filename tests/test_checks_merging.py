@@ -100,9 +100,31 @@ RIGHT = [
         id="merge-logsumexp-stacked-guarded",
     ),
     pytest.param(check_merge_attention, learner(MERGE_EINSUM, "merge_attention"), id="merge-einsum"),
+    pytest.param(
+        check_merge_attention,
+        merge(
+            ("torch.where(torch.isinf(lse), torch.zeros_like(lse), lse)", "lse"),
+            ("return out, lse", "return torch.nan_to_num(out), lse"),
+        ),
+        id="merge-nan-to-num-afterwards",
+    ),
     pytest.param(check_flash_decode, reference.flash_decode, id="decode-reference"),
     pytest.param(check_flash_decode, decode(), id="decode-learner"),
     pytest.param(check_flash_decode, decode_loop(), id="decode-loop-of-merges"),
+    pytest.param(
+        check_flash_decode,
+        decode_loop(
+            (
+                "    out, lse = None, None\n",
+                "    out = q.new_zeros(*q.shape[:-1], v.shape[-1])\n    lse = q.new_full(q.shape[:-1], float('-inf'))\n",
+            ),
+            (
+                "        if out is None:\n            out, lse = out_c, lse_c\n        else:\n            out, lse = merge_attention(out, lse, out_c, lse_c)\n",
+                "        out, lse = merge_attention(out_c, lse_c, out, lse)\n",
+            ),
+        ),
+        id="decode-loop-from-an-empty-start",
+    ),
     pytest.param(check_flash_decode, learner(FLASH_DECODE_PADDED, "flash_decode"), id="decode-padded-masked"),
     pytest.param(check_flash_decode, learner(DECODE_EINSUM, "flash_decode"), id="decode-einsum"),
 ]
@@ -197,6 +219,21 @@ WRONG = [
         merge(("return out, lse", "return out, torch.log(torch.exp(lse_a) + torch.exp(lse_b))")),
         "computed as written",
         id="merge-returns-unstabilised-lse",
+    ),
+    pytest.param(
+        check_merge_attention,
+        learner(
+            "def merge_attention(out_a, lse_a, out_b, lse_b):\n    w_a = torch.sigmoid(lse_a - lse_b)[..., None]\n    return w_a * out_a + (1 - w_a) * out_b, torch.logaddexp(lse_a, lse_b)\n",
+            "merge_attention",
+        ),
+        "or in a sigmoid of lse_a - lse_b",
+        id="merge-sigmoid",
+    ),
+    pytest.param(
+        check_merge_attention,
+        merge(("return out, lse", "return out, lse.unsqueeze(-1)")),
+        "Drop the last axis",
+        id="merge-lse-keepdim",
     ),
     # merge_attention: no named slip; the property that fails
     pytest.param(

@@ -228,10 +228,11 @@ def _unguarded(
 
 
 _NO_KEY_EITHER = (
-    "gives NaN in the rows that saw no key in either part (lse_a = lse_b = -inf): there the merged lse is "
-    "-inf too, and exp(lse_a - lse) is exp(-inf - (-inf)) = exp(NaN). Such a row must come out as 0 with lse "
-    "-inf: subtract a safe 0 where the merged lse is -inf (torch.where(lse == -inf, 0.0, lse)), as the "
-    "running maximum was guarded in notebook 06. (A softmax over the two stacked lse makes the same NaN.)"
+    "gives NaN in the rows that saw no key in either part (lse_a = lse_b = -inf): there any difference of "
+    "two of the lse is -inf - (-inf), which is NaN, whether in exp(lse_a - lse) with lse = -inf, in a "
+    "softmax over the two stacked lse or in a sigmoid of lse_a - lse_b. Such a row must come out as 0 with "
+    "lse -inf: weigh each part by exp(lse_a - lse) with a safe 0 in place of lse where it is -inf "
+    "(torch.where(lse == -inf, 0.0, lse)), as notebook 06 guarded its running maximum."
 )
 _OVERFLOW = (
     "exponentiates the lse themselves, exp(lse_a) / (exp(lse_a) + exp(lse_b)): in float32 exp overflows "
