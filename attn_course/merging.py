@@ -82,7 +82,7 @@ def merge_attention(
 
 @exercise("11_attention_at_scale", 2)
 def flash_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, chunk_size: int) -> torch.Tensor:
-    """Attention of the new queries over a long cache, split into chunks of keys merged by lse: (..., T_q, d_v).
+    """Attention of new queries over a long cache, split into chunks of keys merged by lse: (..., T_q, d_v).
 
     q (..., T_q, d) (T_q = 1 when decoding one token), k (..., T_k, d), v (..., T_k, d_v). Each chunk of
     `chunk_size` keys (the last may be shorter) is attended on its own, as one GPU program each would,
@@ -104,3 +104,19 @@ def flash_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, chunk_size: 
     lse = torch.logsumexp(lses, dim=0)  # (..., T_q)
     weights = torch.exp(lses - lse)  # (n_chunks, ..., T_q)
     return (rearrange(weights, "n ... t -> n ... t 1") * outs).sum(dim=0)  # (..., T_q, d_v)
+
+
+def sm_busy_share(n_programs: int, n_sms: int) -> float:
+    """The share of a GPU's multiprocessors busy over a grid of `n_programs` equal programs, one SM each.
+
+    The grid runs in ceil(n_programs / n_sms) waves; every SM works in every wave but the last, which
+    holds the rest. Few programs (one per batch entry and head, as one-query decoding gives without
+    splitting the cache) leave most SMs idle.
+
+    >>> sm_busy_share(32, 132), sm_busy_share(132, 132), sm_busy_share(133, 132)
+    (0.24242424242424243, 1.0, 0.5037878787878788)
+
+    Introduced in 11_attention_at_scale.
+    """
+    waves = math.ceil(n_programs / n_sms)
+    return n_programs / (waves * n_sms)

@@ -475,3 +475,82 @@ def append_kv(cache, seq, k, v):
     cache.lengths[seq] += 1
 """
 """Exercise 5 of 11 another way: the block and slot by divmod, the copy by copy_ (for SWAPS)."""
+
+MERGE_ATTENTION = """
+def merge_attention(out_a, lse_a, out_b, lse_b):
+    lse = torch.logaddexp(lse_a, lse_b)
+    lse_safe = torch.where(torch.isinf(lse), torch.zeros_like(lse), lse)
+    w_a = torch.exp(lse_a - lse_safe)
+    w_b = torch.exp(lse_b - lse_safe)
+    out = w_a.unsqueeze(-1) * out_a + w_b.unsqueeze(-1) * out_b
+    return out, lse
+"""
+
+FLASH_DECODE = """
+from attn_course.merging import partial_attention
+
+
+def flash_decode(q, k, v, chunk_size):
+    outs, lses = [], []
+    for start in range(0, k.shape[-2], chunk_size):
+        chunk_k, chunk_v = k[..., start:start + chunk_size, :], v[..., start:start + chunk_size, :]
+        out_c, lse_c = partial_attention(q, chunk_k, chunk_v)
+        outs.append(out_c)
+        lses.append(lse_c)
+    lses = torch.stack(lses)
+    lse = torch.logsumexp(lses, dim=0)
+    weights = torch.exp(lses - lse)
+    return (weights.unsqueeze(-1) * torch.stack(outs)).sum(dim=0)
+"""
+
+FLASH_DECODE_LOOP = (
+    MERGE_ATTENTION
+    + """
+from attn_course.merging import partial_attention
+
+
+def flash_decode(q, k, v, chunk_size):
+    out, lse = None, None
+    for start in range(0, k.shape[-2], chunk_size):
+        chunk = slice(start, start + chunk_size)
+        out_c, lse_c = partial_attention(q, k[..., chunk, :], v[..., chunk, :])
+        if out is None:
+            out, lse = out_c, lse_c
+        else:
+            out, lse = merge_attention(out, lse, out_c, lse_c)
+    return out
+"""
+)
+"""flash_decode as a loop of the learner's own merge_attention (defined above it, as in the notebook)."""
+
+MERGE_ATTENTION_STACKED = """
+def merge_attention(out_a, lse_a, out_b, lse_b):
+    lses = torch.stack([lse_a, lse_b])  # (2, ..., T_q)
+    outs = torch.stack([out_a, out_b])  # (2, ..., T_q, d_v)
+    lse = torch.logsumexp(lses, dim=0)
+    safe = lse.masked_fill(lse == float("-inf"), 0.0)
+    weights = torch.exp(lses - safe)
+    return (weights[..., None] * outs).sum(dim=0), lse
+"""
+"""merge_attention over the two lse stacked, with a guard: a right answer unlike the course's (for SWAPS)."""
+
+FLASH_DECODE_PADDED = """
+from attn_course.merging import partial_attention
+
+
+def flash_decode(q, k, v, chunk_size):
+    t_k = k.shape[-2]
+    n = -(-t_k // chunk_size)
+    pad = n * chunk_size - t_k
+    k = F.pad(k, (0, 0, 0, pad))
+    v = F.pad(v, (0, 0, 0, pad))
+    valid = torch.arange(n * chunk_size, device=k.device) < t_k
+    k = rearrange(k, "... (n c) d -> ... n c d", c=chunk_size)
+    v = rearrange(v, "... (n c) d -> ... n c d", c=chunk_size)
+    mask = rearrange(valid, "(n c) -> n 1 c", c=chunk_size)
+    out_c, lse_c = partial_attention(q.unsqueeze(-3), k, v, mask=mask)  # (..., n, T_q, d_v), (..., n, T_q)
+    lse = torch.logsumexp(lse_c, dim=-2, keepdim=True)
+    weights = torch.exp(lse_c - lse)
+    return (weights.unsqueeze(-1) * out_c).sum(dim=-3)
+"""
+"""flash_decode with the cache padded to whole chunks and the padding masked: one call for every chunk."""
