@@ -31,6 +31,7 @@ TOPICS = (
     "flex",
     "rotary_window",
     "merging",
+    "latent",
 )
 """The topic modules that hold exercises (a new notebook's topic module is added here)."""
 
