@@ -419,3 +419,56 @@ def rolling_window_step(layer, x, buffer, position):
     weights = torch.softmax(q @ keys.transpose(-1, -2) / q.shape[-1] ** 0.5, dim=-1)
     return layer.out(merge_heads(weights @ values))
 """
+
+
+LATENT = """
+from attn_course.rope import apply_rope
+
+
+def latent_attention(attn, x, positions=None):
+    b, t, _ = x.shape
+    h = attn.n_heads
+    c = attn.kv_down(x)
+    q = rearrange(attn.q(x), "b t (h d) -> b h t d", h=h)
+    k = rearrange(attn.k_up(c), "b t (h d) -> b h t d", h=h)
+    v = rearrange(attn.v_up(c), "b t (h d) -> b h t d", h=h)
+    q_r = rearrange(attn.q_rope(x), "b t (h r) -> b h t r", h=h)
+    q_r = apply_rope(q_r, positions, attn.base)
+    k_r = apply_rope(attn.k_rope(x), positions, attn.base)
+    scores = q @ k.transpose(-2, -1) + q_r @ k_r[:, None].transpose(-2, -1)
+    scores = scores / math.sqrt(attn.d_head + attn.d_rope)
+    mask = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
+    scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    out = rearrange(weights @ v, "b h t d -> b t (h d)")
+    return attn.out(out)
+"""
+
+ABSORBED = """
+from attn_course.rope import apply_rope
+
+
+def absorbed_latent_attention(attn, x, cache, layer):
+    b, t_new, _ = x.shape
+    h = attn.n_heads
+    t_past = cache.length(layer)
+    positions = torch.arange(t_past, t_past + t_new, device=x.device)
+    c = attn.kv_down(x)
+    k_r = apply_rope(attn.k_rope(x), positions, attn.base)
+    latents, rope_keys = cache.append(layer, c, k_r)
+    t_k = latents.shape[1]
+    q = rearrange(attn.q(x), "b t (h d) -> b h t d", h=h)
+    q_r = apply_rope(rearrange(attn.q_rope(x), "b t (h r) -> b h t r", h=h), positions, attn.base)
+    w_uk = rearrange(attn.k_up.weight, "(h d) c -> h d c", h=h)
+    q_lat = torch.einsum("bhtd,hdc->bhtc", q, w_uk)
+    scores = torch.einsum("bhtc,bsc->bhts", q_lat, latents)
+    scores = scores + torch.einsum("bhtr,bsr->bhts", q_r, rope_keys)
+    scores = scores / math.sqrt(attn.d_head + attn.d_rope)
+    mask = torch.ones(t_new, t_k, dtype=torch.bool, device=x.device).tril(diagonal=t_k - t_new)
+    scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    o_lat = torch.einsum("bhts,bsc->bhtc", weights, latents)
+    w_uv = rearrange(attn.v_up.weight, "(h d) c -> h d c", h=h)
+    out = torch.einsum("bhtc,hdc->bhtd", o_lat, w_uv)
+    return attn.out(rearrange(out, "b h t d -> b t (h d)"))
+"""

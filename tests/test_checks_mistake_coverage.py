@@ -47,6 +47,7 @@ LEARNER_TABLES = {
     "test_checks_rotary_window": ["WRONG"],
     "test_checks_rolling_window": ["WRONG"],
     "test_checks_blind_a": ["BLIND_A"],
+    "test_checks_latent": ["PLAIN_WRONG", "ABSORBED_WRONG"],
 }  # fmt: skip
 """Test module -> its tables of wrong answers written as learners write them."""
 
