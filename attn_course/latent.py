@@ -22,6 +22,7 @@ Introduced in 11_attention_at_scale.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -199,9 +200,13 @@ def per_head_keys_values(
     return keys, split_heads(attn.v_up(latent), h)  # (b, h, t, d_head + d_rope), (b, h, t, d_head)
 
 
-def measured_cache_bytes(attn: LatentAttention, x: torch.Tensor) -> tuple[int, int]:
-    """(bytes of a LatentCache, bytes of notebook 07's KVCache holding per-head keys and values) after
-    caching the tokens x (b, t, d_model) of this layer, in x's dtype.
+def measured_cache_bytes(
+    attn: LatentAttention, x: torch.Tensor, step: Callable[..., torch.Tensor] | None = None
+) -> tuple[int, int]:
+    """(bytes of a LatentCache that `step` filled, bytes of notebook 07's KVCache holding the per-head keys
+    and values) after caching the tokens x (b, t, d_model) of this layer, in x's dtype.
+
+    `step(attn, x, cache, layer)` is a decoding step such as `absorbed_latent_attention` (the default).
 
     >>> latent, per_head = measured_cache_bytes(LatentAttention(32, 4, 8, 12, 4), torch.ones(1, 10, 32))
     >>> latent // 10, per_head // 10
@@ -212,8 +217,7 @@ def measured_cache_bytes(attn: LatentAttention, x: torch.Tensor) -> tuple[int, i
     attn = attn.to(x.dtype)
     with torch.no_grad():
         latents = LatentCache()
-        positions = torch.arange(x.shape[-2], device=x.device)  # (t,)
-        latents.append(0, attn.kv_down(x), apply_rope(attn.k_rope(x), positions, attn.base))
+        (step or absorbed_latent_attention)(attn, x, latents, 0)
         per_head = KVCache()
         per_head.append(0, *(z.contiguous() for z in per_head_keys_values(attn, x)))
     return latents.nbytes(), per_head.nbytes()
