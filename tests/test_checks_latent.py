@@ -113,6 +113,18 @@ PLAIN_WRONG = {
         [('"b t (h r) -> b h t r"', '"b t (r h) -> b h t r"')],
         "is right once W^QR and W^KR are zero",
     ),
+    "keys split (d h)": (
+        [('k = rearrange(attn.k_up(c), "b t (h d) -> b h t d", h=h)', 'k = rearrange(attn.k_up(c), "b t (d h) -> b h t d", h=h)')],
+        "the compressed part of the scores is wrong",
+    ),
+    "values split (d h)": (
+        [('v = rearrange(attn.v_up(c), "b t (h d) -> b h t d", h=h)', 'v = rearrange(attn.v_up(c), "b t (d h) -> b h t d", h=h)')],
+        "each query averages the tokens it may see",
+    ),
+    "softmax over the queries": (
+        [("torch.softmax(scores, dim=-1)", "torch.softmax(scores, dim=-2)")],
+        "lets a query see later tokens",
+    ),
     "mask offset by one (no diagonal): NaN in the first row": (
         [(".tril()", ".tril(-1)")],
         "NaN",
@@ -210,7 +222,21 @@ ABSORBED_WRONG = {
         [("    latents, rope_keys = cache.append(layer, c, k_r)", "    cache.append(layer, c, k_r)\n    latents, rope_keys = cache.append(layer, c, k_r)")],
         "8 were appended for 4 new ones",
     ),
-    # no known mistake: named by what the cache holds, or the call it first fails on
+    # no known mistake: named by what the cache holds, or by the part that is wrong
+    "q^R split (r h)": ([('"b t (h r) -> b h t r"', '"b t (r h) -> b h t r"')], "so the RoPE part of the scores is wrong"),
+    "RoPE part added after the division": (
+        [('    scores = scores + torch.einsum("bhtr,bsr->bhts", q_r, rope_keys)\n    scores = scores / math.sqrt(attn.d_head + attn.d_rope)',
+          '    scores = scores / math.sqrt(attn.d_head + attn.d_rope)\n    scores = scores + torch.einsum("bhtr,bsr->bhts", q_r, rope_keys)')],
+        "before the division by √(d_head + d_rope)",
+    ),
+    "W^UK blocks read (d h)": (
+        [('attn.k_up.weight, "(h d) c -> h d c"', 'attn.k_up.weight, "(d h) c -> h d c"')],
+        "the compressed part of the scores is wrong, W^UK absorbed",
+    ),
+    "W^UV blocks read (d h)": (
+        [('attn.v_up.weight, "(h d) c -> h d c"', 'attn.v_up.weight, "(d h) c -> h d c"')],
+        "which tokens those are or how they are summed",
+    ),
     "RoPE keys rotated one position late": (
         [("    k_r = apply_rope(attn.k_rope(x), positions, attn.base)", "    k_r = apply_rope(attn.k_rope(x), positions + 1, attn.base)")],
         "caches RoPE keys rotated at positions",

@@ -254,31 +254,64 @@ def _diagnose_plain(
             "with RoPE on q^R and k^R alone, each score depends on the distance between query and key "
             f"only. Something else is rotated, or one side only. {_ROPE_ONLY}"
         )
-    no_rope = _zeroed_rope(attn)
-    plain = _learners_output(candidate, no_rope, x)
-    if plain is not None and is_close(plain, reference.latent_attention(no_rope, x)):
+    return _read_parts(
+        lambda layer: _learners_output(candidate, layer, x),
+        lambda layer: reference.latent_attention(layer, x),
+        attn,
+        "q^R = RoPE(W^QR x) split into heads against k^R = RoPE(W^KR x), one for all heads",
+        "q^C = W^Q x against the keys W^UK c of the latent c = W^DKV x",
+    )
+
+
+_NO_ROPE = ("q_rope", "k_rope")
+_NO_QUERY = ("q", "q_rope")
+_OUTPUT_SIDE = (
+    "is wrong even with W^Q and W^QR zero, where every score is 0 and each query averages the tokens it "
+    "may see: which tokens those are or how they are summed is wrong (the causal mask, the softmax over "
+    "the keys' axis, the values W^UV c per head, the heads merged, W^O)"
+)
+
+
+def _read_parts(
+    learners: Callable[[LatentAttention], Any],
+    right: Callable[[LatentAttention], torch.Tensor],
+    attn: LatentAttention,
+    rope_part: str,
+    compressed_part: str,
+) -> str | None:
+    """Which part is wrong, read on copies of attn with some weights zero: without the RoPE part (W^QR,
+    W^KR zero), then with every score 0 (W^Q, W^QR zero: each query averages what it may see)."""
+    no_rope = _zeroed(attn, _NO_ROPE)
+    got = learners(no_rope)
+    if got is None:
+        return None
+    if is_close(got, right(no_rope)):
         return (
             "is right once W^QR and W^KR are zero (no RoPE part), so the RoPE part of the scores is wrong: "
-            "add q^R_i·k^R_j, q^R = RoPE(W^QR x) split into heads, k^R = RoPE(W^KR x) one for all heads; "
-            + difference(actual, expected)
+            f"{rope_part}, added to the compressed part before the division by √(d_head + d_rope)."
         )
-    if plain is not None:
+    no_query = _zeroed(attn, _NO_QUERY)
+    got = learners(no_query)
+    if got is None:
+        return None
+    if is_close(got, right(no_query)):
         return (
-            "is wrong even with W^QR and W^KR zero (no RoPE part), so something outside the RoPE part "
-            "is: q^C = W^Q x, keys and values W^UK c and W^UV c of the latent c = W^DKV x, the scale "
-            f"1/√(d_head + d_rope), the weights' sum, or W^O; {difference(actual, expected)}"
+            "is right once W^Q and W^QR are zero (every score 0, each query averaging the tokens it may "
+            "see), and wrong without the RoPE part: the compressed part of the scores is wrong, "
+            f"{compressed_part}, scaled by 1/√(d_head + d_rope)."
         )
-    return None
+    return _OUTPUT_SIDE + "."
 
 
-def _zeroed_rope(attn: LatentAttention) -> LatentAttention:
-    """A copy of attn with W^QR and W^KR zero: the scores hold the compressed part alone."""
+def _zeroed(attn: LatentAttention, names: tuple[str, ...]) -> LatentAttention:
+    """A copy of attn (its dtype) with the weights of the named projections zero."""
     copy = LatentAttention(attn.d_model, attn.n_heads, attn.d_head, attn.d_latent, attn.d_rope, attn.base)
+    copy = copy.to(attn.kv_down.weight.dtype)
     copy.load_state_dict(attn.state_dict())
     with torch.no_grad():
-        copy.q_rope.weight.zero_()
-        copy.k_rope.weight.zero_()
-    return copy.to(attn.kv_down.weight.dtype)
+        for name in names:
+            getattr(copy, name).weight.zero_()
+    return copy
 
 
 @check
@@ -520,11 +553,28 @@ def _rotated_at(rope_keys: torch.Tensor, k_rope: torch.Tensor, base: float) -> l
     return found
 
 
+def _replay_learners(
+    candidate: Callable[..., Any], attn: LatentAttention, chunks: list[torch.Tensor], upto: int
+) -> torch.Tensor | None:
+    """The learner's output on call `upto`, its own cache filled by its own calls; None where it raises."""
+    cache, out = LatentCache(), None
+    try:
+        with torch.no_grad():
+            for x in chunks[: upto + 1]:
+                out = candidate(attn, x, cache, 0)
+    except Exception:
+        return None
+    return out if isinstance(out, torch.Tensor) and out.shape == chunks[upto].shape else None
+
+
 def _read_cache(
     cache: LatentCache,
     attn: LatentAttention,
     x: torch.Tensor,
     prefill_passed: bool,
+    candidate: Callable[..., Any],
+    chunks: list[torch.Tensor],
+    upto: int,
     actual: Any,
     expected: Any,
 ) -> str | None:
@@ -548,15 +598,19 @@ def _read_cache(
     positions = _rotated_at(rope_keys, k_rope, attn.base)
     if positions is not None and positions != list(range(t_k)) and any(positions):
         return f"caches RoPE keys rotated at positions {positions}, not 0 … {t_k - 1}: {_POSITIONS}"
-    where = (
-        "It is right on the first call (an empty cache), so look at what changes once positions are "
-        "cached: the new tokens' positions and the causal mask's alignment. "
-        if prefill_passed
-        else ""
+    parts = _read_parts(
+        lambda layer: _replay_learners(candidate, layer, chunks, upto),
+        lambda layer: _replay(layer, chunks, upto, AbsorbedVariant()),
+        attn,
+        "each head's q^R, rotated at the new positions, against the cached RoPE keys (one for all heads)",
+        "W^UK absorbed into the query, (W^UK_i)^T q^C_i with head i's block of attn.k_up.weight, against "
+        "the cached latents",
     )
-    return (
+    if parts is not None and prefill_passed and parts.startswith(_OUTPUT_SIDE):
+        parts += " It is right on the first call (an empty cache): look at the causal mask's alignment."
+    return parts or (
         "is wrong although the cache holds the right latents, so the scores or the output are: "
-        f"{where}{difference(actual, expected)}"
+        f"{difference(actual, expected)}"
     )
 
 
@@ -604,7 +658,9 @@ def check_absorbed_latent_attention(candidate: Callable[..., Any]) -> str:
                     full[:, start : start + t_new],
                     what,
                     mistakes=mistakes,
-                    diagnose=functools.partial(_read_cache, cache, attn, x, prefill_passed),
+                    diagnose=functools.partial(
+                        _read_cache, cache, attn, x, prefill_passed, candidate, chunks, index
+                    ),
                     called_as="",
                     only=("known-mistake", "property"),
                 )
