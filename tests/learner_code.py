@@ -472,3 +472,49 @@ def absorbed_latent_attention(attn, x, cache, layer):
     out = torch.einsum("bhtc,hdc->bhtd", o_lat, w_uv)
     return attn.out(rearrange(out, "b h t d -> b t (h d)"))
 """
+
+
+LATENT_SDPA = """
+from attn_course.rope import apply_rope
+
+
+def latent_attention(attn, x, positions=None):
+    b, t, _ = x.shape
+    h = attn.n_heads
+    c = attn.kv_down(x)
+    q = attn.q(x).view(b, t, h, attn.d_head).transpose(1, 2)
+    k = attn.k_up(c).view(b, t, h, attn.d_head).transpose(1, 2)
+    v = attn.v_up(c).view(b, t, h, attn.d_head).transpose(1, 2)
+    q_r = apply_rope(attn.q_rope(x).view(b, t, h, attn.d_rope).transpose(1, 2), positions, attn.base)
+    k_r = apply_rope(attn.k_rope(x), positions, attn.base)[:, None].expand(b, h, t, attn.d_rope)
+    q_full, k_full = torch.cat([q, q_r], dim=-1), torch.cat([k, k_r], dim=-1)
+    out = F.scaled_dot_product_attention(q_full, k_full, v, is_causal=True)
+    return attn.out(out.transpose(1, 2).reshape(b, t, h * attn.d_head))
+"""
+
+ABSORBED_FOLDED = """
+from attn_course.rope import apply_rope
+
+
+def absorbed_latent_attention(attn, x, cache, layer):
+    b, t_new, _ = x.shape
+    h, d, c = attn.n_heads, attn.d_head, attn.d_latent
+    start = cache.length(layer)
+    pos = torch.arange(start, start + t_new, device=x.device)
+    latents, rope_keys = cache.append(layer, attn.kv_down(x), apply_rope(attn.k_rope(x), pos, attn.base))
+    w_q = attn.q.weight.view(h, d, attn.d_model)
+    w_uk = attn.k_up.weight.view(h, d, c)
+    w_q_absorbed = w_uk.transpose(1, 2) @ w_q
+    q_lat = torch.einsum("hcm,btm->bhtc", w_q_absorbed, x)
+    q_r = apply_rope(attn.q_rope(x).view(b, t_new, h, attn.d_rope).transpose(1, 2), pos, attn.base)
+    scores = (q_lat @ latents.unsqueeze(1).transpose(-1, -2) + q_r @ rope_keys.unsqueeze(1).transpose(-1, -2))
+    scores = scores / math.sqrt(d + attn.d_rope)
+    t_k = latents.shape[1]
+    future = torch.arange(t_k, device=x.device)[None, :] > (pos[:, None])
+    weights = torch.softmax(scores.masked_fill(future, float("-inf")), dim=-1)
+    o_lat = weights @ latents.unsqueeze(1)
+    w_uv = attn.v_up.weight.view(h, d, c)
+    w_o = attn.out.weight.view(attn.d_model, h, d)
+    w_vo = torch.einsum("hdc,mhd->hcm", w_uv, w_o)
+    return torch.einsum("bhtc,hcm->btm", o_lat, w_vo)
+"""

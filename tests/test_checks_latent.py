@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 from check_assertions import assert_accepted, assert_rejected
-from learner_code import ABSORBED, LATENT, learner
+from learner_code import ABSORBED, ABSORBED_FOLDED, LATENT, LATENT_SDPA, learner
 
 from attn_course import reference
 from attn_course.checks import check_absorbed_latent_attention, check_latent_attention
@@ -56,6 +56,11 @@ PLAIN_RIGHT = {
 @pytest.mark.parametrize("edits", PLAIN_RIGHT.values(), ids=PLAIN_RIGHT.keys())
 def test_latent_attention_accepts(edits, capsys):
     assert_accepted(check_latent_attention, plain(*edits), capsys)
+
+
+def test_latent_attention_accepts_sdpa_on_the_concatenations(capsys):
+    """Unlike the template: views, [q^C; q^R] and [k^C; k^R] through SDPA, whose default scale is right."""
+    assert_accepted(check_latent_attention, learner(LATENT_SDPA, "latent_attention"), capsys)
 
 
 def test_latent_attention_accepts_the_reference(capsys):
@@ -171,6 +176,13 @@ ABSORBED_RIGHT = {
 @pytest.mark.parametrize("edits", ABSORBED_RIGHT.values(), ids=ABSORBED_RIGHT.keys())
 def test_absorbed_accepts(edits, capsys):
     assert_accepted(check_absorbed_latent_attention, absorbed(*edits), capsys)
+
+
+def test_absorbed_accepts_weights_folded_ahead(capsys):
+    """Unlike the template: (W^UK_i)^T W^Q_i and W^UV_i with W^O multiplied out, the mask from positions."""
+    assert_accepted(
+        check_absorbed_latent_attention, learner(ABSORBED_FOLDED, "absorbed_latent_attention"), capsys
+    )
 
 
 def test_absorbed_accepts_the_reference(capsys):
