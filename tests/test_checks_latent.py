@@ -230,6 +230,11 @@ ABSORBED_WRONG = {
         [("    latents, rope_keys = cache.append(layer, c, k_r)", "    latents, rope_keys = cache.append(layer, attn.k_up(c), k_r)")],
         "per-head keys or values, what MLA exists not to cache",
     ),
+    "layer ignored": (
+        [("    t_past = cache.length(layer)", "    t_past = cache.length(0)"),
+         ("cache.append(layer, c, k_r)", "cache.append(0, c, k_r)")],
+        "pass `layer` on",
+    ),
     "appended twice": (
         [("    latents, rope_keys = cache.append(layer, c, k_r)", "    cache.append(layer, c, k_r)\n    latents, rope_keys = cache.append(layer, c, k_r)")],
         "8 were appended for 4 new ones",

@@ -504,6 +504,16 @@ def _expect_cached(
     _expect_cache_shapes(cache, layer, attn, b, shown)
 
 
+def _expect_layer_used(cache: LatentCache, layer: int, before: dict[int, int], shown: str) -> None:
+    """The call changed no other layer of the cache than its own."""
+    changed = [other for other, length in before.items() if cache.length(other) != length]
+    if changed:
+        raise CheckFailed(
+            f"{shown} changed what the cache holds for layer {changed[0]}, not {layer}: pass `layer` on to "
+            "cache.length(layer) and cache.append(layer, latent, rope_key), so that each layer keeps its own."
+        )
+
+
 def _expect_cache_shapes(cache: LatentCache, layer: int, attn: LatentAttention, b: int, shown: str) -> None:
     """The cached latents are (b, t_k, d_latent) and the RoPE keys (b, t_k, d_rope), one for all heads."""
     if layer not in cache.latents:
@@ -569,6 +579,7 @@ def _replay_learners(
 
 def _read_cache(
     cache: LatentCache,
+    layer: int,
     attn: LatentAttention,
     x: torch.Tensor,
     prefill_passed: bool,
@@ -580,12 +591,12 @@ def _read_cache(
 ) -> str | None:
     """What the cache holds, where it is not what a right step leaves: the latents rotated, the RoPE keys
     rotated at other positions. Else that the scores or the output are wrong, and after which call."""
-    t_k = cache.length(0)
+    t_k = cache.length(layer)
     tokens = x[:, :t_k]  # (b, t_k, d_model): every token cached so far
     with torch.no_grad():
         latent = attn.kv_down(tokens)  # (b, t_k, d_latent)
         k_rope = attn.k_rope(tokens)  # (b, t_k, d_rope), not rotated
-    latents, rope_keys = cache.latents[0], cache.rope_keys[0]
+    latents, rope_keys = cache.latents[layer], cache.rope_keys[layer]
     if not is_close(latents, latent):
         if is_close(latents, apply_rope(latent, torch.arange(t_k), attn.base)):
             return (
@@ -618,21 +629,23 @@ def _read_cache(
 def check_absorbed_latent_attention(candidate: Callable[..., Any]) -> str:
     """Two layers fed chunks [4, 1, 3, 1, 1], each output equal to the plain path's for those tokens."""
     t = sum(_CHUNKS)
-    for sizes in ((16, 2, 6, 6, 2), (24, 3, 8, 6, 4)):  # d_head == d_latent, then not
+    cache = LatentCache()  # one cache, a layer of it per layer checked (d_latent, d_rope alike)
+    for layer, sizes in enumerate(((16, 2, 6, 6, 4), (24, 3, 8, 6, 4))):  # d_head == d_latent, then not
         attn = _layer(*sizes)
         x = randn(2, t, attn.d_model)  # (b, t, d_model)
         with torch.no_grad():
             full = reference.latent_attention(attn, x)  # (b, t, d_model)
         chunks = [x[:, sum(_CHUNKS[:i]) : sum(_CHUNKS[: i + 1])] for i in range(len(_CHUNKS))]
-        cache, start, prefill_passed = LatentCache(), 0, False
+        start, prefill_passed = 0, False
         with torch.no_grad():
             for index, chunk in enumerate(chunks):
                 t_new = chunk.shape[-2]
                 shown = (
-                    f"absorbed_latent_attention(attn, x, cache, layer=0) for {t_new} new position"
+                    f"absorbed_latent_attention(attn, x, cache, layer={layer}) for {t_new} new position"
                     f"{'s' if t_new > 1 else ''} ({start} … {start + t_new - 1}) after {start} cached, "
                     f"attn = {_shape(attn)}"
                 )
+                before = {other: cache.length(other) for other in (0, 1) if other != layer}
                 try:
                     got = call(
                         "absorbed_latent_attention",
@@ -640,13 +653,15 @@ def check_absorbed_latent_attention(candidate: Callable[..., Any]) -> str:
                         attn,
                         chunk,
                         cache,
-                        0,
+                        layer,
                         hint=_ABSORBED_SIGNATURE,
                     )
                 except CheckFailed:  # what it cached is the likelier cause, when it is the wrong shape
-                    _expect_cache_shapes(cache, 0, attn, x.shape[0], shown)
+                    _expect_layer_used(cache, layer, before, shown)
+                    _expect_cache_shapes(cache, layer, attn, x.shape[0], shown)
                     raise
-                _expect_cached(cache, 0, attn, chunk, start + t_new, shown)
+                _expect_layer_used(cache, layer, before, shown)
+                _expect_cached(cache, layer, attn, chunk, start + t_new, shown)
                 what = f"The output of {shown},"
                 out = expect_tensor(got, chunk.shape, what, finite=False)
                 mistakes = [
@@ -659,7 +674,7 @@ def check_absorbed_latent_attention(candidate: Callable[..., Any]) -> str:
                     what,
                     mistakes=mistakes,
                     diagnose=functools.partial(
-                        _read_cache, cache, attn, x, prefill_passed, candidate, chunks, index
+                        _read_cache, cache, layer, attn, x, prefill_passed, candidate, chunks, index
                     ),
                     called_as="",
                     only=("known-mistake", "property"),
@@ -669,7 +684,8 @@ def check_absorbed_latent_attention(candidate: Callable[..., Any]) -> str:
     _expect_no_per_head_cache(candidate)
     generated = _expect_absorbed_contract(candidate)
     return (
-        "2 layers in chunks of 4, 1, 3, 1, 1 match the plain path token by token, the cache holds latents "
+        "2 layers (layers 0 and 1 of one cache) in chunks of 4, 1, 3, 1, 1 match the plain path token by "
+        "token, the cache holds latents "
         "and one RoPE key per token, no per-head key or value of the cache is made, and "
         f"{generated} cases from the exercise's contract (one sequence, an empty cache, one token, one "
         "head, x a view, float32, x's device)"
