@@ -239,8 +239,10 @@ class LatentConfig:
 
 
 DEEPSEEK_V2 = LatentConfig("DeepSeek-V2 (MLA)", n_layers=60, n_heads=128, d_head=128, d_latent=512, d_rope=64)
-"""DeepSeek-V2 (arXiv 2405.04434 §3.1.2; config.json: num_hidden_layers 60, num_attention_heads 128,
-qk_nope_head_dim 128, kv_lora_rank 512, qk_rope_head_dim 64)."""
+"""DeepSeek-V2, 236B (arXiv 2405.04434 §3.1.2: 60 layers, n_h = 128 heads of d_h = 128, d_c = 512,
+d_h^R = 64). The same in DeepSeek-V2-Chat-0628's config.json (num_hidden_layers 60, num_attention_heads
+128, qk_nope_head_dim 128, kv_lora_rank 512, qk_rope_head_dim 64, as in ModelCloud's GPTQ copy on Hugging
+Face) and in the DeepSeek-V3 repository's inference/configs/config_236B.json."""
 
 
 def latent_elements_per_token(config: LatentConfig) -> int:
