@@ -32,6 +32,7 @@ TOPICS = (
     "rotary_window",
     "merging",
     "paged_cache",
+    "latent",
 )
 """The topic modules that hold exercises (a new notebook's topic module is added here)."""
 

@@ -554,3 +554,101 @@ def flash_decode(q, k, v, chunk_size):
     return (weights.unsqueeze(-1) * out_c).sum(dim=-3)
 """
 """flash_decode with the cache padded to whole chunks and the padding masked: one call for every chunk."""
+
+LATENT = """
+from attn_course.rope import apply_rope
+
+
+def latent_attention(attn, x, positions=None):
+    b, t, _ = x.shape
+    h = attn.n_heads
+    c = attn.kv_down(x)
+    q = rearrange(attn.q(x), "b t (h d) -> b h t d", h=h)
+    k = rearrange(attn.k_up(c), "b t (h d) -> b h t d", h=h)
+    v = rearrange(attn.v_up(c), "b t (h d) -> b h t d", h=h)
+    q_r = rearrange(attn.q_rope(x), "b t (h r) -> b h t r", h=h)
+    q_r = apply_rope(q_r, positions, attn.base)
+    k_r = apply_rope(attn.k_rope(x), positions, attn.base)
+    scores = q @ k.transpose(-2, -1) + q_r @ k_r[:, None].transpose(-2, -1)
+    scores = scores / math.sqrt(attn.d_head + attn.d_rope)
+    mask = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
+    scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    out = rearrange(weights @ v, "b h t d -> b t (h d)")
+    return attn.out(out)
+"""
+
+ABSORBED = """
+from attn_course.rope import apply_rope
+
+
+def absorbed_latent_attention(attn, x, cache, layer):
+    b, t_new, _ = x.shape
+    h = attn.n_heads
+    t_past = cache.length(layer)
+    positions = torch.arange(t_past, t_past + t_new, device=x.device)
+    c = attn.kv_down(x)
+    k_r = apply_rope(attn.k_rope(x), positions, attn.base)
+    latents, rope_keys = cache.append(layer, c, k_r)
+    t_k = latents.shape[1]
+    q = rearrange(attn.q(x), "b t (h d) -> b h t d", h=h)
+    q_r = apply_rope(rearrange(attn.q_rope(x), "b t (h r) -> b h t r", h=h), positions, attn.base)
+    w_uk = rearrange(attn.k_up.weight, "(h d) c -> h d c", h=h)
+    q_lat = torch.einsum("bhtd,hdc->bhtc", q, w_uk)
+    scores = torch.einsum("bhtc,bsc->bhts", q_lat, latents)
+    scores = scores + torch.einsum("bhtr,bsr->bhts", q_r, rope_keys)
+    scores = scores / math.sqrt(attn.d_head + attn.d_rope)
+    mask = torch.ones(t_new, t_k, dtype=torch.bool, device=x.device).tril(diagonal=t_k - t_new)
+    scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    o_lat = torch.einsum("bhts,bsc->bhtc", weights, latents)
+    w_uv = rearrange(attn.v_up.weight, "(h d) c -> h d c", h=h)
+    out = torch.einsum("bhtc,hdc->bhtd", o_lat, w_uv)
+    return attn.out(rearrange(out, "b h t d -> b t (h d)"))
+"""
+
+
+LATENT_SDPA = """
+from attn_course.rope import apply_rope
+
+
+def latent_attention(attn, x, positions=None):
+    b, t, _ = x.shape
+    h = attn.n_heads
+    c = attn.kv_down(x)
+    q = attn.q(x).view(b, t, h, attn.d_head).transpose(1, 2)
+    k = attn.k_up(c).view(b, t, h, attn.d_head).transpose(1, 2)
+    v = attn.v_up(c).view(b, t, h, attn.d_head).transpose(1, 2)
+    q_r = apply_rope(attn.q_rope(x).view(b, t, h, attn.d_rope).transpose(1, 2), positions, attn.base)
+    k_r = apply_rope(attn.k_rope(x), positions, attn.base)[:, None].expand(b, h, t, attn.d_rope)
+    q_full, k_full = torch.cat([q, q_r], dim=-1), torch.cat([k, k_r], dim=-1)
+    out = F.scaled_dot_product_attention(q_full, k_full, v, is_causal=True)
+    return attn.out(out.transpose(1, 2).reshape(b, t, h * attn.d_head))
+"""
+
+ABSORBED_FOLDED = """
+from attn_course.rope import apply_rope
+
+
+def absorbed_latent_attention(attn, x, cache, layer):
+    b, t_new, _ = x.shape
+    h, d, c = attn.n_heads, attn.d_head, attn.d_latent
+    start = cache.length(layer)
+    pos = torch.arange(start, start + t_new, device=x.device)
+    latents, rope_keys = cache.append(layer, attn.kv_down(x), apply_rope(attn.k_rope(x), pos, attn.base))
+    w_q = attn.q.weight.view(h, d, attn.d_model)
+    w_uk = attn.k_up.weight.view(h, d, c)
+    w_q_absorbed = w_uk.transpose(1, 2) @ w_q
+    q_lat = torch.einsum("hcm,btm->bhtc", w_q_absorbed, x)
+    q_r = apply_rope(attn.q_rope(x).view(b, t_new, h, attn.d_rope).transpose(1, 2), pos, attn.base)
+    scores = (q_lat @ latents.unsqueeze(1).transpose(-1, -2) + q_r @ rope_keys.unsqueeze(1).transpose(-1, -2))
+    scores = scores / math.sqrt(d + attn.d_rope)
+    t_k = latents.shape[1]
+    future = torch.arange(t_k, device=x.device)[None, :] > (pos[:, None])
+    weights = torch.softmax(scores.masked_fill(future, float("-inf")), dim=-1)
+    o_lat = weights @ latents.unsqueeze(1)
+    w_uv = attn.v_up.weight.view(h, d, c)
+    w_o = attn.out.weight.view(attn.d_model, h, d)
+    w_vo = torch.einsum("hdc,mhd->hcm", w_uv, w_o)
+    return torch.einsum("bhtc,hcm->btm", o_lat, w_vo)
+"""
