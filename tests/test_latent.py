@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from attn_course.checks._memory import LargestTensor
+from attn_course.demos.memory import LargestTensor
 from attn_course.gqa import PUBLISHED, kv_bytes_per_token
 from attn_course.latent import (
     DEEPSEEK_V2,

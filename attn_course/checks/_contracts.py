@@ -32,7 +32,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten
 
-from attn_course.checks._memory import LargestTensor
+from attn_course.demos.memory import LargestTensor
 
 ViewKind = Literal["transposed", "sliced", "expanded"]
 """How an argument may be laid out unlike a fresh contiguous tensor of its shape:

@@ -37,7 +37,7 @@ from attn_course.checks._harness import (
     randn,
     unpack_out_and_weights,
 )
-from attn_course.checks._memory import LargestTensor
+from attn_course.demos.memory import LargestTensor
 
 BATCH_HINT = (
     "Your function works for 2-D inputs but not with batch dimensions in front: transpose only the "

@@ -41,11 +41,11 @@ from attn_course.checks._harness import (
     library_dirs,
     randn,
 )
-from attn_course.checks._memory import LargestTensor
 from attn_course.checks._nan_origin import first_nan
 from attn_course.checks._probe import Heads, diagnose_heads, merged_input, read_on
 from attn_course.checks.flash import _FUSED, _OpRecorder
 from attn_course.checks.masking import _expect_bool_mask
+from attn_course.demos.memory import LargestTensor
 from attn_course.heads import merge_heads, split_heads
 
 # ---------------------------------------------------------------------------------------------

@@ -1,4 +1,7 @@
-"""How much memory a learner's call needs: the largest tensor any torch operation made inside it.
+"""How much memory a call needs: the largest tensor any torch operation made inside it.
+
+The checks use it (memory is part of an exercise's contract), and notebook 11 shows with it what one
+decoding step of latent attention holds at most.
 
 A right answer whose intermediate is n × n where the exercise needs n numbers passes a small check and
 then runs the grader (or the learner's laptop) out of memory at the exercise's real sizes: what a check
