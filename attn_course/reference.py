@@ -31,6 +31,7 @@ TOPICS = (
     "flex",
     "rotary_window",
     "merging",
+    "ring",
     "paged_cache",
     "latent",
 )

@@ -1,0 +1,539 @@
+"""Check of notebook 11's ring attention: the learner's function run on real processes (gloo), 2 and 4 ranks.
+
+The learner's `ring_attention` travels by value to R worker processes (`attn_course.ranks`), which
+also record its calls of torch.distributed. A wrong result is read in-process, rank by rank: which key
+blocks each rank's output is attention over, whole or causal, merged or averaged. A deadlock and an
+exception on one rank are said with the ranks involved and the learner's line.
+"""
+
+from __future__ import annotations
+
+import itertools
+import linecache
+import time
+import types
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import cloudpickle
+import torch
+import torch.nn.functional as F
+
+from attn_course import ranks
+from attn_course.checks._harness import (
+    CheckFailed,
+    Mistake,
+    check,
+    expect_close,
+    expect_tensor,
+    is_close,
+    library_dirs,
+)
+from attn_course.merging import merge_attention, partial_attention
+
+IDLE_SECONDS = 4.0
+"""A case of the check takes milliseconds: this long without progress on any rank is a deadlock."""
+
+
+@dataclass(frozen=True)
+class _Case:
+    """One run of the learner's ring: the batch axes, each rank's T/R, widths, dtype, causal or not."""
+
+    batch: tuple[int, ...]
+    block: int
+    d: int
+    d_v: int
+    dtype: torch.dtype
+    is_causal: bool
+
+    def describe(self, world: int) -> str:
+        shape = (*self.batch, self.block, self.d)
+        kind = "float64" if self.dtype == torch.float64 else "float32"
+        return (
+            f"ring_attention(q, k, v, is_causal={self.is_causal}) on {world} ranks, each holding q and k of "
+            f"shape {shape} and v of width {self.d_v}, {kind}"
+        )
+
+
+_CASES: dict[int, tuple[_Case, ...]] = {
+    2: (
+        _Case((2, 3), 5, 6, 4, torch.float64, False),
+        _Case((2, 3), 5, 6, 4, torch.float64, True),
+        _Case((3,), 7, 5, 5, torch.float32, True),
+        _Case((), 3, 4, 6, torch.float64, False),
+    ),
+    4: (
+        _Case((2, 3), 3, 6, 4, torch.float64, False),
+        _Case((2, 3), 3, 6, 4, torch.float64, True),
+        _Case((2,), 5, 5, 3, torch.float32, True),
+        _Case((), 6, 4, 4, torch.float32, False),
+    ),
+}
+"""Per world size: batch axes (two, one, none), T/R not a power of two, d_v unlike d, float32 and float64."""
+
+
+def _inputs(case: _Case, world: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    t = case.block * world
+    q = torch.randn(*case.batch, t, case.d, dtype=case.dtype)  # (..., T, d)
+    k = torch.randn(*case.batch, t, case.d, dtype=case.dtype)  # (..., T, d)
+    v = torch.randn(*case.batch, t, case.d_v, dtype=case.dtype)  # (..., T, d_v)
+    return q, k, v
+
+
+def _call_ring(ring: Callable[..., Any], q: Any, k: Any, v: Any, is_causal: bool) -> Any:
+    """What the learner's function returns on this rank (run in each worker)."""
+    return ring(q, k, v, is_causal=is_causal)
+
+
+# ---------------------------------------------------------------------------------------------
+# What a ring that sees some blocks, some causally, combined one way or another, gives
+
+
+def _blocks(x: torch.Tensor, world: int) -> list[torch.Tensor]:
+    return list(x.chunk(world, dim=-2))  # R × (..., T/R, ·)
+
+
+def _seen(
+    q: torch.Tensor, k: Sequence[torch.Tensor], v: Sequence[torch.Tensor], modes: Sequence[str], combine: str
+) -> torch.Tensor:
+    """One rank's output (..., T/R, d_v) over key blocks taken in this order, each by its mode ("skip",
+    "full", "causal"), merged by lse or averaged ("mean", or "running": step by step)."""
+    seen = [(kj, vj, m) for kj, vj, m in zip(k, v, modes, strict=True) if m != "skip"]
+    parts = [partial_attention(q, kj, vj, is_causal=m == "causal") for kj, vj, m in seen]
+    if not parts:
+        return torch.zeros(*q.shape[:-1], v[0].shape[-1], dtype=q.dtype)
+    if combine == "merge":
+        out, lse = parts[0]
+        for part in parts[1:]:
+            out, lse = merge_attention(out, lse, *part)
+        return out
+    if combine == "mean":
+        return torch.stack([out for out, _ in parts]).mean(dim=0)  # (..., T/R, d_v)
+    out = parts[0][0]
+    for part_out, _ in parts[1:]:
+        out = (out + part_out) / 2
+    return out
+
+
+def _ring_of(
+    rule: Callable[[int, int, int, bool], str], combine: str = "merge"
+) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor, int, bool], torch.Tensor]:
+    """The whole output (..., T, d_v) of a ring in which rank r treats block j as rule(r, j, R, causal)."""
+
+    def ring(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, world: int, is_causal: bool) -> torch.Tensor:
+        qs, ks, vs = _blocks(q, world), _blocks(k, world), _blocks(v, world)
+        outs = []
+        for r in range(world):
+            modes = [rule(r, j, world, is_causal) for j in range(world)]
+            outs.append(_ordered(qs[r], ks, vs, modes, r, combine))
+        return torch.cat(outs, dim=-2)  # (..., T, d_v)
+
+    return ring
+
+
+def _ordered(
+    q: torch.Tensor, k: list[torch.Tensor], v: list[torch.Tensor], modes: list[str], rank: int, combine: str
+) -> torch.Tensor:
+    order = [(rank - s) % len(modes) for s in range(len(modes))]  # the ring's order: own block first
+    return _seen(q, [k[j] for j in order], [v[j] for j in order], [modes[j] for j in order], combine)
+
+
+def _right(r: int, j: int, world: int, is_causal: bool) -> str:
+    if not is_causal or j < r:
+        return "full"
+    return "causal" if j == r else "skip"
+
+
+def _local_mask_past(r: int, j: int, world: int, is_causal: bool) -> str:
+    return "causal" if is_causal and j <= r else _right(r, j, world, is_causal)
+
+
+def _local_mask_all(r: int, j: int, world: int, is_causal: bool) -> str:
+    return "causal" if is_causal else "full"
+
+
+def _future_seen(r: int, j: int, world: int, is_causal: bool) -> str:
+    return "full" if is_causal and j > r else _right(r, j, world, is_causal)
+
+
+def _diagonal_whole(r: int, j: int, world: int, is_causal: bool) -> str:
+    return "full" if is_causal and j == r else _right(r, j, world, is_causal)
+
+
+def _causal_ignored(r: int, j: int, world: int, is_causal: bool) -> str:
+    return "full"
+
+
+def _wrong_source(r: int, j: int, world: int, is_causal: bool) -> str:
+    return _right(r, (2 * r - j) % world, world, is_causal)  # the block from j taken for (r + s) mod R
+
+
+def _own_only(r: int, j: int, world: int, is_causal: bool) -> str:
+    return _right(r, j, world, is_causal) if j == r else "skip"
+
+
+def _always_causal(r: int, j: int, world: int, is_causal: bool) -> str:
+    return _right(r, j, world, True)
+
+
+_SOURCE_HINT = (
+    "at step s the block in hand came from rank (r − s) mod R (it travels from r−1 to r), so "
+    "source = (rank - step) % world"
+)
+
+_AVERAGE = (
+    "averages the blocks' partial outputs (all at once, or step by step as out = (out + block_out) / 2) "
+    "instead of merging them: each block's output is a softmax over its own keys only, and an average "
+    "weighs every block alike whatever its scores. Merge them by their log-sum-exp (merge_attention), "
+    "keeping the lse as you go."
+)
+
+_MISTAKES = [
+    Mistake(
+        "applies the causal mask to every block by its local positions (query i of the block sees key i "
+        "of the block): only the diagonal block, the rank's own, needs a mask. A block from an earlier "
+        "rank lies wholly in the past of every query here (see it whole); one from a later rank wholly "
+        "in the future (skip it).",
+        _ring_of(_local_mask_past),
+    ),
+    Mistake(
+        "applies the causal mask to every block by its local positions (query i of the block sees key i "
+        "of the block), and does not skip the blocks of later ranks: causality is about global "
+        "positions. A block from an earlier rank is wholly in the past (see it whole), one from a later "
+        "rank wholly in the future (skip it), and only the rank's own block is masked.",
+        _ring_of(_local_mask_all),
+    ),
+    Mistake(
+        "does not skip the blocks of later ranks when is_causal: their keys all lie in the future of "
+        "this rank's queries (a query at position i may see keys j <= i), so they must add nothing.",
+        _ring_of(_future_seen),
+    ),
+    Mistake(
+        "sees the rank's own block (the diagonal one) whole when is_causal: query i of it may see its "
+        "keys up to i only. Attend it with is_causal=True; earlier ranks' blocks are seen whole.",
+        _ring_of(_diagonal_whole),
+    ),
+    Mistake(
+        "ignores is_causal: with is_causal=True, skip the blocks of later ranks and mask the rank's own.",
+        _ring_of(_causal_ignored),
+    ),
+    Mistake(
+        "attributes the block received at step s to the wrong rank, (r + s) mod R, so it skips and masks "
+        f"the wrong blocks: {_SOURCE_HINT}.",
+        _ring_of(_wrong_source),
+    ),
+    Mistake(
+        _AVERAGE,
+        _ring_of(_right, "mean"),
+    ),
+    Mistake(
+        _AVERAGE,
+        _ring_of(_right, "running"),
+    ),
+    Mistake(
+        "returns attention over each rank's own block only: the blocks it received were never merged "
+        "into its output. Merge each block's partial result into the running (out, lse).",
+        _ring_of(_own_only),
+    ),
+    Mistake(
+        "applies the causal mask although is_causal=False: mask only when is_causal is true.",
+        _ring_of(_always_causal),
+    ),
+]
+
+
+# ---------------------------------------------------------------------------------------------
+# The property: which blocks each rank's output is attention over
+
+
+def _describe_modes(modes: Sequence[str], rank: int) -> str:
+    whole = [j for j, m in enumerate(modes) if m == "full"]
+    masked = [j for j, m in enumerate(modes) if m == "causal"]
+    parts = []
+    if whole:
+        parts.append(f"block{'s' if len(whole) > 1 else ''} {_listed(whole)} whole")
+    if masked:
+        parts.append(f"block{'s' if len(masked) > 1 else ''} {_listed(masked)} with a causal mask")
+    text = " and ".join(parts) or "no block"
+    return text.replace(f"block {rank} ", f"block {rank} (its own) ")
+
+
+def _listed(items: Sequence[int]) -> str:
+    words = [str(i) for i in items]
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+
+
+def _diagnose(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, world: int, is_causal: bool
+) -> Callable[[torch.Tensor, torch.Tensor], str | None]:
+    """For each wrong rank, which key blocks its output is attention over (each whole or causal)."""
+
+    def diagnose(actual: torch.Tensor, expected: torch.Tensor) -> str | None:
+        qs, ks, vs = _blocks(q, world), _blocks(k, world), _blocks(v, world)
+        outs, rights = _blocks(actual, world), _blocks(expected, world)
+        said = []
+        for r in range(world):
+            if is_close(outs[r], rights[r]):
+                continue
+            right = [_right(r, j, world, is_causal) for j in range(world)]
+            found = None
+            for modes in itertools.product(("skip", "full", "causal"), repeat=world):
+                if all(m == "skip" for m in modes):
+                    continue
+                if is_close(outs[r], _ordered(qs[r], ks, vs, list(modes), r, "merge")):
+                    found = list(modes)
+                    break
+            if found is None:
+                said.append(
+                    f"rank {r}'s output is not attention over any of the blocks, each whole or causal, "
+                    "merged by lse"
+                )
+            elif found == [m if j == r else "skip" for j, m in enumerate(found)]:
+                said.append(
+                    f"rank {r}'s output is attention over its own block only: the blocks it received "
+                    "were never merged"
+                )
+            else:
+                said.append(
+                    f"rank {r}'s output is attention over {_describe_modes(found, r)}, but should be over "
+                    f"{_describe_modes(right, r)}"
+                )
+        if not said:
+            return None
+        return "is wrong on some ranks: " + "; ".join(said) + "."
+
+    return diagnose
+
+
+# ---------------------------------------------------------------------------------------------
+# Running the learner's function on the ranks, and what went wrong there
+
+
+_LAST: dict[str, Any] = {}
+"""The last run (its payload, when, and what it gave): the check's body runs twice when the learner's
+ring calls their own merge_attention (see `_upstream`), and a deadlock need not be waited out twice."""
+
+
+def _run(candidate: Any, world: int, inputs: Sequence[tuple[torch.Tensor, ...]]) -> list[ranks.Outcome]:
+    """The learner's ring on `world` ranks for each case's whole inputs; what each rank returned."""
+    cases = []
+    for (q, k, v), case in zip(inputs, _CASES[world], strict=True):
+        blocks = zip(*(ranks_split(x, world) for x in (q, k, v)), strict=True)
+        cases.append([(candidate, *block, case.is_causal) for block in blocks])
+    try:
+        payload = cloudpickle.dumps((candidate, cases))
+    except Exception as error:  # noqa: BLE001  (what cannot be pickled is said to the learner)
+        raise CheckFailed(
+            f"Your ring_attention cannot be sent to other processes ({type(error).__name__}: {error}): "
+            "it must not use objects that cannot be pickled (open files, locks, generators)."
+        ) from None
+    if _LAST.get("payload") == payload and time.monotonic() - _LAST["when"] < 60:
+        found = _LAST["result"]
+    else:
+        try:
+            found = ranks.run_cases(_call_ring, cases, idle=IDLE_SECONDS)
+        except ranks.RanksFailed as failed:
+            found = failed
+        _LAST.update(payload=payload, when=time.monotonic(), result=found)
+    if isinstance(found, ranks.RanksFailed):
+        raise _failure(found, candidate, world)
+    return list(found)
+
+
+def ranks_split(x: torch.Tensor, world: int) -> list[torch.Tensor]:
+    return [block.contiguous() for block in x.chunk(world, dim=-2)]  # R × (..., T/R, ·)
+
+
+def _failure(failed: ranks.RanksFailed, candidate: Any, world: int) -> CheckFailed:
+    case = _CASES[world][failed.case]
+    called = f"\n(Called as {case.describe(world)}.)"
+    if isinstance(failed, ranks.RankRaised):
+        first = failed.raised[0]
+        if first.type_name == "NotImplementedError":
+            return CheckFailed(
+                "`ring_attention` is not implemented yet: replace `raise NotImplementedError` with your "
+                "code, run that cell, then run this check again."
+            )
+        others = [r.rank for r in failed.raised[1:]]
+        also = f" (and on rank{'s' if len(others) > 1 else ''} {_listed(others)})" if others else ""
+        waited = (
+            f"; rank{'s' if len(failed.stranded) > 1 else ''} {_listed(failed.stranded)} then waited for it"
+            if failed.stranded
+            else ""
+        )
+        text = " ".join(first.message.split())[:400]
+        return CheckFailed(
+            f"Your ring_attention raised {first.type_name} on rank {first.rank} of {world}{also}"
+            f"{_learner_line(first, candidate)}: {text}{waited}.{_raised_hint(first)}{called}"
+        )
+    assert isinstance(failed, ranks.Deadlock)
+    return CheckFailed(
+        f"Your ring_attention never finished: {failed}.\n{_deadlock_hint(failed, world)}{called}"
+    )
+
+
+def _raised_hint(raised: ranks.Raised) -> str:
+    if "contiguous" in raised.message:
+        return (
+            "\ngloo sends and receives contiguous tensors only: send k.contiguous(), and receive into "
+            "torch.empty_like(...) of a contiguous tensor."
+        )
+    if "size" in raised.message.lower() or "shape" in raised.message.lower():
+        return (
+            "\nA receive must go into a buffer of the shape and dtype of what is sent: v's block may be "
+            "narrower than k's (d_v), so receive it into torch.empty_like(v_block)."
+        )
+    return ""
+
+
+def _deadlock_hint(failed: ranks.Deadlock, world: int) -> str:
+    """What in the ranks' calls of torch.distributed explains the deadlock, where something does."""
+    events = failed.events
+    sends = [{e.peer for e in ev if e.kind in ("send", "isend")} for ev in events]
+    receives = [{e.peer for e in ev if e.kind in ("recv", "irecv")} for ev in events]
+    ring = "rank r must send to (r + 1) % R and receive from (r − 1) % R"
+    for step in (1, -1):
+        if world > 2 and all(sends[r] == receives[r] == {(r + step) % world} for r in range(world)):
+            return (
+                "Each rank sends to and receives from the same neighbour, rank r "
+                f"{'+' if step > 0 else '−'} 1: "
+                "on 2 ranks r + 1 and r − 1 are the same rank, which is why it passed there, but on "
+                f"{world} ranks rank r's neighbour waits for a block from its other side. R{ring[1:]}."
+            )
+    for r in range(world):
+        for peer in sorted(p for p in sends[r] if p is not None):
+            if receives[peer] and r not in receives[peer] and None not in receives[peer]:
+                return (
+                    f"Rank {r} sends to rank {peer}, but rank {peer} receives from "
+                    f"{_listed(sorted(p for p in receives[peer] if p is not None))} only: {ring}."
+                )
+    blocked = [ev[-1] for ev in (events[r] for r in failed.waiting) if ev]
+    if blocked and all(e.kind == "send" and not e.ended for e in blocked) and not any(receives):
+        return (
+            "Every rank is inside a blocking dist.send: a send waits until its receiver takes the block, "
+            "and every rank is sending, so none is receiving. Post the receive and the send together "
+            "(dist.irecv and dist.isend, then wait on both), or let even ranks send first and odd ranks "
+            "receive first."
+        )
+    return f"Every rank must make the same sends and receives, in matching order: {ring}."
+
+
+def _learner_line(raised: ranks.Raised, candidate: Any) -> str:
+    """' at line N of your code: `code`' for the last frame of the learner's own code, or ''."""
+    codes = _learner_codes(candidate)
+    for filename, lineno, name in reversed(raised.frames):
+        if filename != "<dynamic-code>":
+            if str(Path(filename).resolve()).startswith(library_dirs()) or not Path(filename).exists():
+                continue
+            original = filename
+        else:
+            found = [c for c in codes if c.co_name == name and lineno in _lines(c)]
+            if not found:
+                continue
+            original = found[0].co_filename
+        code = linecache.getline(original, lineno).strip()
+        return f" at line {lineno} of your code: `{code}`" if code else f" at line {lineno} of your code"
+    return ""
+
+
+def _lines(code: types.CodeType) -> set[int]:
+    return {line for _, _, line in code.co_lines() if line is not None}
+
+
+def _learner_codes(candidate: Any) -> list[types.CodeType]:
+    """The code objects of the learner's function and of the learner's functions it calls."""
+    found: list[types.CodeType] = []
+    todo: list[Any] = [candidate]
+    seen: set[int] = set()
+    while todo and len(seen) < 100:
+        fn = todo.pop()
+        if not isinstance(fn, types.FunctionType) or id(fn) in seen:
+            continue
+        seen.add(id(fn))
+        filename = fn.__code__.co_filename
+        if Path(filename).exists() and str(Path(filename).resolve()).startswith(library_dirs()):
+            continue
+        stack = [fn.__code__]
+        while stack:
+            code = stack.pop()
+            found.append(code)
+            stack.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
+        todo.extend(fn.__globals__.get(n) for n in _names(fn.__code__))
+        todo.extend(cell.cell_contents for cell in fn.__closure__ or () if _filled(cell))
+    return found
+
+
+def _names(code: types.CodeType) -> set[str]:
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _names(const)
+    return names
+
+
+def _filled(cell: Any) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018
+    except ValueError:
+        return False
+    return True
+
+
+def _expect_ring_calls(outcomes: list[ranks.Outcome], world: int) -> None:
+    """No collective that gathers the blocks, and no received buffer read before its request was waited on."""
+    for index, outcome in enumerate(outcomes):
+        for rank, events in enumerate(outcome.events):
+            for event in events:
+                if event.kind in ("all_gather", "all_gather_into_tensor", "all_gather_object", "broadcast",
+                                  "all_to_all", "all_to_all_single", "gather", "scatter"):  # fmt: skip
+                    raise CheckFailed(
+                        f"Your ring_attention calls dist.{event.kind} (on rank {rank} of {world}): every "
+                        "rank then holds every key/value block at once, R times the memory. The ring's point "
+                        "is that a rank holds two blocks at a time, the one it computes on and the one "
+                        "arriving: pass the blocks round the ring with dist.isend and dist.irecv, rank r "
+                        "sending to (r + 1) % R and receiving from (r − 1) % R."
+                    )
+                if event.kind == "read-pending":
+                    raise CheckFailed(
+                        f"Your ring_attention on rank {rank} of {world} uses the buffer of its irecv from "
+                        f"rank {event.peer} before waiting on that request: the block may not have arrived "
+                        "yet, so the result depends on timing. Call .wait() on the requests (the isends' "
+                        "and the irecvs') before using what they received.\n"
+                        f"(Called as {_CASES[world][index].describe(world)}.)"
+                    )
+
+
+@check
+def check_ring_attention(candidate: Callable[..., Any]) -> str:
+    """On 2 and 4 real processes, causal and not, against SDPA over the whole sequence."""
+    for world in (2, 4):
+        inputs = [_inputs(case, world) for case in _CASES[world]]
+        outcomes = _run(candidate, world, inputs)
+        _expect_ring_calls(outcomes, world)
+        for case, (q, k, v), outcome in zip(_CASES[world], inputs, outcomes, strict=True):
+            for rank, out in enumerate(outcome.outputs):
+                expect_tensor(
+                    out,
+                    (*case.batch, case.block, case.d_v),
+                    f"Your ring_attention's output on rank {rank} (called as {case.describe(world)})",
+                )
+            actual = torch.cat(outcome.outputs, dim=-2)  # (..., T, d_v)
+            expected = F.scaled_dot_product_attention(
+                q.double(), k.double(), v.double(), is_causal=case.is_causal
+            )
+            expect_close(
+                actual,
+                expected.to(case.dtype),
+                "Your ring_attention (its outputs joined over the ranks)",
+                mistakes=_MISTAKES,
+                args=(q, k, v, world, case.is_causal),
+                diagnose=_diagnose(q, k, v, world, case.is_causal),
+                called_as=case.describe(world),
+                only=("known-mistake", "property", "non-finite", "where-wrong"),
+            )
+    return (
+        "on 2 and 4 processes (gloo), causal and not, batch axes, float32 and float64, T/R not a power of "
+        "two, the blocks passed round the ring"
+    )
