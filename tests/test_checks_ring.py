@@ -1,0 +1,246 @@
+"""The check of notebook 11's ring attention, on real processes: learner-written mistakes and right variants."""
+
+# ruff: noqa: E501  (tables of learner cases)
+from __future__ import annotations
+
+import pytest
+from check_assertions import assert_accepted, assert_rejected
+from learner_code import learner
+
+from attn_course import ranks
+from attn_course.checks import check_ring_attention
+
+
+@pytest.fixture(scope="module", autouse=True)
+def pools():
+    """The 2- and 4-rank pools, shared by every case of this module and stopped at its end."""
+    yield
+    ranks.shutdown()
+
+
+RING = """
+import torch.distributed as dist
+from attn_course.merging import merge_attention, partial_attention
+
+
+def ring_attention(q, k, v, is_causal=False):
+    rank = dist.get_rank()
+    world = dist.get_world_size()
+    nxt = (rank + 1) % world
+    prv = (rank - 1) % world
+    k_cur, v_cur = k, v
+    out, lse = None, None
+    for step in range(world):
+        if step < world - 1:
+            k_new = torch.empty_like(k_cur)
+            v_new = torch.empty_like(v_cur)
+            reqs = [dist.isend(k_cur, nxt), dist.isend(v_cur, nxt), dist.irecv(k_new, prv), dist.irecv(v_new, prv)]
+        src = (rank - step) % world
+        if is_causal and src > rank:
+            pass
+        else:
+            o, l = partial_attention(q, k_cur, v_cur, is_causal=is_causal and src == rank)
+            if out is None:
+                out, lse = o, l
+            else:
+                out, lse = merge_attention(out, lse, o, l)
+        if step < world - 1:
+            for r in reqs:
+                r.wait()
+            k_cur, v_cur = k_new, v_new
+    return out
+"""
+
+PARITY = """
+import torch.distributed as dist
+from attn_course.merging import merge_attention, partial_attention
+
+
+def ring_attention(q, k, v, is_causal=False):
+    rank, world = dist.get_rank(), dist.get_world_size()
+    kv = torch.cat([k, v], dim=-1).contiguous()
+    d = k.shape[-1]
+    out = lse = None
+    for step in range(world):
+        src = (rank - step) % world
+        if not (is_causal and src > rank):
+            o, l = partial_attention(q, kv[..., :d], kv[..., d:], is_causal=is_causal and src == rank)
+            out, lse = (o, l) if out is None else merge_attention(out, lse, o, l)
+        if step == world - 1:
+            break
+        incoming = torch.empty_like(kv)
+        if rank % 2 == 0:
+            dist.send(kv, (rank + 1) % world)
+            dist.recv(incoming, (rank - 1) % world)
+        else:
+            dist.recv(incoming, (rank - 1) % world)
+            dist.send(kv, (rank + 1) % world)
+        kv = incoming
+    return out
+"""
+
+BATCHED = """
+import torch.distributed as dist
+from attn_course.merging import merge_attention, partial_attention
+
+
+def ring_attention(q, k, v, is_causal=False):
+    rank, world = dist.get_rank(), dist.get_world_size()
+    blocks = {}
+    k_cur, v_cur = k.contiguous(), v.contiguous()
+    for step in range(world):
+        src = (rank - step) % world
+        if step + 1 < world:
+            k_in, v_in = torch.empty_like(k_cur), torch.empty_like(v_cur)
+            ops = [
+                dist.P2POp(dist.isend, k_cur, (rank + 1) % world),
+                dist.P2POp(dist.isend, v_cur, (rank + 1) % world),
+                dist.P2POp(dist.irecv, k_in, (rank - 1) % world),
+                dist.P2POp(dist.irecv, v_in, (rank - 1) % world),
+            ]
+            reqs = dist.batch_isend_irecv(ops)
+        if not is_causal or src <= rank:
+            blocks[src] = partial_attention(q, k_cur, v_cur, is_causal=is_causal and src == rank)
+        if step + 1 < world:
+            for req in reqs:
+                req.wait()
+            k_cur, v_cur = k_in, v_in
+    # merged in the order of the sequence, not the order they arrived
+    out, lse = None, None
+    for src in sorted(blocks):
+        o, l = blocks[src]
+        out, lse = (o, l) if out is None else merge_attention(out, lse, o, l)
+    return out
+"""
+
+EINSUM = """
+import torch.distributed as dist
+
+
+def ring_attention(q, k, v, is_causal=False):
+    rank, world = dist.get_rank(), dist.get_world_size()
+    n = q.shape[-2]
+    scale = q.shape[-1] ** -0.5
+    m = torch.full(q.shape[:-1], float("-inf"), dtype=q.dtype)
+    num = torch.zeros(*q.shape[:-1], v.shape[-1], dtype=q.dtype)
+    den = torch.zeros(q.shape[:-1], dtype=q.dtype)
+    kb, vb = k.contiguous(), v.contiguous()
+    for step in range(world):
+        src = (rank - step) % world
+        if step < world - 1:
+            kn, vn = torch.empty_like(kb), torch.empty_like(vb)
+            sends = [dist.isend(kb, (rank + 1) % world), dist.isend(vb, (rank + 1) % world)]
+            recvs = [dist.irecv(kn, (rank - 1) % world), dist.irecv(vn, (rank - 1) % world)]
+        if not is_causal or src <= rank:
+            s = torch.einsum("...id,...jd->...ij", q, kb) * scale
+            if is_causal and src == rank:
+                s = s.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+            m_new = torch.maximum(m, s.amax(dim=-1))
+            p = torch.exp(s - m_new[..., None])
+            c = torch.exp(m - m_new)
+            num = num * c[..., None] + torch.einsum("...ij,...jd->...id", p, vb)
+            den = den * c + p.sum(dim=-1)
+            m = m_new
+        if step < world - 1:
+            for req in sends + recvs:
+                req.wait()
+            kb, vb = kn, vn
+    return num / den[..., None]
+"""
+
+RIGHT = {
+    "isend-irecv": RING,
+    "parity-send-recv": PARITY,
+    "batch-isend-irecv": BATCHED,
+    "einsum-online": EINSUM,
+}
+
+
+@pytest.mark.parametrize("name", list(RIGHT))
+def test_right_rings_pass(name, capsys):
+    assert_accepted(check_ring_attention, learner(RIGHT[name], "ring_attention"), capsys)
+
+
+WRONG = [
+    (
+        "mask-every-block",
+        [("is_causal=is_causal and src == rank", "is_causal=is_causal")],
+        "applies the causal mask to every block by its local positions",
+    ),
+    (
+        "future-not-skipped",
+        [("if is_causal and src > rank:", "if False:")],
+        "does not skip the blocks of later ranks",
+    ),
+    (
+        "average",
+        [("out, lse = merge_attention(out, lse, o, l)", "out = (out + o) / 2")],
+        "averages the blocks' partial outputs",
+    ),
+    (
+        "wrong-source",
+        [("src = (rank - step) % world", "src = (rank + step) % world")],
+        "attributes the block received at step s to the wrong rank",
+    ),
+    (
+        "wrong-neighbour",
+        [
+            (
+                "dist.irecv(k_new, prv), dist.irecv(v_new, prv)",
+                "dist.irecv(k_new, nxt), dist.irecv(v_new, nxt)",
+            )
+        ],
+        "Each rank sends to and receives from the same neighbour",
+    ),
+    (
+        "no-wait",
+        [("            for r in reqs:\n                r.wait()\n", "")],
+        "before waiting on that request",
+    ),
+    (
+        "raises-on-one-rank",
+        [
+            (
+                "    return out\n",
+                "    if rank == world - 1:\n        raise ValueError(f'rank {rank} is done')\n    return out\n",
+            )
+        ],
+        "raised ValueError on rank 1 of 2 at line",
+    ),
+    (
+        "never-merged",
+        [("                out, lse = merge_attention(out, lse, o, l)", "                pass")],
+        "the blocks it received were never merged",
+    ),
+    (
+        "all-gather",
+        [
+            (
+                "    for step in range(world):",
+                "    ks = [torch.empty_like(k) for _ in range(world)]\n    dist.all_gather(ks, k.contiguous())\n    for step in range(world):",
+            )
+        ],
+        "calls dist.all_gather",
+    ),
+    ("v-buffer-like-k", [("v_new = torch.empty_like(v_cur)", "v_new = torch.empty_like(k_cur)")], "raised"),
+]
+
+
+@pytest.mark.parametrize(("name", "edits", "phrase"), WRONG, ids=[w[0] for w in WRONG])
+def test_wrong_rings_are_named(name, edits, phrase, capsys):
+    assert_rejected(check_ring_attention, learner(RING, "ring_attention", *edits), phrase, capsys)
+
+
+def test_an_unknown_mistake_is_read_rank_by_rank(capsys):
+    """Rank 0 never merges what it receives (no known slip): said as which blocks rank 0's output covers."""
+    wrong = learner(
+        RING, "ring_attention", ("            if out is None:", "            if out is None or rank == 0:")
+    )
+    assert_rejected(check_ring_attention, wrong, "rank 0's output is attention over block 1 whole", capsys)
+
+
+def test_the_unwritten_exercise_is_said_to_be_unwritten(capsys):
+    stub = learner(
+        "def ring_attention(q, k, v, is_causal=False):\n    raise NotImplementedError\n", "ring_attention"
+    )
+    assert_rejected(check_ring_attention, stub, "`ring_attention` is not implemented yet", capsys)
