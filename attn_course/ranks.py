@@ -49,6 +49,9 @@ GLOO_SECONDS = 20.0
 START_SECONDS = 120.0
 """How long R fresh processes may take to join their process group (the first imports torch)."""
 
+PRELOAD = ("torch", "torch.distributed", "torch.utils.flop_counter", "cloudpickle", __name__, "attn_course.merging")
+"""What the forkserver imports once, so that no rank imports it again (the flop counter measures rings)."""
+
 _P2P = ("send", "recv", "isend", "irecv")
 _COLLECTIVES = (
     "all_gather",
@@ -338,7 +341,7 @@ def _context() -> Any:
     """A forkserver that has imported torch (each rank forks from it cheaply), or spawn where none."""
     if "forkserver" in multiprocessing.get_all_start_methods():
         context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(["torch", "torch.distributed", "cloudpickle", __name__])
+        context.set_forkserver_preload(list(PRELOAD))
         return context
     return multiprocessing.get_context("spawn")
 
