@@ -244,3 +244,20 @@ def test_the_unwritten_exercise_is_said_to_be_unwritten(capsys):
         "def ring_attention(q, k, v, is_causal=False):\n    raise NotImplementedError\n", "ring_attention"
     )
     assert_rejected(check_ring_attention, stub, "`ring_attention` is not implemented yet", capsys)
+
+
+def test_a_right_ring_over_the_learners_wrong_merge_blames_the_merge(capsys):
+    """The learner's ring calls their own merge_attention (Exercise 1), which forgets to reweigh part b."""
+    own_merge = """
+def merge_attention(out_a, lse_a, out_b, lse_b):
+    lse = torch.logaddexp(lse_a, lse_b)
+    return torch.exp(lse_a - lse).unsqueeze(-1) * out_a + out_b, lse
+"""
+    source = RING.replace(
+        "from attn_course.merging import merge_attention, partial_attention",
+        "from attn_course.merging import partial_attention",
+    )
+    ring = learner(own_merge + source, "ring_attention")
+    assert_rejected(
+        check_ring_attention, ring, "with the course's `merge_attention` in place of yours it passes", capsys
+    )

@@ -150,3 +150,26 @@ def test_torchrun_runs_the_ring_as_users_launch_it():
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "ring attention on 2 ranks agrees with SDPA" in done.stdout
+
+
+def _pytorch_context_parallel(q, k, v):
+    """PyTorch's own context parallelism on this rank: SDPA inside `context_parallel`, its math kernel."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.experimental import context_parallel
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    q, k, v = q.clone(), k.clone(), v.clone()  # sharded in place: rank r keeps chunks r and 2R-1-r
+    with sdpa_kernel(SDPBackend.MATH), context_parallel(mesh, buffers=[q, k, v], buffer_seq_dims=[2, 2, 2]):
+        return F.scaled_dot_product_attention(q, k, v)  # (B, H, 2·T/(2R), d) this rank's rows
+
+
+def test_pytorch_context_parallel_agrees_with_the_ring():
+    """The outside oracle where torch 2.13's CPU build runs it: non-causal, SDPA's math kernel, on gloo.
+
+    (Causal context parallelism fails on the CPU: SDPA's CPU flash kernel has no sharding strategy, and
+    the math kernel mixes DTensors with tensors.) Its shards are the zigzag split's chunks r and 2R-1-r.
+    """
+    q, k, v = _qkv(2, block=8)
+    theirs = ring.join_blocks(ranks.run_on_ranks(_pytorch_context_parallel, [(q, k, v)] * 2), zigzag=True)
+    torch.testing.assert_close(theirs, ring.run_ring(ring.ring_attention, q, k, v, 2), atol=1e-12, rtol=1e-10)
