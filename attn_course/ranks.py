@@ -49,7 +49,14 @@ GLOO_SECONDS = 20.0
 START_SECONDS = 120.0
 """How long R fresh processes may take to join their process group (the first imports torch)."""
 
-PRELOAD = ("torch", "torch.distributed", "torch.utils.flop_counter", "cloudpickle", __name__, "attn_course.merging")
+PRELOAD = (
+    "torch",
+    "torch.distributed",
+    "torch.utils.flop_counter",
+    "cloudpickle",
+    __name__,
+    "attn_course.merging",
+)
 """What the forkserver imports once, so that no rank imports it again (the flop counter measures rings)."""
 
 _P2P = ("send", "recv", "isend", "irecv")
@@ -83,6 +90,8 @@ class Event:
     """For "wait" and "read-pending": the request's operation ("isend", "irecv")."""
     ended: bool = False
     """For a blocking call: whether it returned (False: the rank was still inside it)."""
+    shape: tuple[int, ...] | None = None
+    """For a send or receive: the shape of the tensor sent, or of the buffer received into."""
 
 
 @dataclass(frozen=True)
@@ -207,19 +216,20 @@ def _recording(kind: str, real: Callable[..., Any], recorder: _Recorder) -> Call
     """`real` (a torch.distributed function) with its calls recorded."""
 
     def recorded(*args: Any, **kwargs: Any) -> Any:
+        tensor = args[0] if args else kwargs.get("tensor")
+        shape = tuple(tensor.shape) if isinstance(tensor, torch.Tensor) else None
         if kind in ("isend", "irecv"):
             peer = _peer(kind, args, kwargs)
-            recorder.note(Event(kind, peer))
+            recorder.note(Event(kind, peer, shape=shape))
             work = real(*args, **kwargs)
-            tensor = args[0] if args else kwargs.get("tensor")
             buffer = tensor.untyped_storage().data_ptr() if isinstance(tensor, torch.Tensor) else 0
             if kind == "irecv" and buffer:
                 recorder.pending[buffer] = (kind, peer)
             return _Request(work, recorder, kind, peer, buffer) if work is not None else None
-        peer = _peer(kind, args, kwargs) if kind in _P2P else None
-        recorder.note(Event(kind, peer))
+        peer, shape = (_peer(kind, args, kwargs), shape) if kind in _P2P else (None, None)
+        recorder.note(Event(kind, peer, shape=shape))
         result = real(*args, **kwargs)
-        recorder.note(Event(kind, peer, ended=True))
+        recorder.note(Event(kind, peer, ended=True, shape=shape))
         return result
 
     recorded.__name__ = recorded.__qualname__ = kind

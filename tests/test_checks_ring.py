@@ -222,7 +222,11 @@ WRONG = [
         ],
         "calls dist.all_gather",
     ),
-    ("v-buffer-like-k", [("v_new = torch.empty_like(v_cur)", "v_new = torch.empty_like(k_cur)")], "raised"),
+    (
+        "v-buffer-like-k",
+        [("v_new = torch.empty_like(v_cur)", "v_new = torch.empty_like(k_cur)")],
+        "goes into a buffer of shape (2, 3, 5, 6), but rank 1 sent a tensor of shape (2, 3, 5, 4)",
+    ),
 ]
 
 

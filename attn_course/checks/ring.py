@@ -364,9 +364,10 @@ def _failure(failed: ranks.RanksFailed, candidate: Any, world: int) -> CheckFail
             else ""
         )
         text = " ".join(first.message.split())[:400]
+        hint = _mismatched_buffers(failed.events) or _raised_hint(first)
         return CheckFailed(
             f"Your ring_attention raised {first.type_name} on rank {first.rank} of {world}{also}"
-            f"{_learner_line(first, candidate)}: {text}{waited}.{_raised_hint(first)}{called}"
+            f"{_learner_line(first, candidate)}: {text}{waited}.{hint}{called}"
         )
     assert isinstance(failed, ranks.Deadlock)
     return CheckFailed(
@@ -380,11 +381,24 @@ def _raised_hint(raised: ranks.Raised) -> str:
             "\ngloo sends and receives contiguous tensors only: send k.contiguous(), and receive into "
             "torch.empty_like(...) of a contiguous tensor."
         )
-    if "size" in raised.message.lower() or "shape" in raised.message.lower():
-        return (
-            "\nA receive must go into a buffer of the shape and dtype of what is sent: v's block may be "
-            "narrower than k's (d_v), so receive it into torch.empty_like(v_block)."
-        )
+    return ""
+
+
+def _mismatched_buffers(events: list[list[ranks.Event]]) -> str:
+    """The first receive into a buffer shaped unlike what its sender sent (sends and receives between
+    two ranks pair up in order), said as a hint; "" where every pair matches."""
+    for receiver, ev in enumerate(events):
+        for sender in range(len(events)):
+            sent = [e.shape for e in events[sender] if e.kind in ("send", "isend") and e.peer == receiver]
+            got = [e.shape for e in ev if e.kind in ("recv", "irecv") and e.peer == sender and not e.ended]
+            for index, (a, b) in enumerate(zip(sent, got, strict=False)):
+                if a is not None and b is not None and a != b:
+                    return (
+                        f"\nRank {receiver}'s receive number {index + 1} from rank {sender} goes into a "
+                        f"buffer of shape {b}, but rank {sender} sent a tensor of shape {a} there: receive "
+                        "each block into a buffer shaped like it (v's blocks may be narrower than k's: "
+                        "torch.empty_like(v_block))."
+                    )
     return ""
 
 
@@ -505,6 +519,12 @@ def _expect_ring_calls(outcomes: list[ranks.Outcome], world: int) -> None:
                     )
 
 
+def expected_of(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, case: _Case) -> torch.Tensor:
+    """SDPA over the whole sequence, computed in float64, in the case's dtype: (..., T, d_v)."""
+    right = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=case.is_causal)
+    return right.to(case.dtype)
+
+
 @check
 def check_ring_attention(candidate: Callable[..., Any]) -> str:
     """On 2 and 4 real processes, causal and not, against SDPA over the whole sequence."""
@@ -520,12 +540,15 @@ def check_ring_attention(candidate: Callable[..., Any]) -> str:
                     f"Your ring_attention's output on rank {rank} (called as {case.describe(world)})",
                 )
             actual = torch.cat(outcome.outputs, dim=-2)  # (..., T, d_v)
-            expected = F.scaled_dot_product_attention(
-                q.double(), k.double(), v.double(), is_causal=case.is_causal
-            )
+            expected = expected_of(q, k, v, case)  # (..., T, d_v)
+            mismatched = _mismatched_buffers(outcome.events)
+            if mismatched and not is_close(actual, expected):
+                raise CheckFailed(
+                    f"Your ring_attention is wrong.{mismatched}\n(Called as {case.describe(world)}.)"
+                )
             expect_close(
                 actual,
-                expected.to(case.dtype),
+                expected,
                 "Your ring_attention (its outputs joined over the ranks)",
                 mistakes=_MISTAKES,
                 args=(q, k, v, world, case.is_causal),
