@@ -23,6 +23,8 @@ Introduced in 11_attention_at_scale.
 from __future__ import annotations
 
 import atexit
+import contextlib
+import io
 import itertools
 import multiprocessing
 import os
@@ -113,6 +115,8 @@ class Outcome:
     """What each rank returned, by rank."""
     events: list[list[Event]] = field(default_factory=list)
     """Each rank's calls of torch.distributed, in order."""
+    printed: list[str] = field(default_factory=list)
+    """What each rank printed (its stdout and stderr)."""
 
 
 class RanksFailed(Exception):
@@ -283,8 +287,9 @@ def _worker(rank: int, world: int, port: int, tasks: Any, results: Any, kernel: 
     """One rank: join the process group, then run tasks until told to stop or the kernel is gone."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # an interrupt in the notebook is the kernel's to handle
     torch.set_num_threads(1)
-    if "GLOO_SOCKET_IFNAME" not in os.environ:
-        os.environ["GLOO_SOCKET_IFNAME"] = "lo0" if sys.platform == "darwin" else "lo"
+    loopback = {"linux": "lo", "darwin": "lo0"}.get(sys.platform)
+    if loopback and "GLOO_SOCKET_IFNAME" not in os.environ:  # gloo on 127.0.0.1, whatever the hostname
+        os.environ["GLOO_SOCKET_IFNAME"] = loopback
     try:
         store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=START_SECONDS))
         dist.init_process_group(
@@ -321,15 +326,22 @@ def _run_task(task: tuple[int, bytes, bytes], rank: int, results: Any, recorder:
         return
     for case, args in enumerate(all_args):
         recorder.start(task_id, case)
+        printed = io.StringIO()  # shown in the notebook, not in the terminal the kernel started from
         try:
-            with _PendingReads(recorder):
+            with (
+                _PendingReads(recorder),
+                contextlib.redirect_stdout(printed),
+                contextlib.redirect_stderr(printed),
+            ):
                 out = fn(*args)
             payload = pickle.dumps(out)
             recorder.finish()
         except BaseException as error:  # noqa: BLE001  (the learner's: sent to the kernel)
             raised = Raised(rank, type(error).__name__, str(error), _frames(error))
+            results.put(("printed", task_id, case, rank, printed.getvalue()))
             results.put(("raised", task_id, case, rank, raised))
             return
+        results.put(("printed", task_id, case, rank, printed.getvalue()))
         results.put(("done", task_id, case, rank, payload))
 
 
@@ -410,6 +422,7 @@ class _Pool:
             self.tasks[rank].put((task, function, cloudpickle.dumps([case[rank] for case in cases])))
         outputs: list[list[Any]] = [[None] * self.world for _ in cases]
         events: list[list[list[Event]]] = [[[] for _ in range(self.world)] for _ in cases]
+        printed: list[list[str]] = [[""] * self.world for _ in cases]
         done: list[set[int]] = [set() for _ in cases]
         raised: dict[int, list[Raised]] = {}
         last = time.monotonic()
@@ -436,6 +449,8 @@ class _Pool:
             case, rank = message[2], message[3]
             if kind == "event":
                 events[case][rank].append(message[4])
+            elif kind == "printed":
+                printed[case][rank] = message[4]
             elif kind == "done":
                 outputs[case][rank] = pickle.loads(message[4])
                 done[case].add(rank)
@@ -452,7 +467,7 @@ class _Pool:
                 r for r in range(self.world) if r not in done[case] and all(x.rank != r for x in first)
             ]
             raise RankRaised(text, case, events[case], first, stranded)
-        return [Outcome(outputs[i], events[i]) for i in range(len(cases))]
+        return [Outcome(outputs[i], events[i], printed[i]) for i in range(len(cases))]
 
     def stop(self) -> None:
         """Stop every worker (politely, then by force) and wait until each is gone."""
@@ -548,8 +563,14 @@ def run_on_ranks(
 ) -> list[Any]:
     """What `fn(*per_rank_args[r])` returns on each rank r of len(per_rank_args) processes.
 
+    What a rank prints is printed here, each line after its rank ("[rank 1] ...").
+
     >>> import torch.distributed as dist
     >>> run_on_ranks(lambda x: x + dist.get_rank(), [(10,), (10,)])
     [10, 11]
     """
-    return run_cases(fn, [per_rank_args], idle)[0].outputs
+    outcome = run_cases(fn, [per_rank_args], idle)[0]
+    for rank, text in enumerate(outcome.printed):
+        for line in text.splitlines():
+            print(f"[rank {rank}] {line}")
+    return outcome.outputs

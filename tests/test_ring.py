@@ -173,3 +173,12 @@ def test_pytorch_context_parallel_agrees_with_the_ring():
     q, k, v = _qkv(2, block=8)
     theirs = ring.join_blocks(ranks.run_on_ranks(_pytorch_context_parallel, [(q, k, v)] * 2), zigzag=True)
     torch.testing.assert_close(theirs, ring.run_ring(ring.ring_attention, q, k, v, 2), atol=1e-12, rtol=1e-10)
+
+
+def test_what_a_rank_prints_is_shown_after_its_rank(capsys):
+    def shout():
+        print(f"hello from {dist.get_rank()}")
+        return dist.get_rank()
+
+    assert ranks.run_on_ranks(shout, [()] * 2) == [0, 1]
+    assert capsys.readouterr().out == "[rank 0] hello from 0\n[rank 1] hello from 1\n"
