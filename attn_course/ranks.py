@@ -55,6 +55,7 @@ PRELOAD = (
     "torch",
     "torch.distributed",
     "torch.utils.flop_counter",
+    "torch._dynamo",  # what the flop counter imports on its first use: 0.9 s in each rank otherwise
     "cloudpickle",
     __name__,
     "attn_course.merging",
