@@ -243,6 +243,10 @@ def _recording(kind: str, real: Callable[..., Any], recorder: _Recorder) -> Call
     return recorded
 
 
+_BARRIER = dist.barrier
+"""torch.distributed's own barrier, never recorded: the runtime's, between cases."""
+
+
 def _install(recorder: _Recorder) -> None:
     """Record this worker's calls of torch.distributed (the module's and distributed_c10d's names)."""
     c10d = dist.distributed_c10d
@@ -316,7 +320,11 @@ def _worker(rank: int, world: int, port: int, tasks: Any, results: Any, kernel: 
 
 
 def _run_task(task: tuple[int, bytes, bytes], rank: int, results: Any, recorder: _Recorder) -> None:
-    """Run each case of one task on this rank; stop at the first that raises."""
+    """Run each case of one task on this rank; stop at the first that raises.
+
+    The ranks meet at a barrier after each case, so that a rank that returned early cannot send the
+    next case's blocks to a rank still receiving this case's.
+    """
     task_id, function, cases = task
     recorder.start(task_id, 0)
     try:
@@ -344,6 +352,8 @@ def _run_task(task: tuple[int, bytes, bytes], rank: int, results: Any, recorder:
             return
         results.put(("printed", task_id, case, rank, printed.getvalue()))
         results.put(("done", task_id, case, rank, payload))
+        if case + 1 < len(all_args):
+            _BARRIER()
 
 
 def _alive(pid: int) -> bool:
@@ -435,6 +445,12 @@ class _Pool:
             try:
                 message = self.results.get(timeout=max(wait, 0.01))
             except queue.Empty:
+                dead = [r for r, p in enumerate(self.processes) if not p.is_alive()]
+                if dead and failed is None:
+                    case = next(i for i, d in enumerate(done) if len(d) < self.world)
+                    codes = ", ".join(f"rank {r} (exit code {self.processes[r].exitcode})" for r in dead)
+                    text = f"the process of {codes} ended while the others ran"
+                    raise RanksFailed(text, case, events[case]) from None
                 if time.monotonic() - last < (0.5 if failed is not None else idle):
                     continue
                 if failed is not None:

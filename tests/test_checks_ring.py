@@ -193,6 +193,16 @@ WRONG = [
         "Each rank sends to and receives from the same neighbour",
     ),
     (
+        "skipped-block-not-passed-on",
+        [
+            (
+                "    for step in range(world):\n        if step < world - 1:",
+                "    for step in range(world):\n        if is_causal and (rank - step) % world > rank:\n            continue\n        if step < world - 1:",
+            )
+        ],
+        "every rank must pass on a block at each of the R − 1 exchanges, also a block it skips",
+    ),
+    (
         "no-wait",
         [("            for r in reqs:\n                r.wait()\n", "")],
         "before waiting on that request",

@@ -431,6 +431,17 @@ def _deadlock_hint(failed: ranks.Deadlock, world: int) -> str:
             "(dist.irecv and dist.isend, then wait on both), or let even ranks send first and odd ranks "
             "receive first."
         )
+    for receiver in failed.waiting:
+        for sender in range(world):
+            sent = sum(e.kind in ("send", "isend") and e.peer == receiver for e in events[sender])
+            posted = sum(e.kind in ("recv", "irecv") and e.peer == sender for e in events[receiver])
+            if posted > sent and sender not in failed.waiting:
+                return (
+                    f"Rank {receiver} posted {posted} receives from rank {sender}, but rank {sender} sent "
+                    f"it {sent} tensors and returned: every rank must pass on a block at each of the R − 1 "
+                    "exchanges, also a block it skips (a later rank's, when causal), since the next rank "
+                    f"may need it. {ring[0].upper()}{ring[1:]}."
+                )
     return f"Every rank must make the same sends and receives, in matching order: {ring}."
 
 
