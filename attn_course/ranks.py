@@ -165,6 +165,7 @@ class _Recorder:
         self.task, self.case = -1, -1
         self.pending: dict[int, tuple[str, int | None]] = {}  # irecv buffer's data_ptr -> (op, peer)
         self.requests: list[_Request] = []  # this case's requests, to finish those never waited on
+        self.inside = False  # inside a recorded call of torch.distributed
 
     def start(self, task: int, case: int) -> None:
         self.task, self.case = task, case
@@ -221,6 +222,15 @@ def _recording(kind: str, real: Callable[..., Any], recorder: _Recorder) -> Call
     """`real` (a torch.distributed function) with its calls recorded."""
 
     def recorded(*args: Any, **kwargs: Any) -> Any:
+        if recorder.inside:  # torch.distributed calling itself (send calls isend): one call, recorded once
+            return real(*args, **kwargs)
+        recorder.inside = True
+        try:
+            return record(*args, **kwargs)
+        finally:
+            recorder.inside = False
+
+    def record(*args: Any, **kwargs: Any) -> Any:
         tensor = args[0] if args else kwargs.get("tensor")
         shape = tuple(tensor.shape) if isinstance(tensor, torch.Tensor) else None
         if kind in ("isend", "irecv"):
@@ -353,7 +363,9 @@ def _run_task(task: tuple[int, bytes, bytes], rank: int, results: Any, recorder:
         results.put(("printed", task_id, case, rank, printed.getvalue()))
         results.put(("done", task_id, case, rank, payload))
         if case + 1 < len(all_args):
+            recorder.inside = True  # the runtime's own call: not the learner's
             _BARRIER()
+            recorder.inside = False
 
 
 def _alive(pid: int) -> bool:

@@ -245,6 +245,11 @@ def test_wrong_rings_are_named(name, edits, phrase, capsys):
     assert_rejected(check_ring_attention, learner(RING, "ring_attention", *edits), phrase, capsys)
 
 
+def test_every_rank_sending_first_with_blocking_sends_is_named(capsys):
+    wrong = learner(PARITY, "ring_attention", ("if rank % 2 == 0:", "if True:"))
+    assert_rejected(check_ring_attention, wrong, "Every rank is inside a blocking dist.send", capsys)
+
+
 def test_an_unknown_mistake_is_read_rank_by_rank(capsys):
     """Rank 0 never merges what it receives (no known slip): said as which blocks rank 0's output covers."""
     wrong = learner(

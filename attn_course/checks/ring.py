@@ -424,7 +424,7 @@ def _deadlock_hint(failed: ranks.Deadlock, world: int) -> str:
                     f"{_listed(sorted(p for p in receives[peer] if p is not None))} only: {ring}."
                 )
     blocked = [ev[-1] for ev in (events[r] for r in failed.waiting) if ev]
-    if blocked and all(e.kind == "send" and not e.ended for e in blocked) and not any(receives):
+    if len(blocked) == world and all(e.kind == "send" and not e.ended for e in blocked):
         return (
             "Every rank is inside a blocking dist.send: a send waits until its receiver takes the block, "
             "and every rank is sending, so none is receiving. Post the receive and the send together "
