@@ -269,6 +269,32 @@ def _install(recorder: _Recorder) -> None:
         setattr(dist, kind, wrapped)
 
 
+_METADATA = frozenset(
+    (
+        "__get__",
+        "size",
+        "dim",
+        "numel",
+        "__len__",
+        "is_contiguous",
+        "stride",
+        "element_size",
+        "untyped_storage",
+        "new_empty",
+        "new_zeros",
+        "new_ones",
+        "new_full",
+        "empty_like",
+        "zeros_like",
+        "ones_like",
+        "full_like",
+        "rand_like",
+        "randn_like",
+    )
+)
+"""Calls that read a tensor's shape, dtype or layout, not its values: harmless on a pending buffer."""
+
+
 class _PendingReads(TorchFunctionMode):
     """Record a tensor read while an irecv into its storage has not been waited on."""
 
@@ -282,7 +308,7 @@ class _PendingReads(TorchFunctionMode):
         if real is not None:  # torch.distributed's own dispatch of a recorded call: recorded once already
             return real(*args, **kwargs)
         pending = self.recorder.pending
-        if pending:
+        if pending and getattr(func, "__name__", "") not in _METADATA:
             for value in itertools.chain(args, kwargs.values()):
                 tensors = value if isinstance(value, list | tuple) else (value,)
                 for tensor in tensors:

@@ -182,3 +182,22 @@ def test_what_a_rank_prints_is_shown_after_its_rank(capsys):
 
     assert ranks.run_on_ranks(shout, [()] * 2) == [0, 1]
     assert capsys.readouterr().out == "[rank 0] hello from 0\n[rank 1] hello from 1\n"
+
+
+def _exchange(x, read_early):
+    rank = dist.get_rank()
+    buffer = torch.empty_like(x)
+    requests = [dist.isend(x, 1 - rank), dist.irecv(buffer, 1 - rank)]
+    early = (
+        buffer * 2 if read_early else buffer.new_zeros(buffer.shape[-1] + len(buffer) - 2 * buffer.size(0))
+    )
+    for request in requests:
+        request.wait()
+    return buffer + early.sum()
+
+
+@pytest.mark.parametrize("read_early", [False, True])
+def test_a_received_buffer_read_before_its_wait_is_recorded_its_shape_is_not(read_early):
+    (outcome,) = ranks.run_cases(_exchange, [[(torch.ones(3), read_early), (torch.ones(3), read_early)]])
+    read = [e for e in outcome.events[0] if e.kind == "read-pending"]
+    assert read == ([ranks.Event("read-pending", 1, "irecv")] if read_early else [])
