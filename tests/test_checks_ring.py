@@ -280,3 +280,15 @@ def merge_attention(out_a, lse_a, out_b, lse_b):
     assert_rejected(
         check_ring_attention, ring, "with the course's `merge_attention` in place of yours it passes", capsys
     )
+
+
+def test_a_stub_the_ring_calls_is_named(capsys):
+    stub = "def merge_attention(out_a, lse_a, out_b, lse_b):\n    raise NotImplementedError\n"
+    source = RING.replace(
+        "from attn_course.merging import merge_attention, partial_attention",
+        "from attn_course.merging import partial_attention",
+    )
+    ring = learner(stub + source, "ring_attention")
+    assert_rejected(
+        check_ring_attention, ring, "with the course's `merge_attention` in place of yours it passes", capsys
+    )

@@ -352,9 +352,11 @@ def _failure(failed: ranks.RanksFailed, candidate: Any, world: int) -> CheckFail
     if isinstance(failed, ranks.RankRaised):
         first = failed.raised[0]
         if first.type_name == "NotImplementedError":
+            stub = next((name for file, _, name in reversed(first.frames) if file == "<dynamic-code>"), "")
+            calls = " (your ring_attention calls it)" if stub and stub != "ring_attention" else ""
             return CheckFailed(
-                "`ring_attention` is not implemented yet: replace `raise NotImplementedError` with your "
-                "code, run that cell, then run this check again."
+                f"`{stub if calls else 'ring_attention'}` is not implemented yet{calls}: replace "
+                "`raise NotImplementedError` with your code, run that cell, then run this check again."
             )
         others = [r.rank for r in failed.raised[1:]]
         also = f" (and on rank{'s' if len(others) > 1 else ''} {_listed(others)})" if others else ""
