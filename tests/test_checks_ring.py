@@ -9,6 +9,7 @@ from learner_code import learner
 
 from attn_course import ranks
 from attn_course.checks import check_ring_attention
+from attn_course.checks import ring as ring_checks
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -16,6 +17,12 @@ def pools():
     """The 2- and 4-rank pools, shared by every case of this module and stopped at its end."""
     yield
     ranks.shutdown()
+
+
+@pytest.fixture(autouse=True)
+def quick_deadlocks(monkeypatch):
+    """A deadlock said after 2 s of no progress instead of the check's 4: the cases here take milliseconds."""
+    monkeypatch.setattr(ring_checks, "IDLE_SECONDS", 2.0)
 
 
 RING = """
