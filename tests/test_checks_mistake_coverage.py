@@ -50,6 +50,7 @@ LEARNER_TABLES = {
     "test_checks_blind_a": ["BLIND_A"],
     "test_checks_merging": ["WRONG"],
     "test_checks_latent": ["PLAIN_WRONG", "ABSORBED_WRONG"],
+    "test_checks_ring": ["WRONG"],
 }  # fmt: skip
 """Test module -> its tables of wrong answers written as learners write them."""
 

@@ -200,6 +200,27 @@ WRONG = [
         "Each rank sends to and receives from the same neighbour",
     ),
     (
+        "diagonal-whole",
+        [("is_causal=is_causal and src == rank", "is_causal=False")],
+        "sees the rank's own block (the diagonal one) whole when is_causal",
+    ),
+    (
+        "causal-ignored",
+        [
+            ("if is_causal and src > rank:", "if False:"),
+            ("is_causal=is_causal and src == rank", "is_causal=False"),
+        ],
+        "ignores is_causal",
+    ),
+    (
+        "always-causal",
+        [
+            ("if is_causal and src > rank:", "if src > rank:"),
+            ("is_causal=is_causal and src == rank", "is_causal=src == rank"),
+        ],
+        "applies the causal mask although is_causal=False",
+    ),
+    (
         "skipped-block-not-passed-on",
         [
             (
