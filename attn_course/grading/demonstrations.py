@@ -84,6 +84,10 @@ DEMONSTRATIONS: dict[str, frozenset[str]] = {
         "d9244f38", "aeda18cb", "6e10d42f", "b1137bc4", "af405a4b", "aafa566f", "50f4e058",
         "54e03ef9",
     }),
+    "11_attention_at_scale": frozenset({
+        "b1a70006", "b2a70006", "b2a70008", "b3a10005", "b3a10006", "b3a10008", "c4a10006", "c4a1000b",
+        "c4a1000d", "c4a1000f", "d5a10002", "d5a1000b", "d5a1000d", "d5a1000f",
+    }),
 }  # fmt: skip
 """The cells (by id) the course tags `demonstration`, per notebook: a notebook downloaded before the tags
 were added, or saved by an editor that drops cell metadata but keeps ids, is graded as fast.
