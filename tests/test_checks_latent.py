@@ -9,7 +9,7 @@ from check_assertions import assert_accepted, assert_rejected
 from learner_code import ABSORBED, ABSORBED_FOLDED, LATENT, LATENT_SDPA, learner
 
 from attn_course import reference
-from attn_course.checks import check_absorbed_latent_attention, check_latent_attention
+from attn_course.checks import CheckFailed, check_absorbed_latent_attention, check_latent_attention
 
 
 def plain(*edits: tuple[str, str]):
@@ -264,3 +264,16 @@ ABSORBED_WRONG = {
 @pytest.mark.parametrize(("edits", "phrase"), ABSORBED_WRONG.values(), ids=ABSORBED_WRONG.keys())
 def test_absorbed_rejects(edits, phrase, capsys):
     assert_rejected(check_absorbed_latent_attention, absorbed(*edits), phrase, capsys)
+
+
+def test_a_key_rotated_at_its_index_with_positions_given_is_read_with_those_positions(capsys):
+    """The diagnosis re-runs the learner's layer on the failing case's own positions: with positions
+    given and the shared key rotated at 0 … t−1 instead, nothing lets a query see later tokens."""
+    key_ignores_positions = plain(
+        ("    k_r = apply_rope(attn.k_rope(x), positions, attn.base)",
+         "    k_r = apply_rope(attn.k_rope(x), torch.arange(x.shape[-2]), attn.base)")
+    )  # fmt: skip
+    assert_rejected(check_latent_attention, key_ignores_positions, "shifted by the same amount", capsys)
+    with pytest.raises(CheckFailed) as failure:
+        check_latent_attention(key_ignores_positions)
+    assert "later tokens" not in str(failure.value)

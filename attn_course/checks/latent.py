@@ -233,30 +233,40 @@ def _learners_output(candidate: Callable[..., Any], attn: LatentAttention, x: to
 
 
 def _diagnose_plain(
-    candidate: Callable[..., Any], attn: LatentAttention, x: torch.Tensor, actual: Any, expected: Any
+    candidate: Callable[..., Any],
+    attn: LatentAttention,
+    x: torch.Tensor,
+    positions: torch.Tensor | None,
+    actual: Any,
+    expected: Any,
 ) -> str | None:
-    """What property fails: the causal order, the dependence on distance only, or which part is wrong."""
+    """What property fails: the causal order, the dependence on distance only, or which part is wrong.
+
+    Every call repeats the failing case's `positions` (or its shift): outputs of other positions are
+    not comparable."""
     t = x.shape[-2]
     if not torch.isfinite(actual).all():
         return None  # NaN or inf: the pipeline's own layer says where they come from
+    given = {} if positions is None else {"positions": positions}
     changed = x.clone()
     changed[:, -1] = randn(x.shape[0], x.shape[-1])  # only the last token changes
-    again = _learners_output(candidate, attn, changed)
+    again = _learners_output(candidate, attn, changed, **given)
     if again is not None and not is_close(again[:, :-1], actual[:, :-1]):
         return (
             "lets a query see later tokens: changing only the last token changed the outputs before it. "
             "Mask the scores causally (query i sees keys j ≤ i) before the softmax."
         )
-    shifted = _learners_output(candidate, attn, x, positions=torch.arange(7, 7 + t))
+    base = torch.arange(t) if positions is None else positions  # (t,)
+    shifted = _learners_output(candidate, attn, x, positions=base + 7)
     if shifted is not None and not is_close(shifted, actual):
         return (
-            "changes when every position is shifted by the same amount (positions 7 … instead of 0 …): "
+            "changes when every position is shifted by the same amount (each 7 further along): "
             "with RoPE on q^R and k^R alone, each score depends on the distance between query and key "
             f"only. Something else is rotated, or one side only. {_ROPE_ONLY}"
         )
     return _read_parts(
-        lambda layer: _learners_output(candidate, layer, x),
-        lambda layer: reference.latent_attention(layer, x),
+        lambda layer: _learners_output(candidate, layer, x, **given),
+        lambda layer: reference.latent_attention(layer, x, positions),
         attn,
         "q^R = RoPE(W^QR x) split into heads against k^R = RoPE(W^KR x), one for all heads",
         "q^C = W^Q x against the keys W^UK c of the latent c = W^DKV x",
@@ -340,7 +350,7 @@ def check_latent_attention(candidate: Callable[..., Any]) -> str:
                     expected,
                     what,
                     mistakes=mistakes,
-                    diagnose=functools.partial(_diagnose_plain, candidate, attn, x),
+                    diagnose=functools.partial(_diagnose_plain, candidate, attn, x, positions),
                     called_as="",
                 )
     attn = _layer(24, 3, 8, 6, 4)
