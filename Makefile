@@ -67,7 +67,7 @@ test-fast: setup
 # Every blind set of learner mistakes, the older ones too, each one's data verified against the
 # reference (make test runs the newest six, and verifies the newest three's data).
 test-blind: setup
-	ATTN_COURSE_TEST_ALL_BLIND=1 $(BIN)/python -m pytest -q $(PYTEST_JOBS) tests/test_checks_blind.py
+	ATTN_COURSE_TEST_ALL_BLIND=1 $(BIN)/python -m pytest -q $(PYTEST_JOBS) tests/test_checks_blind.py tests/test_checks_blind_n.py
 
 # The GPU tier: compiled Triton kernels, the checks' GPU cases, notebooks 06, 08 (09) at full budgets
 # and the benchmarks, within 8 minutes; report in bench-results/gpu/. Without a GPU: one line, exit 0.
