@@ -362,6 +362,80 @@ WRONG = [
         "mixes the chunks in the wrong proportions",
         id="decode-chunks-tempered",
     ),
+    # flash_decode: the chunks cut along the first axis (right without batch axes only)
+    pytest.param(
+        check_flash_decode,
+        decode(
+            (
+                "k[..., start:start + chunk_size, :], v[..., start:start + chunk_size, :]",
+                "k[start:start + chunk_size], v[start:start + chunk_size]",
+            )
+        ),
+        "works without batch axes and fails with them",
+        id="decode-first-axis-sliced-raises",
+    ),
+    pytest.param(
+        check_flash_decode,
+        decode(
+            (
+                "k[..., start:start + chunk_size, :], v[..., start:start + chunk_size, :]",
+                "k[start:start + chunk_size], v[start:start + chunk_size]",
+            )
+        ),
+        "slices k (2, 3, 37, 8) and v (2, 3, 37, 5) along each one's first axis",
+        id="decode-first-axis-sliced-names-the-slice",
+    ),
+    pytest.param(
+        check_flash_decode,
+        decode(
+            (
+                "    for start in range(0, k.shape[-2], chunk_size):\n        chunk_k, chunk_v = k[..., start:start + chunk_size, :], v[..., start:start + chunk_size, :]\n",
+                "    for chunk_k, chunk_v in zip(k.split(chunk_size), v.split(chunk_size)):\n",
+            )
+        ),
+        "`, splits k (2, 9, 8) and v (2, 9, 4) along each one's first axis: without batch axes that axis is the keys",
+        id="decode-split-on-dim-0-silently-wrong",
+    ),
+    # flash_decode: the chunks' lse normalised over another axis than the chunks'
+    pytest.param(
+        check_flash_decode,
+        decode(("lse = torch.logsumexp(lses, dim=0)", "lse = torch.logsumexp(lses, dim=1, keepdim=True)")),
+        "the log-sum-exp of the chunks' lse taken over batch axis 0",
+        id="decode-logsumexp-over-a-batch-axis",
+    ),
+    pytest.param(
+        check_flash_decode,
+        learner(
+            DECODE_EINSUM, "flash_decode", ("torch.softmax(lses, dim=-1)", "torch.softmax(lses, dim=-2)")
+        ),
+        "the log-sum-exp of the chunks' lse taken over the query axis (T_q)",
+        id="decode-einsum-softmax-over-queries",
+    ),
+    # flash_decode: a start of lse 0 (one more key of score 0 and value 0)
+    pytest.param(
+        check_flash_decode,
+        decode_loop(
+            (
+                "    out, lse = None, None\n",
+                "    out = q.new_zeros(*q.shape[:-1], v.shape[-1])\n    lse = q.new_zeros(q.shape[:-1])\n",
+            ),
+            (
+                "        if out is None:\n            out, lse = out_c, lse_c\n        else:\n            out, lse = merge_attention(out, lse, out_c, lse_c)\n",
+                "        out, lse = merge_attention(out, lse, out_c, lse_c)\n",
+            ),
+        ),
+        "a part of out 0 and lse 0 gives exactly that: lse 0 counts as a part whose sum of exp(score) is 1",
+        id="decode-loop-from-lse-0",
+    ),
+    pytest.param(
+        check_flash_decode,
+        decode(
+            ("lses = torch.stack(lses)", "lses = torch.stack([torch.zeros_like(lses[0]), *lses])"),
+            ("torch.stack(outs)", "torch.stack([torch.zeros_like(outs[0]), *outs])"),
+        ),
+        "one more key, of score 0 (exp(score) = 1) and value 0",
+        id="decode-stacked-with-a-zero-part",
+    ),
     # flash_decode over the learner's own wrong merge_attention: merge_attention is blamed
     pytest.param(
         check_flash_decode,

@@ -261,6 +261,16 @@ WRONG = [
         "calls dist.all_gather",
     ),
     (
+        "values-kept",
+        [("partial_attention(q, k_cur, v_cur, ", "partial_attention(q, k_cur, v, ")],
+        "does not pass the values on with the keys",
+    ),
+    (
+        "keys-kept",
+        [("k_cur, v_cur = k_new, v_new", "v_cur = v_new")],
+        "does not pass the keys on with the values",
+    ),
+    (
         "v-buffer-like-k",
         [("v_new = torch.empty_like(v_cur)", "v_new = torch.empty_like(k_cur)")],
         "goes into a buffer of shape (2, 3, 5, 6), but rank 1 sent a tensor of shape (2, 3, 5, 4)",

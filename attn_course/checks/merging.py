@@ -7,13 +7,18 @@ error), lse of 100 and more in float32 (where exp(lse) overflows), and rows that
 part or in both. A wrong merge no named slip explains is read as a property: whether each
 row is a weighted sum of out_a and out_b, whose weights sum to 1; whether the error lies only where a
 part saw no key, or only where |lse| is large. A wrong flash_decode is read through its weights: with
-v the identity (one value per key), its output is the weight it gives each key.
+v the identity (one value per key), its output is the weight it gives each key; weights that do not sum
+to 1 are matched with the chunks' lse normalised over another axis than the chunks', and with one more
+key of a fixed score and value 0 (a merge started from lse 0). One that is right on batch entry [0, 0]
+alone, and raises or is wrong with batch axes, is said so, with its lines that cut a tensor along its
+first axis (`_first_axis`).
 """
 
 from __future__ import annotations
 
 import functools
 import math
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -32,6 +37,7 @@ from attn_course.checks._contracts import (
     expect_contract_cases,
     expect_inputs_device,
 )
+from attn_course.checks._first_axis import first_axis_cuts
 from attn_course.checks._harness import (
     CheckFailed,
     Mistake,
@@ -40,6 +46,7 @@ from attn_course.checks._harness import (
     describe_args,
     expect_close,
     expect_tensor,
+    is_close,
     narrow_slips,
     randn,
 )
@@ -663,16 +670,94 @@ _DECODE_MISTAKES = [
 ]
 
 
-def _diagnose_decode(
+def _shape(x: torch.Tensor | tuple[int, ...]) -> str:
+    return str(tuple(x.shape if isinstance(x, torch.Tensor) else x))
+
+
+def _alone(
+    candidate: Callable[..., Any], q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, chunk_size: int
+) -> tuple[str, str] | None:
+    """("works without batch axes and fails with them: ...", what the learner's lines cut along a
+    tensor's first axis) where their flash_decode is right on batch entry [0, ..., 0] alone; else None."""
+    if q.dim() <= 2:
+        return None
+    entry = (0,) * (q.dim() - 2)
+    q1, k1, v1 = (x[entry].clone() for x in (q, k, v))  # (T_q, d), (T_k, d), (T_k, d_v)
+    try:
+        with torch.no_grad():
+            got = candidate(q1, k1, v1, chunk_size)
+    except Exception:  # noqa: BLE001 - wrong without batch axes too: nothing to say here
+        return None
+    right = partial_attention(q1.double(), k1.double(), v1.double())[0]  # (T_q, d_v)
+    if not isinstance(got, torch.Tensor) or not is_close(got, right.to(got.dtype)):
+        return None
+    alone = (
+        f"works without batch axes and fails with them: on batch entry {list(entry)} alone (q "
+        f"{_shape(q1)}, k {_shape(k1)}, v {_shape(v1)}, chunk_size={chunk_size}) it is right"
+    )
+    cuts = first_axis_cuts(lambda: candidate(q, k, v, chunk_size), [q.shape, k.shape, v.shape])
+    lines: dict[tuple[int, str, str], list[str]] = {}  # (line, code, how) -> what it cuts
+    for cut in cuts:
+        names = " or ".join(n for n, x in (("q", q), ("k", k), ("v", v)) if tuple(x.shape) == cut.shape)
+        lines.setdefault((cut.lineno, cut.code, cut.how), []).append(f"{names} {_shape(cut.shape)}")
+    said = []
+    for (lineno, code, how), what in list(lines.items())[:2]:
+        line = f"Line {lineno} of your code, `{code}`," if code else f"Line {lineno} of your code"
+        its = "its" if len(what) == 1 else "each one's"
+        said.append(
+            f"{line} {how} {' and '.join(what)} along {its} first axis: without batch axes that axis "
+            f"is the {'queries' if what[0].startswith('q ') else 'keys'}, with them it is a batch axis "
+            f"(here of size {q.shape[0]})."
+        )
+    if said:
+        said.append(
+            "Cut the key axis, second from the right, whatever axes come before it: k[..., start : start "
+            "+ chunk_size, :] and v[..., start : start + chunk_size, :] (or .split(chunk_size, dim=-2))."
+        )
+    return alone, " ".join(said)
+
+
+def _without_batch_axes(
+    candidate: Callable[..., Any], q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, chunk_size: int
+) -> str | None:
+    """The reading of a wrong result that is right without batch axes, or None."""
+    found = _alone(candidate, q, k, v, chunk_size)
+    if found is None:
+        return None
+    alone, cuts = found
+    return f"{alone}, but not with them.{' ' + cuts if cuts else ''}"
+
+
+def _raised_with_batch_axes(
+    failure: CheckFailed,
     candidate: Callable[..., Any],
     q: torch.Tensor,
     k: torch.Tensor,
+    v: torch.Tensor,
     chunk_size: int,
-    actual: torch.Tensor,
-    expected: torch.Tensor,
-) -> str | None:
-    """The weights the learner's flash_decode gives each key, read with v the identity (one value per key):
-    keys with no weight, rows whose weights do not sum to 1, chunks mixed in the wrong proportions."""
+) -> CheckFailed:
+    """The failure of a call that raised, said again as working without batch axes where it does."""
+    found = _alone(candidate, q, k, v, chunk_size)
+    if found is None:
+        return failure
+    alone, cuts = found
+    raised = str(failure).split("\n", 1)[0].removeprefix("`flash_decode` ")
+    cuts = re.sub(  # the line the error quotes already: not quoted twice
+        r"Line (\d+) of your code, `[^`]*`,",
+        lambda m: "That line" if f"at line {m[1]} of your code" in raised else m[0],
+        cuts,
+    )
+    return CheckFailed(
+        f"Your flash_decode {alone}, but with them, on q {_shape(q)}, k {_shape(k)}, v {_shape(v)}, it "
+        f"{raised}" + (f"\n{cuts}" if cuts else "")
+    )
+
+
+def _weights(
+    candidate: Callable[..., Any], q: torch.Tensor, k: torch.Tensor, chunk_size: int
+) -> torch.Tensor | None:
+    """The weight the learner's flash_decode gives each key (..., T_q, T_k), float64: its output with v
+    the identity (value j one-hot j); None where it raises or gives no finite tensor of that shape."""
     t_k = k.shape[-2]
     eye = torch.eye(t_k, dtype=k.dtype).expand(*k.shape[:-1], t_k)  # (..., T_k, T_k): value j is one-hot j
     try:
@@ -686,8 +771,121 @@ def _diagnose_decode(
         or not torch.isfinite(got).all()
     ):
         return None
-    got = got.double()
-    right = partial_attention(q.double(), k.double(), eye.double())[0]  # (..., T_q, T_k): the true weights
+    return got.double()
+
+
+def _true_weights(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """Attention's weights over every key (..., T_q, T_k), float64."""
+    eye = torch.eye(k.shape[-2], dtype=torch.float64).expand(*k.shape[:-1], k.shape[-2])  # (..., T_k, T_k)
+    return partial_attention(q.double(), k.double(), eye)[0]
+
+
+def _normalised_over(q: torch.Tensor, k: torch.Tensor, chunk_size: int, got: torch.Tensor) -> list[int]:
+    """The axes a >= 1 of the chunks' stacked lse (n, ..., T_q) for which the learner's weights are the
+    chunks' weights exp(lse_c - logsumexp over a), each chunk's keys weighed right among themselves."""
+    qd, kd = q.double(), k.double()
+    starts = range(0, k.shape[-2], chunk_size)
+    if len(starts) < 2:
+        return []
+    parts = []
+    for s in starts:
+        size = min(chunk_size, k.shape[-2] - s)
+        eye = torch.eye(size, dtype=torch.float64).expand(*k.shape[:-2], size, size)  # (..., C, C)
+        parts.append(partial_attention(qd, kd[..., s : s + size, :], eye))  # (..., T_q, C), (..., T_q)
+    lses = torch.stack([lse for _, lse in parts])  # (n, ..., T_q)
+    found = []
+    for axis in range(1, lses.dim()):
+        w = torch.softmax(lses, dim=axis)  # (n, ..., T_q): the chunks' weights so normalised
+        each = [w[c].unsqueeze(-1) * p for c, (p, _) in enumerate(parts)]  # n × (..., T_q, C)
+        mixed = torch.cat(each, dim=-1)  # (..., T_q, T_k)
+        if is_close(got.to(q.dtype), mixed.to(q.dtype)):
+            found.append(axis)
+    return found
+
+
+def _other_axis(
+    candidate: Callable[..., Any], q: torch.Tensor, k: torch.Tensor, chunk_size: int, got: torch.Tensor
+) -> str | None:
+    """Weights that are the chunks' lse normalised over another axis than the chunks', said by that axis:
+    read on a probe whose axes all differ in size (B = 2, H = 3, T_q = 4, 5 chunks), then confirmed on
+    the failing case (where T_q = 1 would not tell the query axis from no normalisation at all)."""
+    probe_q, probe_k = randn(2, 3, 4, 8), randn(2, 3, 37, 8)
+    probe = _weights(candidate, probe_q, probe_k, 8)
+    if probe is None:
+        return None
+    axes = _normalised_over(probe_q, probe_k, 8, probe)
+    if len(axes) != 1:
+        return None
+    here = _normalised_over(q, k, chunk_size, got)
+    batch = q.dim() - 2
+    if axes[0] == 3:  # the probe's query axis
+        if batch + 1 not in here:
+            return None
+        named = "the query axis (T_q)"
+        over = "over the queries"
+    else:
+        index = axes[0] - 1  # the probe's batch axis 0 or 1, from the left or (2 - 1 - index) from the right
+        if not ({index + 1, batch - (2 - index) + 1} & set(here)):
+            return None
+        named = f"batch axis {index} (q's dim {index})"
+        over = f"over batch axis {index}"
+    return (
+        f"each chunk c counts exp(lse_c - lse) with lse the log-sum-exp of the chunks' lse taken over "
+        f"{named}, not over the chunks' axis. Read with q {_shape(probe_q)} and k {_shape(probe_k)} "
+        "(chunk_size=8, 5 chunks), your weights are exactly that: each chunk's weights sum to 1 "
+        f"{over}, not over the chunks. Take the log-sum-exp over the axis that holds the chunks (dim=0 "
+        "of torch.stack(lses)); the weights exp(lse_c - lse) then sum to 1 over the chunks in every row."
+    )
+
+
+def _extra_key(q: torch.Tensor, k: torch.Tensor, got: torch.Tensor, right: torch.Tensor) -> str | None:
+    """Weights that are the right ones times S / (S + e^c) in every row (S the row's sum of exp(score),
+    one c for all rows): attention with one more key of exp(score) e^c and value 0, said by c."""
+    lse = partial_attention(q.double(), k.double(), k.double())[1]  # (..., T_q): log S of each row
+    seen = right > 1e-12
+    ratio = torch.where(seen, got / right.clamp_min(1e-300), torch.nan)  # (..., T_q, T_k)
+    high, low = ratio.nan_to_num(-_INF).amax(dim=-1), ratio.nan_to_num(_INF).amin(dim=-1)  # (..., T_q)
+    tol = 1e-7 if q.dtype == torch.float64 else 1e-4
+    if not ((high - low <= tol * high.abs()) & (high < 1 - tol) & (high > tol)).all():
+        return None
+    f = high  # (..., T_q): each row's factor, S / (S + e^c)
+    c = float((lse + torch.log((1 - f) / f)).flatten().median())
+    if not torch.allclose(f, torch.sigmoid(lse - c), rtol=0, atol=10 * tol):
+        return None
+    if abs(c) < 1e-3:
+        extra, start = "of score 0 (exp(score) = 1)", "lse 0"
+    else:
+        extra, start = f"of exp(score) = {math.exp(c):.4g}", f"lse {c:.4g}"
+    return (
+        f"each is the right weight times S / (S + {math.exp(c):.4g}), S the row's sum of exp(score): the "
+        f"weights of attention over one more key, {extra} and value 0. A merge that starts from (or "
+        f"takes in) a part of out 0 and {start} gives exactly that: {start} counts as a part whose sum of "
+        f"exp(score) is {math.exp(c):.4g}, its value 0. Start from lse -inf (a part with no key: "
+        "exp(-inf) = 0), or from the first chunk's (out, lse)."
+    )
+
+
+def _diagnose_decode(
+    candidate: Callable[..., Any],
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    chunk_size: int,
+    actual: torch.Tensor,
+    expected: torch.Tensor,
+) -> str | None:
+    """Whether it is right without batch axes; else the weights the learner's flash_decode gives each key,
+    read with v the identity (one value per key): rows whose weights do not sum to 1 (the chunks' lse
+    normalised over another axis, one more key of a fixed score and value 0), keys with no weight,
+    chunks mixed in the wrong proportions."""
+    batched = _without_batch_axes(candidate, q, k, v, chunk_size)
+    if batched:
+        return batched
+    t_k = k.shape[-2]
+    got = _weights(candidate, q, k, chunk_size)
+    if got is None:
+        return None
+    right = _true_weights(q, k)  # (..., T_q, T_k)
     where = (
         "(with v the identity, one value per key, your output is the weight each key gets; "
         f"chunk_size={chunk_size})"
@@ -696,10 +894,12 @@ def _diagnose_decode(
     if ((totals - 1).abs() > 1e-4).any():
         low, high = float(totals.min()), float(totals.max())
         sums = f"{low:.4g}" if high - low < 1e-4 else f"{low:.4g} to {high:.4g}"
-        return (
-            f"gives weights over the keys that do not sum to 1 (they sum to {sums}) {where}: every row of "
-            "attention is a weighted average of the values."
+        reading = (
+            _other_axis(candidate, q, k, chunk_size, got)
+            or _extra_key(q, k, got, right)
+            or "every row of attention is a weighted average of the values."
         )
+        return f"gives weights over the keys that do not sum to 1 (they sum to {sums}) {where}: {reading}"
     flat_got, flat_right = got.reshape(-1, t_k), right.reshape(-1, t_k)
     unseen = ((flat_got.abs() < 1e-9) & (flat_right > 1e-9)).any(dim=0).nonzero().flatten().tolist()
     if unseen:
@@ -781,7 +981,10 @@ def check_flash_decode(candidate: Callable[..., Any]) -> str:
         v = randn(*q_shape[:-2], t_k, d_v)
         expected = partial_attention(q, k, v)[0].to(dtype)  # (..., T_q, d_v), float64 then cast
         q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
-        result = call("flash_decode", candidate, q, k, v, chunk_size)
+        try:
+            result = call("flash_decode", candidate, q, k, v, chunk_size)
+        except CheckFailed as failure:
+            raise _raised_with_batch_axes(failure, candidate, q, k, v, chunk_size) from None
         what = (
             f"Your flash_decode(q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}, "
             f"chunk_size={chunk_size}"
@@ -802,7 +1005,7 @@ def check_flash_decode(candidate: Callable[..., Any]) -> str:
             mistakes=_DECODE_MISTAKES,
             args=(q, k, v, chunk_size),
             called_as=describe_args((q, k, v, chunk_size), {}),
-            diagnose=functools.partial(_diagnose_decode, candidate, q, k, chunk_size),
+            diagnose=functools.partial(_diagnose_decode, candidate, q, k, v, chunk_size),
         )
     _expect_chunked(candidate)
     exercise = Exercise(

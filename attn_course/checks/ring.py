@@ -2,8 +2,9 @@
 
 The learner's `ring_attention` travels by value to R worker processes (`attn_course.ranks`), which
 also record its calls of torch.distributed. A wrong result is read in-process, rank by rank: which key
-blocks each rank's output is attention over, whole or causal, merged or averaged. A deadlock and an
-exception on one rank are said with the ranks involved and the learner's line.
+blocks each rank's output is attention over, whole or causal, merged or averaged, or keys of one block
+with the values of another (one of the two never passed on). A deadlock and an exception on one rank
+are said with the ranks involved and the learner's line.
 """
 
 from __future__ import annotations
@@ -140,6 +141,26 @@ def _ordered(
     return _seen(q, [k[j] for j in order], [v[j] for j in order], [modes[j] for j in order], combine)
 
 
+def _one_passed_on(
+    kept: str,
+) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor, int, bool], torch.Tensor]:
+    """The whole output (..., T, d_v) of a right ring in which the keys (`kept` "k") or the values ("v")
+    never leave their rank: each block of the other is attended with the rank's own k or v."""
+
+    def ring(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, world: int, is_causal: bool) -> torch.Tensor:
+        qs, ks, vs = _blocks(q, world), _blocks(k, world), _blocks(v, world)
+        outs = []
+        for r in range(world):
+            order = [(r - s) % world for s in range(world)]  # own block first, as it arrives
+            k_seen = [ks[r] if kept == "k" else ks[j] for j in order]
+            v_seen = [vs[r] if kept == "v" else vs[j] for j in order]
+            modes = [_right(r, j, world, is_causal) for j in order]
+            outs.append(_seen(qs[r], k_seen, v_seen, modes, "merge"))
+        return torch.cat(outs, dim=-2)  # (..., T, d_v)
+
+    return ring
+
+
 def _right(r: int, j: int, world: int, is_causal: bool) -> str:
     if not is_causal or j < r:
         return "full"
@@ -240,6 +261,20 @@ _MISTAKES = [
     Mistake(
         "applies the causal mask although is_causal=False: mask only when is_causal is true.",
         _ring_of(_always_causal),
+    ),
+    Mistake(
+        "does not pass the values on with the keys: each rank attends the key block it received with "
+        "its own value block, so the scores are against one rank's keys and the weighted sum is of "
+        "another's values. A block is a pair: take the values that arrived with the keys (k_block, "
+        "v_block = k_next, v_next) and attend them together.",
+        _one_passed_on("v"),
+    ),
+    Mistake(
+        "does not pass the keys on with the values: each rank attends its own key block with the value "
+        "block it received, so the scores are against one rank's keys and the weighted sum is of "
+        "another's values. A block is a pair: take the keys that arrived with the values (k_block, "
+        "v_block = k_next, v_next) and attend them together.",
+        _one_passed_on("k"),
     ),
 ]
 
