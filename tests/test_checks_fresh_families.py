@@ -778,7 +778,8 @@ def test_of_two_products_on_a_line_the_one_that_failed_is_named():
     with pytest.raises(CheckFailed) as failure:
         call("scores_with_position_part", wrong, q, k, q_pos, k_pos)
     message = str(failure.value)
-    assert "`q_pos` (2, 3, 5, 2) and `k_pos.mT` (2, 2, 5)" in message
+    assert "`k_pos.mT` (2, 2, 5) lacks axes that `q_pos` (2, 3, 5, 2) has" in message
+    assert "`k_pos.mT[:, None]`" in message
     assert "`q` (2, 3, 5, 4)" not in message
 
 

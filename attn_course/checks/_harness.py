@@ -532,10 +532,10 @@ def _explain_broadcast(
     operands = failing_operands(line, scope, a, b, axis)  # the operands of the line's operations
     combined = operand_names(line, scope)
     pairs = [  # only two tensors whose sizes are the two torch reports can be the two that met, and
-        (name_x, x, name_y, y)  # only two that one operation of the line combines
+        (name_x, x, name_y, y)  # where the line itself combines tensors, only two that it combines
         for (name_x, x), (name_y, y) in itertools.permutations(tensors, 2)
         if clashes(tuple(x.shape), tuple(y.shape), a, b, axis)
-        and (combined is None or frozenset((_root(name_x), _root(name_y))) in combined)
+        and (not combined or frozenset((_root(name_x), _root(name_y))) in combined)
     ]
     if operands is not None and operands[3] is None:  # one operand made on the line, by a call
         known_name, known, other, _ = operands
@@ -585,6 +585,17 @@ def _explain_broadcast(
                         f"`{name_y}` {_shape(small)} lacks axes that `{name_x}` {_shape(big)} has: shapes "
                         f"line up from the right, so give it size-1 axes where they are missing, "
                         f"`{name_y}[{index}]` (unsqueeze, or rearrange with 1 for the new axes)."
+                    )
+        matrices = 2 <= len(small) < len(big) and big[-1] == small[-2]  # (.., m, n) @ (.., n, p)
+        if matrices and re.search(r"@|matmul|bmm", line):
+            for places in itertools.combinations(range(len(big) - 2), len(small) - 2):
+                if all(big[p] == s for p, s in zip(places, small[:-2], strict=True)):
+                    index = ", ".join(":" if p in places else "None" for p in range(len(big) - 2))
+                    return (
+                        f"`{name_y}` {_shape(small)} lacks axes that `{name_x}` {_shape(big)} has: a matrix "
+                        f"product lines up the axes before the last two from the right ({a} meets {b}), so "
+                        f"give it size-1 axes where they are missing, `{name_y}[{index}]` (unsqueeze, or "
+                        "rearrange with 1 for the new axes)."
                     )
         if len(small) == len(big) and sorted(small) == sorted(big):
             return (
