@@ -151,6 +151,10 @@ PLAIN_WRONG = {
         [("scores = scores / math.sqrt(attn.d_head + attn.d_rope)", "scores = scores / x.shape[-1] ** 0.5")],
         "divided by √d_model",
     ),
+    "scaled twice as much": (
+        [("scores = scores / math.sqrt(attn.d_head + attn.d_rope)", "scores = scores * 0.5 / (attn.d_head + attn.d_rope) ** 0.5")],
+        "divided by 2·√(d_head + d_rope), twice the right scale",
+    ),
     # no known mistake: named by the property that fails
     "RoPE query heads paired with other heads' keys": (
         [("    q_r = apply_rope(q_r, positions, attn.base)", "    q_r = apply_rope(q_r.flip(1), positions, attn.base)")],

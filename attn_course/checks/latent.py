@@ -103,7 +103,8 @@ _RIGHT_SCALE = "d_head + d_rope"
 
 def _widths(attn: LatentAttention) -> dict[str, int]:
     """What a learner might divide the scores by the square root of: the layer's widths and their sums,
-    1 (no scale), and the right one squared (divided by it without the root, or by its root twice)."""
+    1 (no scale), the right one squared (divided by it without the root, or by its root twice), and four
+    times it (divided by twice its root)."""
     right = attn.d_head + attn.d_rope
     return {
         _RIGHT_SCALE: right,
@@ -115,6 +116,7 @@ def _widths(attn: LatentAttention) -> dict[str, int]:
         "d_head + d_latent": attn.d_head + attn.d_latent,
         "1": 1,
         "squared": right * right,
+        "doubled": 4 * right,
     }
 
 
@@ -140,8 +142,13 @@ def _scale_mistakes(attn: LatentAttention, why: str) -> list[tuple[str, str]]:
                 f"looks like the scores were divided by {_RIGHT_SCALE} without the square root (or by "
                 f"{_root(_RIGHT_SCALE)} twice): divide them once by {_root(_RIGHT_SCALE)}."
             )
+        elif names[0] == "doubled":
+            message = (
+                f"looks like the scores were divided by 2·{_root(_RIGHT_SCALE)}, twice the right scale: "
+                f"divide them by {_root(_RIGHT_SCALE)}."
+            )
         else:
-            shown = " or ".join(_root(n) for n in names if n not in ("1", "squared"))
+            shown = " or ".join(_root(n) for n in names if n not in ("1", "squared", "doubled"))
             same = f" (the same here, {value})" if len(names) > 1 else ""
             message = f"looks like the scores were divided by {shown}{same}: {why}"
         found.append((message, names[0]))
