@@ -54,7 +54,9 @@ from attn_course.checks import (
     check_split_heads,
 )
 from attn_course.checks._calls import misplaced_arguments
+from attn_course.checks._harness import call, describe_args
 from attn_course.checks._shapes import explain_shape
+from attn_course.latent import LatentAttention
 from attn_course.masking import causal_mask
 
 
@@ -756,3 +758,35 @@ def test_a_change_the_learners_own_code_makes_is_still_said_beside_the_reading(c
         "causal_mask",
     )
     assert_rejected(check_causal_mask, wrong, "`t_q - t_k` where it is `t_k - t_q`", capsys)
+
+
+# ---------------------------------------------------------------------------------------------
+# The operands of a line of two products
+
+
+TWO_PRODUCTS = """
+def scores_with_position_part(q, k, q_pos, k_pos):
+    return torch.matmul(q, k.mT) + torch.matmul(q_pos, k_pos.mT)
+"""
+
+
+def test_of_two_products_on_a_line_the_one_that_failed_is_named():
+    """q and k_pos clash by their sizes, but no operation of the line combines them: q_pos, k_pos.mT met."""
+    wrong = learner(TWO_PRODUCTS, "scores_with_position_part")
+    q, k = torch.randn(2, 3, 5, 4), torch.randn(2, 3, 5, 4)  # (b, h, t, d)
+    q_pos, k_pos = torch.randn(2, 3, 5, 2), torch.randn(2, 5, 2)  # (b, h, t, r), (b, t, r): no head axis
+    with pytest.raises(CheckFailed) as failure:
+        call("scores_with_position_part", wrong, q, k, q_pos, k_pos)
+    message = str(failure.value)
+    assert "`k_pos.mT` (2, 2, 5) lacks axes that `q_pos` (2, 3, 5, 2) has" in message
+    assert "`k_pos.mT[:, None]`" in message
+    assert "`q` (2, 3, 5, 4)" not in message
+
+
+def test_a_layer_argument_is_described_on_one_line_by_its_sizes():
+    layer = LatentAttention(24, 3, 8, 6, 4)
+    shown = describe_args((layer, torch.zeros(2, 6, 24)), {})
+    assert shown == (
+        "LatentAttention(d_model=24, n_heads=3, d_head=8, d_latent=6, d_rope=4), "
+        "<float32 tensor of shape (2, 6, 24)>"
+    )

@@ -21,6 +21,7 @@ def absorbed(*edits: tuple[str, str]):
 
 
 SCALE = ("math.sqrt(attn.d_head + attn.d_rope)", "math.sqrt(attn.d_head)")
+INNER = "with the head axis inner, (d h): head i takes every h-th feature"
 NO_MASK = (
     '    mask = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()\n    scores = scores.masked_fill(~mask, float("-inf"))\n',
     "",
@@ -113,17 +114,58 @@ PLAIN_WRONG = {
     ),
     "values from W^UK": ([("attn.v_up(c)", "attn.k_up(c)")], "up-projects the values with W^UK"),
     "no output projection": ([("    return attn.out(out)", "    return out")], "forgets the output projection"),
-    # no known mistake: named by the property that fails
     "RoPE query split (r h)": (
         [('"b t (h r) -> b h t r"', '"b t (r h) -> b h t r"')],
-        "is right once W^QR and W^KR are zero",
+        "splits the RoPE queries W^QR x into heads with the head axis inner, (d h)",
     ),
     "keys split (d h)": (
         [('k = rearrange(attn.k_up(c), "b t (h d) -> b h t d", h=h)', 'k = rearrange(attn.k_up(c), "b t (d h) -> b h t d", h=h)')],
-        "the compressed part of the scores is wrong",
+        "splits the keys W^UK c into heads with the head axis inner, (d h)",
     ),
     "values split (d h)": (
         [('v = rearrange(attn.v_up(c), "b t (h d) -> b h t d", h=h)', 'v = rearrange(attn.v_up(c), "b t (d h) -> b h t d", h=h)')],
+        "splits the values W^UV c into heads with the head axis inner, (d h)",
+    ),
+    "keys split by a view with the head axis inner": (
+        [('k = rearrange(attn.k_up(c), "b t (h d) -> b h t d", h=h)', "k = attn.k_up(c).view(b, t, attn.d_head, h).permute(0, 3, 1, 2)")],
+        "splits the keys W^UK c into heads " + INNER,
+    ),
+    "queries and keys both split (d h) by views": (
+        [('q = rearrange(attn.q(x), "b t (h d) -> b h t d", h=h)', "q = attn.q(x).unflatten(-1, (attn.d_head, h)).movedim(-1, 1)"),
+         ('k = rearrange(attn.k_up(c), "b t (h d) -> b h t d", h=h)', "k = attn.k_up(c).unflatten(-1, (attn.d_head, h)).movedim(-1, 1)")],
+        "splits the queries W^Q x and the keys W^UK c into heads " + INNER,
+    ),
+    "heads merged with the head axis inner": (
+        [('    out = rearrange(weights @ v, "b h t d -> b t (h d)")', "    out = (weights @ v).permute(0, 2, 3, 1).reshape(b, t, -1)")],
+        "merges the heads' outputs " + INNER,
+    ),
+    "scaled by sqrt(d_latent), as a power": (
+        [("scores = scores / math.sqrt(attn.d_head + attn.d_rope)", "scores = scores * attn.d_latent ** -0.5")],
+        "divided by √d_latent: each score is the dot product",
+    ),
+    "divided by d_head + d_rope, no square root": (
+        [("scores = scores / math.sqrt(attn.d_head + attn.d_rope)", "scores = scores / (q.shape[-1] + q_r.shape[-1])")],
+        "divided by d_head + d_rope without the square root",
+    ),
+    "scaled by sqrt(d_model)": (
+        [("scores = scores / math.sqrt(attn.d_head + attn.d_rope)", "scores = scores / x.shape[-1] ** 0.5")],
+        "divided by √d_model",
+    ),
+    "scaled twice as much": (
+        [("scores = scores / math.sqrt(attn.d_head + attn.d_rope)", "scores = scores * 0.5 / (attn.d_head + attn.d_rope) ** 0.5")],
+        "divided by 2·√(d_head + d_rope), twice the right scale",
+    ),
+    # no known mistake: named by the property that fails
+    "RoPE query heads paired with other heads' keys": (
+        [("    q_r = apply_rope(q_r, positions, attn.base)", "    q_r = apply_rope(q_r.flip(1), positions, attn.base)")],
+        "is right once W^QR and W^KR are zero",
+    ),
+    "keys of the heads in reverse order": (
+        [('k = rearrange(attn.k_up(c), "b t (h d) -> b h t d", h=h)', 'k = rearrange(attn.k_up(c), "b t (h d) -> b h t d", h=h).flip(1)')],
+        "the compressed part of the scores is wrong",
+    ),
+    "values of the heads in reverse order": (
+        [('v = rearrange(attn.v_up(c), "b t (h d) -> b h t d", h=h)', 'v = rearrange(attn.v_up(c), "b t (h d) -> b h t d", h=h).flip(1)')],
         "each query averages the tokens it may see",
     ),
     "softmax over the queries": (
@@ -239,8 +281,34 @@ ABSORBED_WRONG = {
         [("    latents, rope_keys = cache.append(layer, c, k_r)", "    cache.append(layer, c, k_r)\n    latents, rope_keys = cache.append(layer, c, k_r)")],
         "8 were appended for 4 new ones",
     ),
+    "q^R split (r h)": ([('"b t (h r) -> b h t r"', '"b t (r h) -> b h t r"')], "splits the RoPE queries W^QR x into heads " + INNER),
+    "W^UK blocks read (d h) by a view": (
+        [('w_uk = rearrange(attn.k_up.weight, "(h d) c -> h d c", h=h)', "w_uk = attn.k_up.weight.view(attn.d_head, h, -1).transpose(0, 1)")],
+        "splits the rows of attn.k_up.weight (W^UK) into heads " + INNER,
+    ),
+    "W^UV blocks read (d h) by a reshape": (
+        [('w_uv = rearrange(attn.v_up.weight, "(h d) c -> h d c", h=h)', "w_uv = attn.v_up.weight.reshape(attn.d_head, h, attn.d_latent).permute(1, 0, 2)")],
+        "splits the rows of attn.v_up.weight (W^UV) into heads " + INNER,
+    ),
+    "heads merged (d h)": (
+        [('    return attn.out(rearrange(out, "b h t d -> b t (h d)"))', "    return attn.out(out.permute(0, 2, 3, 1).flatten(2))")],
+        "merges the heads' outputs " + INNER,
+    ),
+    "scaled by the cached widths, sqrt(d_latent + d_rope)": (
+        [("scores = scores / math.sqrt(attn.d_head + attn.d_rope)", "scores = scores / math.sqrt(latents.shape[-1] + rope_keys.shape[-1])")],
+        "divided by √(d_latent + d_rope): divide by √(d_head + d_rope)",
+    ),
+    "scaled by sqrt(d_model)": (
+        [("scores = scores / math.sqrt(attn.d_head + attn.d_rope)", "scores = scores * x.shape[-1] ** -0.5")],
+        "divided by √d_model",
+    ),
+    "not scaled": ([("    scores = scores / math.sqrt(attn.d_head + attn.d_rope)\n", "")], "were not scaled"),
     # no known mistake: named by what the cache holds, or by the part that is wrong
-    "q^R split (r h)": ([('"b t (h r) -> b h t r"', '"b t (r h) -> b h t r"')], "so the RoPE part of the scores is wrong"),
+    "q^R heads paired with other heads' keys": (
+        [('q_r = apply_rope(rearrange(attn.q_rope(x), "b t (h r) -> b h t r", h=h), positions, attn.base)',
+          'q_r = apply_rope(rearrange(attn.q_rope(x), "b t (h r) -> b h t r", h=h).flip(1), positions, attn.base)')],
+        "so the RoPE part of the scores is wrong",
+    ),
     "RoPE part added after the division": (
         [('    scores = scores + torch.einsum("bhtr,bsr->bhts", q_r, rope_keys)\n    scores = scores / math.sqrt(attn.d_head + attn.d_rope)',
           '    scores = scores / math.sqrt(attn.d_head + attn.d_rope)\n    scores = scores + torch.einsum("bhtr,bsr->bhts", q_r, rope_keys)')],
@@ -248,10 +316,18 @@ ABSORBED_WRONG = {
     ),
     "W^UK blocks read (d h)": (
         [('attn.k_up.weight, "(h d) c -> h d c"', 'attn.k_up.weight, "(d h) c -> h d c"')],
-        "the compressed part of the scores is wrong, W^UK absorbed",
+        "splits the rows of attn.k_up.weight (W^UK) into heads " + INNER,
     ),
     "W^UV blocks read (d h)": (
         [('attn.v_up.weight, "(h d) c -> h d c"', 'attn.v_up.weight, "(d h) c -> h d c"')],
+        "splits the rows of attn.v_up.weight (W^UV) into heads " + INNER,
+    ),
+    "W^UK blocks of the heads in reverse order": (
+        [('w_uk = rearrange(attn.k_up.weight, "(h d) c -> h d c", h=h)', 'w_uk = rearrange(attn.k_up.weight, "(h d) c -> h d c", h=h).flip(0)')],
+        "the compressed part of the scores is wrong, W^UK absorbed",
+    ),
+    "W^UV blocks of the heads in reverse order": (
+        [('w_uv = rearrange(attn.v_up.weight, "(h d) c -> h d c", h=h)', 'w_uv = rearrange(attn.v_up.weight, "(h d) c -> h d c", h=h).flip(0)')],
         "which tokens those are or how they are summed",
     ),
     "RoPE keys rotated one position late": (

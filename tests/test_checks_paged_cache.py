@@ -174,6 +174,45 @@ WRONG = [
     pytest.param(
         check_gather_kv,
         gather(
+            (
+                'keys = rearrange(blocks_k, "n h s d -> h (n s) d")',
+                "keys = blocks_k.permute(1, 2, 0, 3).flatten(1, 2)",
+            ),
+        ),
+        "in the wrong order in its keys (its values are right), (s n) instead of (n s)",
+        id="gather-keys-alone-slot-major-by-permute",
+    ),
+    pytest.param(
+        check_gather_kv,
+        gather(
+            (
+                'values = rearrange(blocks_v, "n h s d -> h (n s) d")',
+                "values = torch.reshape(blocks_v, (blocks_v.size(1), -1, blocks_v.size(3)))",
+            ),
+        ),
+        "in its values (its keys are right), which mixes heads and blocks",
+        id="gather-values-alone-reshaped-keeping-heads-in-place",
+    ),
+    pytest.param(
+        check_gather_kv,
+        gather(
+            (
+                'keys = rearrange(blocks_k, "n h s d -> h (n s) d")',
+                "keys = blocks_k.permute(1, 2, 0, 3).flatten(1, 2)",
+            ),
+            (
+                'values = rearrange(blocks_v, "n h s d -> h (n s) d")',
+                "values = blocks_v.reshape(blocks_v.shape[1], -1, blocks_v.shape[3])",
+            ),
+        ),
+        "(s n) instead of (n s): position t is slot t % block_size of the t // block_size-th block, so the "
+        "block index is the slower one, rearrange(blocks, 'n h s d -> h (n s) d'). And it reshapes the "
+        "gathered blocks (n, H, block_size, d) straight into (H, n·block_size, d) in its values",
+        id="gather-keys-slot-major-values-reshaped",
+    ),
+    pytest.param(
+        check_gather_kv,
+        gather(
             ("return keys[:, :length], values[:, :length]", "return values[:, :length], keys[:, :length]")
         ),
         "return the keys first",

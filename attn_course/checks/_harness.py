@@ -42,6 +42,7 @@ from attn_course.checks._operands import (
     failing_operands,
     held_size,
     index_value,
+    operand_names,
     without_comment,
 )
 from attn_course.checks._repairs import begin_check, name_by_repair, quiet_run, unconfirmed, unquoted
@@ -368,6 +369,13 @@ def describe_args(args: Sequence[Any], kwargs: dict[str, Any]) -> str:
             return f"<{dtype} tensor of shape {tuple(value.shape)}{device}>"
         if inspect.isfunction(value) or inspect.ismethod(value):
             return f"<function {value.__name__}>"
+        if isinstance(value, torch.nn.Module) and "\n" in repr(value):  # a layer of layers: one line
+            sizes = {
+                key: size
+                for key, size in vars(value).items()
+                if not key.startswith("_") and isinstance(size, int) and not isinstance(size, bool)
+            }
+            return f"{type(value).__name__}({', '.join(f'{key}={size}' for key, size in sizes.items())})"
         text = repr(value)
         if " object at 0x" in text:  # no repr of its own: its class, not an address
             return f"<{type(value).__name__}>"
@@ -491,6 +499,11 @@ def _reduction_without_keepdim(tb: Any, tensors: list[tuple[str, torch.Tensor]])
     return ""
 
 
+def _root(name: str) -> str:
+    """The name a tensor of the line is reached from: `self` for `self.mask`, `k` for `k[..., :d]`."""
+    return re.split(r"[.\[]", name, maxsplit=1)[0]
+
+
 def _explain_broadcast(
     sizes: tuple[int, int, int], tensors: list[tuple[str, torch.Tensor]], tb: Any = None
 ) -> str:
@@ -516,12 +529,14 @@ def _explain_broadcast(
     if earlier := _earlier_reduction(tb, tensors):
         return earlier
     line = "" if tb is None else linecache.getline(tb.tb_frame.f_code.co_filename, tb.tb_lineno)
-    pairs = [  # only two tensors whose sizes are the two torch reports can be the two that met
-        (name_x, x, name_y, y)
+    operands = failing_operands(line, scope, a, b, axis)  # the operands of the line's operations
+    combined = operand_names(line, scope)
+    pairs = [  # only two tensors whose sizes are the two torch reports can be the two that met, and
+        (name_x, x, name_y, y)  # where the line itself combines tensors, only two that it combines
         for (name_x, x), (name_y, y) in itertools.permutations(tensors, 2)
         if clashes(tuple(x.shape), tuple(y.shape), a, b, axis)
+        and (not combined or frozenset((_root(name_x), _root(name_y))) in combined)
     ]
-    operands = None if pairs else failing_operands(line, scope, a, b, axis)
     if operands is not None and operands[3] is None:  # one operand made on the line, by a call
         known_name, known, other, _ = operands
         held = held_size(tuple(known.shape), a, b, axis) or a
@@ -570,6 +585,17 @@ def _explain_broadcast(
                         f"`{name_y}` {_shape(small)} lacks axes that `{name_x}` {_shape(big)} has: shapes "
                         f"line up from the right, so give it size-1 axes where they are missing, "
                         f"`{name_y}[{index}]` (unsqueeze, or rearrange with 1 for the new axes)."
+                    )
+        matrices = 2 <= len(small) < len(big) and big[-1] == small[-2]  # (.., m, n) @ (.., n, p)
+        if matrices and re.search(r"@|matmul|bmm", line):
+            for places in itertools.combinations(range(len(big) - 2), len(small) - 2):
+                if all(big[p] == s for p, s in zip(places, small[:-2], strict=True)):
+                    index = ", ".join(":" if p in places else "None" for p in range(len(big) - 2))
+                    return (
+                        f"`{name_y}` {_shape(small)} lacks axes that `{name_x}` {_shape(big)} has: a matrix "
+                        f"product lines up the axes before the last two from the right ({a} meets {b}), so "
+                        f"give it size-1 axes where they are missing, `{name_y}[{index}]` (unsqueeze, or "
+                        "rearrange with 1 for the new axes)."
                     )
         if len(small) == len(big) and sorted(small) == sorted(big):
             return (

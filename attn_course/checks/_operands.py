@@ -149,6 +149,42 @@ def held_size(shape: tuple[int, ...], a: int, b: int, axis: int) -> int | None:
     return None
 
 
+def _root_name(node: ast.AST) -> str | None:
+    """The name an operand is made of by indexing, an attribute or a shape method (`k.transpose(-2, -1)`
+    is k's), or None for anything else (a call, a product)."""
+    while True:
+        if isinstance(node, ast.Name):
+            return node.id
+        if isinstance(node, ast.Attribute | ast.Subscript):
+            node = node.value
+        elif isinstance(node, ast.UnaryOp):
+            node = node.operand
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in _SHAPE_METHODS
+        ):
+            node = node.func.value
+        else:
+            return None
+
+
+def operand_names(code: str, scope: dict[str, Any]) -> set[frozenset[str]] | None:
+    """The pairs of names that some operation of the line combines directly (each maybe indexed or
+    transposed): `q @ k.T + a @ b` combines {q, k} and {a, b}, never {q, b}. None where the line does
+    not parse on its own (a line of a longer statement)."""
+    try:
+        tree = ast.parse(code.strip().removesuffix(":"), mode="exec")
+    except SyntaxError:
+        return None
+    found = set()
+    for left, right in _pairs(tree, scope):
+        x, y = _root_name(left), _root_name(right)
+        if x is not None and y is not None:
+            found.add(frozenset((x, y)))
+    return found
+
+
 def _text(node: ast.AST) -> str:
     text = ast.unparse(node)
     return text if len(text) <= _LONGEST else text[: _LONGEST - 1] + "…"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -97,6 +98,88 @@ def _shape(attn: LatentAttention) -> str:
     )
 
 
+_RIGHT_SCALE = "d_head + d_rope"
+
+
+def _widths(attn: LatentAttention) -> dict[str, int]:
+    """What a learner might divide the scores by the square root of: the layer's widths and their sums,
+    1 (no scale), the right one squared (divided by it without the root, or by its root twice), and four
+    times it (divided by twice its root)."""
+    right = attn.d_head + attn.d_rope
+    return {
+        _RIGHT_SCALE: right,
+        "d_head": attn.d_head,
+        "d_latent": attn.d_latent,
+        "d_latent + d_rope": attn.d_latent + attn.d_rope,
+        "d_rope": attn.d_rope,
+        "d_model": attn.d_model,
+        "d_head + d_latent": attn.d_head + attn.d_latent,
+        "1": 1,
+        "squared": right * right,
+        "doubled": 4 * right,
+    }
+
+
+def _root(name: str) -> str:
+    return f"√({name})" if "+" in name else f"√{name}"
+
+
+def _scale_mistakes(attn: LatentAttention, why: str) -> list[tuple[str, str]]:
+    """(message, width) for each wrong scale this layer tells apart from the right one; widths of one
+    value in this layer are named together, since the output cannot tell them apart."""
+    widths = _widths(attn)
+    by_value: dict[int, list[str]] = {}
+    for name, value in widths.items():
+        by_value.setdefault(value, []).append(name)
+    found = []
+    for value, names in by_value.items():
+        if value == widths[_RIGHT_SCALE]:
+            continue
+        if names[0] == "1":
+            message = f"looks like the scores were not scaled: divide them by {_root(_RIGHT_SCALE)}."
+        elif names[0] == "squared":
+            message = (
+                f"looks like the scores were divided by {_RIGHT_SCALE} without the square root (or by "
+                f"{_root(_RIGHT_SCALE)} twice): divide them once by {_root(_RIGHT_SCALE)}."
+            )
+        elif names[0] == "doubled":
+            message = (
+                f"looks like the scores were divided by 2·{_root(_RIGHT_SCALE)}, twice the right scale: "
+                f"divide them by {_root(_RIGHT_SCALE)}."
+            )
+        else:
+            shown = " or ".join(_root(n) for n in names if n not in ("1", "squared", "doubled"))
+            same = f" (the same here, {value})" if len(names) > 1 else ""
+            message = f"looks like the scores were divided by {shown}{same}: {why}"
+        found.append((message, names[0]))
+    return found
+
+
+_INNER_NAMES = ("q", "k", "v", "q_rope", "out")
+"""What a learner may split into heads (or merge from them) with the head axis inner, (d h)."""
+
+
+def _inner_mistakes(labels: dict[str, str]) -> list[tuple[str, tuple[str, ...]]]:
+    """(message, which) for each non-empty set of the splits and the merge written (d h), not (h d)."""
+    found = []
+    for size in range(1, len(_INNER_NAMES) + 1):
+        for which in itertools.combinations(_INNER_NAMES, size):
+            split = [labels[name] for name in which if name != "out"]
+            said = []
+            if split:
+                listed = f"{', '.join(split[:-1])}{' and ' if len(split) > 1 else ''}{split[-1]}"
+                said.append(f"splits {listed} into heads")
+            if "out" in which:
+                said.append("merges the heads' outputs")
+            message = (
+                f"{' and '.join(said)} with the head axis inner, (d h): head i takes every h-th feature (i, "
+                "i + h, i + 2h, …) instead of its own block i·d_head … (i+1)·d_head - 1. Put the head axis "
+                "outer, (h d), in every split into heads and every merge of them."
+            )
+            found.append((message, which))
+    return found
+
+
 # ---------------------------------------------------------------------------------------------
 # latent_attention: the plain path
 
@@ -105,9 +188,8 @@ def _shape(attn: LatentAttention) -> str:
 class LatentVariant:
     """How one plain path is written: the right one with the defaults, each other value a named slip."""
 
-    scale: str = "both"
-    """What the scores are divided by the square root of: "both" (d_head + d_rope, right), "d_head" or
-    "none"."""
+    scale: str = _RIGHT_SCALE
+    """What the scores are divided by the square root of: a name of `_widths` (d_head + d_rope, right)."""
     rotate: str = "rope"
     """What RoPE rotates: "rope" (the decoupled q^R and k^R, right), "all" (the compressed q and k too),
     "latent" (the latent before its up-projections), "latent-q" (the latent and q^C), "none"."""
@@ -125,6 +207,8 @@ class LatentVariant:
     """False: attn.out left out."""
     base: bool = True
     """False: RoPE with its default base, not attn.base."""
+    inner: tuple[str, ...] = ()
+    """Which of q, k, v, q_rope are split into heads, and "out" merged from them, as (d h), not (h d)."""
 
 
 def _plain(
@@ -140,17 +224,22 @@ def _plain(
     def rope(z: torch.Tensor) -> torch.Tensor:
         return apply_rope(z, pos, attn.base if w.base else 10000.0)
 
+    def split(z: torch.Tensor, name: str) -> torch.Tensor:
+        if name in w.inner:
+            return rearrange(z, "b t (d h) -> b h t d", h=h)  # (b, h, t, d): every h-th feature
+        return split_heads(z, h)  # (b, h, t, d)
+
     latent = attn.kv_down(x)  # (b, t, d_latent)
     if w.rotate in ("latent", "latent-q"):
         latent = rope(latent)  # (b, t, d_latent)
-    q = split_heads(attn.q(x), h)  # (b, h, t, d_head)
-    k = split_heads(attn.k_up(latent), h)  # (b, h, t, d_head)
-    v = split_heads((attn.v_up if w.values == "v_up" else attn.k_up)(latent), h)  # (b, h, t, d_head)
+    q = split(attn.q(x), "q")  # (b, h, t, d_head)
+    k = split(attn.k_up(latent), "k")  # (b, h, t, d_head)
+    v = split((attn.v_up if w.values == "v_up" else attn.k_up)(latent), "v")  # (b, h, t, d_head)
     if w.rotate in ("all", "latent-q"):
         q = rope(q)
     if w.rotate == "all":
         k = rope(k)
-    q_rope = split_heads(attn.q_rope(x), h)  # (b, h, t, d_rope)
+    q_rope = split(attn.q_rope(x), "q_rope")  # (b, h, t, d_rope)
     k_rope = attn.k_rope(x).unsqueeze(1)  # (b, 1, t, d_rope)
     if w.rotate != "none":
         q_rope = rope(q_rope) if "q" in w.sides else q_rope
@@ -158,11 +247,14 @@ def _plain(
     scores = q @ k.transpose(-2, -1)  # (b, h, t, t)
     if w.rope_part:
         scores = scores + q_rope @ k_rope.transpose(-2, -1)  # (b, h, t, t)
-    d = {"both": attn.d_head + attn.d_rope, "d_head": attn.d_head, "none": 1}[w.scale]
-    scores = scores / math.sqrt(d)
+    scores = scores / math.sqrt(_widths(attn)[w.scale])
     if w.causal:
         scores = scores.masked_fill(~reference.causal_mask(t, device=x.device), float("-inf"))
-    merged = merge_heads(torch.softmax(scores, dim=-1) @ v)  # (b, t, h·d_head)
+    heads = torch.softmax(scores, dim=-1) @ v  # (b, h, t, d_head)
+    if "out" in w.inner:
+        merged = rearrange(heads, "b h t d -> b t (d h)")  # (b, t, h·d_head), the heads interleaved
+    else:
+        merged = merge_heads(heads)  # (b, t, h·d_head)
     return attn.out(merged) if w.out_proj else merged
 
 
@@ -171,16 +263,26 @@ _ROPE_ONLY = (
     "the keys up-projected from the latent stay unrotated, so that W^UK can later be absorbed into the query."
 )
 
+_PLAIN_SCALE = (
+    "each score is the dot product of [q^C; q^R] with [k^C; k^R], d_head + d_rope numbers, so divide by "
+    "√(d_head + d_rope)."
+)
+_PLAIN_SPLITS = {
+    "q": "the queries W^Q x",
+    "k": "the keys W^UK c",
+    "v": "the values W^UV c",
+    "q_rope": "the RoPE queries W^QR x",
+}
+
+
+def _plain_mistakes(attn: LatentAttention) -> list[tuple[str, LatentVariant]]:
+    """The named slips of the plain path, the scales this layer tells apart among them."""
+    scales = [(message, LatentVariant(scale=width)) for message, width in _scale_mistakes(attn, _PLAIN_SCALE)]
+    inner = [(message, LatentVariant(inner=which)) for message, which in _inner_mistakes(_PLAIN_SPLITS)]
+    return scales + _PLAIN_MISTAKES + inner
+
+
 _PLAIN_MISTAKES: list[tuple[str, LatentVariant]] = [
-    (
-        "looks like the scores were divided by √d_head: each score is the dot product of [q^C; q^R] with "
-        "[k^C; k^R], d_head + d_rope numbers, so divide by √(d_head + d_rope).",
-        LatentVariant(scale="d_head"),
-    ),
-    (
-        "looks like the scores were not scaled: divide them by √(d_head + d_rope).",
-        LatentVariant(scale="none"),
-    ),
     (f"rotates the compressed queries and keys too: {_ROPE_ONLY}", LatentVariant(rotate="all")),
     (f"rotates the latent: {_ROPE_ONLY}", LatentVariant(rotate="latent")),
     (f"rotates the latent and the compressed queries: {_ROPE_ONLY}", LatentVariant(rotate="latent-q")),
@@ -343,7 +445,7 @@ def check_latent_attention(candidate: Callable[..., Any]) -> str:
                 expected = reference.latent_attention(attn, x, positions)  # (b, t, d_model)
                 mistakes = [
                     Mistake(message, functools.partial(_plain, attn, x, positions, variant=variant))
-                    for message, variant in _PLAIN_MISTAKES
+                    for message, variant in _plain_mistakes(attn)
                 ]
                 expect_close(
                     out,
@@ -394,13 +496,16 @@ class AbsorbedVariant:
     """Where the new tokens are rotated: "past" (t_past …, right) or "zero" (0 …)."""
     alignment: str = "bottom-right"
     """The causal mask: "bottom-right" (right), "top-left" or "none"."""
-    scale: str = "both"
-    """√(d_head + d_rope) (right) or "d_head"."""
+    scale: str = _RIGHT_SCALE
+    """What the scores are divided by the square root of: a name of `_widths` (d_head + d_rope, right)."""
     absorb: str = "transposed"
     """How W^UK_i meets the query: "transposed" ((W^UK_i)^T q_i, right) or "plain" (W^UK_i q_i, which runs
     only where d_head == d_latent)."""
     attend_to: str = "cache"
     """"cache" (every cached latent, right) or "new" (the new tokens' latents only)."""
+    inner: tuple[str, ...] = ()
+    """Which of q, q_rope and the blocks of W^UK ("k") and W^UV ("v") are split into heads, and "out"
+    merged from them, as (d h), not (h d)."""
 
 
 def _absorbed(
@@ -415,15 +520,25 @@ def _absorbed(
     latents, rope_keys = cache.append(0, latent, k_rope)  # (b, t_k, d_latent), (b, t_k, d_rope)
     if w.attend_to == "new":
         latents, rope_keys = latent, k_rope
-    q = split_heads(attn.q(x), h)  # (b, h, t_new, d_head)
-    q_rope = apply_rope(split_heads(attn.q_rope(x), h), positions, attn.base)  # (b, h, t_new, d_rope)
-    w_uk = rearrange(attn.k_up.weight, "(h d) c -> h d c", h=h)  # (h, d_head, d_latent)
+
+    def split(z: torch.Tensor, name: str) -> torch.Tensor:
+        if name in w.inner:
+            return rearrange(z, "b t (d h) -> b h t d", h=h)  # (b, h, t, d): every h-th feature
+        return split_heads(z, h)  # (b, h, t, d)
+
+    def blocks(weight: torch.Tensor, name: str) -> torch.Tensor:
+        heads = "(d h) c" if name in w.inner else "(h d) c"  # (d h): every h-th row
+        return rearrange(weight, f"{heads} -> h d c", h=h)  # (h, d_head, d_latent)
+
+    q = split(attn.q(x), "q")  # (b, h, t_new, d_head)
+    q_rope = apply_rope(split(attn.q_rope(x), "q_rope"), positions, attn.base)  # (b, h, t_new, d_rope)
+    w_uk = blocks(attn.k_up.weight, "k")  # (h, d_head, d_latent)
     if w.absorb == "plain":
         w_uk = w_uk.transpose(-2, -1)  # (h, d_latent, d_head), read as (h, d_head, d_latent)
     q_latent = torch.einsum("bhtd,hdc->bhtc", q, w_uk)  # (b, h, t_new, d_latent)
     scores = torch.einsum("bhtc,bsc->bhts", q_latent, latents)  # (b, h, t_new, t_k)
     scores = scores + torch.einsum("bhtr,bsr->bhts", q_rope, rope_keys)  # (b, h, t_new, t_k)
-    scores = scores / math.sqrt(attn.d_head + (attn.d_rope if w.scale == "both" else 0))
+    scores = scores / math.sqrt(_widths(attn)[w.scale])
     t_k = latents.shape[-2]
     allowed = {
         "bottom-right": reference.causal_mask(t_new, t_k),
@@ -432,8 +547,11 @@ def _absorbed(
     }[w.alignment]  # (t_new, t_k)
     weights = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)  # (b, h, t_new, t_k)
     summed = torch.einsum("bhts,bsc->bhtc", weights, latents)  # (b, h, t_new, d_latent)
-    w_uv = rearrange(attn.v_up.weight, "(h d) c -> h d c", h=h)  # (h, d_head, d_latent)
-    return attn.out(merge_heads(torch.einsum("bhtc,hdc->bhtd", summed, w_uv)))  # (b, t_new, d_model)
+    w_uv = blocks(attn.v_up.weight, "v")  # (h, d_head, d_latent)
+    heads = torch.einsum("bhtc,hdc->bhtd", summed, w_uv)  # (b, h, t_new, d_head)
+    if "out" in w.inner:
+        return attn.out(rearrange(heads, "b h t d -> b t (d h)"))  # (b, t_new, d_model), heads interleaved
+    return attn.out(merge_heads(heads))  # (b, t_new, d_model)
 
 
 _POSITIONS = (
@@ -454,10 +572,6 @@ _ABSORBED_MISTAKES: list[tuple[str, AbsorbedVariant]] = [
         AbsorbedVariant(alignment="none"),
     ),
     (
-        "looks like the scores were divided by √d_head: divide by √(d_head + d_rope), as the plain path.",
-        AbsorbedVariant(scale="d_head"),
-    ),
-    (
         "absorbs W^UK without its transpose: k^C_i = W^UK_i c with W^UK_i (d_head, d_latent), so "
         "q_i·k^C_i = ((W^UK_i)^T q_i)·c. Head i's block of attn.k_up.weight is rows i·d_head … "
         "(i+1)·d_head - 1: rearrange(attn.k_up.weight, '(h d) c -> h d c'), then sum over d with q.",
@@ -469,6 +583,25 @@ _ABSORBED_MISTAKES: list[tuple[str, AbsorbedVariant]] = [
         AbsorbedVariant(attend_to="new"),
     ),
 ]
+
+_ABSORBED_SPLITS = {
+    "q": "the queries W^Q x",
+    "k": "the rows of attn.k_up.weight (W^UK)",
+    "v": "the rows of attn.v_up.weight (W^UV)",
+    "q_rope": "the RoPE queries W^QR x",
+}
+
+
+def _absorbed_mistakes(attn: LatentAttention) -> list[tuple[str, AbsorbedVariant]]:
+    """The named slips of a decoding step, the scales this layer tells apart among them."""
+    why = (
+        "divide by √(d_head + d_rope), as the plain path does: absorbing W^UK changes how the scores are "
+        "computed, not what they are."
+    )
+    scales = [(message, AbsorbedVariant(scale=width)) for message, width in _scale_mistakes(attn, why)]
+    inner = [(message, AbsorbedVariant(inner=which)) for message, which in _inner_mistakes(_ABSORBED_SPLITS)]
+    return scales + _ABSORBED_MISTAKES + inner
+
 
 _ABSORBED_SIGNATURE = (
     "The signature is absorbed_latent_attention(attn, x, cache, layer); x (b, t_new, d_model) are the "
@@ -676,7 +809,7 @@ def check_absorbed_latent_attention(candidate: Callable[..., Any]) -> str:
                 out = expect_tensor(got, chunk.shape, what, finite=False)
                 mistakes = [
                     Mistake(message, functools.partial(_replay, attn, chunks, index, variant))
-                    for message, variant in _ABSORBED_MISTAKES
+                    for message, variant in _absorbed_mistakes(attn)
                 ]
                 expect_close(
                     out,

@@ -82,15 +82,6 @@ _TABLE_ORDER = (
     "of the table's: position t lives in block block_table[t // block_size], in whatever order the pool "
     "handed blocks out. Index the pool with the table itself: pool_keys[block_table]."
 )
-_RESHAPE = (
-    "reshapes the gathered blocks (n, H, block_size, d) straight into (H, n·block_size, d), which mixes "
-    "heads and blocks: move the head axis first, rearrange(blocks, 'n h s d -> h (n s) d')."
-)
-_SLOT_MAJOR = (
-    "merges block and slot into time in the wrong order, (s n) instead of (n s): position t is slot "
-    "t % block_size of the t // block_size-th block, so the block index is the slower one, "
-    "rearrange(blocks, 'n h s d -> h (n s) d')."
-)
 _SWAPPED = "returns (values, keys): return the keys first, as (keys, values)."
 _KEYS_TWICE = "returns the keys as the values too: gather pool_values through the same table."
 
@@ -119,8 +110,8 @@ def _gather_mistakes() -> list[Mistake]:
     return [
         Mistake(_TABLE_ORDER, _gather_as(sorted, right)),
         Mistake(_TABLE_ORDER, _gather_as(lambda t: list(range(len(t))), right)),
-        Mistake(_RESHAPE, _gather_as(lambda t: t, "reshape")),
-        Mistake(_SLOT_MAJOR, _gather_as(lambda t: t, "h (s n) d")),
+        Mistake(_MERGES["reshape"].format(which=""), _gather_as(lambda t: t, "reshape")),
+        Mistake(_MERGES["(s n)"].format(which=""), _gather_as(lambda t: t, "h (s n) d")),
         Mistake(_SWAPPED, lambda k, v, t, n: swapped(k, v, t, n).flip(0)),
         Mistake(_KEYS_TWICE, lambda k, v, t, n: swapped(k, k, t, n)),
     ]
@@ -142,6 +133,8 @@ def _diagnose_gather(
     """Where each returned position was read from in the pools, against where the table says it lives."""
     pools, names = (pool_k, pool_v), ("pool_keys", "pool_values")
     block_size = pool_k.shape[-2]
+    if merged := _misread_merge(pools, table, length, actual):
+        return merged
     for part, name in enumerate(("keys", "values")):
         got = actual[part]  # (H, length, d)
         for t in range(length):
@@ -173,6 +166,57 @@ def _diagnose_gather(
                         "t % block_size."
                     )
     return None
+
+
+_MERGES = {
+    "(s n)": (
+        "merges block and slot into time in the wrong order{which}, (s n) instead of (n s): position t is "
+        "slot t % block_size of the t // block_size-th block, so the block index is the slower one, "
+        "rearrange(blocks, 'n h s d -> h (n s) d')."
+    ),
+    "reshape": (
+        "reshapes the gathered blocks (n, H, block_size, d) straight into (H, n·block_size, d){which}, "
+        "which mixes heads and blocks: move the head axis first, rearrange(blocks, 'n h s d -> h (n s) d')."
+    ),
+}
+"""How a merge into time reads the pool wrong, {which} saying where when not in both keys and values."""
+
+
+def _merged(pool: torch.Tensor, table: list[int], length: int, merge: str) -> torch.Tensor:
+    """The pool's blocks of `table` merged into time as `merge` does: (H, length, d)."""
+    blocks = pool[list(table)]  # (n, H, S, d)
+    if merge == "reshape":
+        n, h, s, d = blocks.shape
+        return blocks.reshape(h, n * s, d)[:, :length]  # (H, length, d): heads and blocks mixed
+    return rearrange(blocks, "n h s d -> h (s n) d")[:, :length]  # (H, length, d): slot the slower axis
+
+
+def _misread_merge(
+    pools: tuple[torch.Tensor, torch.Tensor], table: list[int], length: int, actual: Any
+) -> str | None:
+    """A merge of blocks and slots into time whose reading of the pool is a known wrong one (slot the
+    slower axis; heads and blocks mixed by a reshape), in the keys or the values alone or in both."""
+    wrong: dict[str, list[str]] = {}
+    for part, name in enumerate(("keys", "values")):
+        got = actual[part]  # (H, length, d)
+        if torch.equal(got, reference.gather_kv(pools[0], pools[1], table, length)[part]):
+            continue
+        for merge in _MERGES:
+            want = _merged(pools[part], table, length, merge)  # (H, length, d)
+            if got.shape == want.shape and torch.equal(got, want):
+                wrong.setdefault(merge, []).append(name)
+                break
+        else:
+            return None  # this part is wrong some other way: where it reads from says what
+    if not wrong:
+        return None
+    if len(wrong) == 1 and len(next(iter(wrong.values()))) == 2:
+        return next(_MERGES[m].format(which="") for m in wrong)
+    said = []
+    for merge, parts in wrong.items():
+        right = "" if len(wrong) == 2 else f" (its {'values' if parts == ['keys'] else 'keys'} are right)"
+        said.append(_MERGES[merge].format(which=f" in its {parts[0]}{right}"))
+    return " And it ".join(said)
 
 
 def _expect_pair(result: Any, shown: str) -> tuple[Any, Any]:
