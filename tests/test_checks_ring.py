@@ -330,3 +330,29 @@ def test_a_stub_the_ring_calls_is_named(capsys):
     assert_rejected(
         check_ring_attention, ring, "with the course's `merge_attention` in place of yours it passes", capsys
     )
+
+
+def test_a_deadlock_is_waited_out_once_for_the_same_code_and_shapes(monkeypatch):
+    """The check's body runs again on inputs drawn afresh (to say what failed, after a quiet run): which
+    sends wait on which does not depend on the values, so the same ring on the same shapes is not run
+    into its deadlock a second time."""
+    runs = []
+
+    def deadlocked(fn, cases, idle):
+        runs.append(len(cases[0]))
+        raise ranks.Deadlock(
+            "stands in for a deadlock", 0, [[] for _ in cases[0]], list(range(len(cases[0])))
+        )
+
+    monkeypatch.setattr(ring_checks.ranks, "run_cases", deadlocked)
+    monkeypatch.setattr(ring_checks, "_RECENT", {})
+    monkeypatch.setattr(ring_checks, "_failure", lambda found, candidate, world: RuntimeError(found))
+
+    def ring(q, k, v, is_causal=False):
+        return q
+
+    for _ in range(2):  # inputs drawn afresh each time
+        inputs = [ring_checks._inputs(case, 4) for case in ring_checks._CASES[4]]
+        with pytest.raises(RuntimeError, match="stands in for a deadlock"):
+            ring_checks._run(ring, 4, inputs)
+    assert runs == [4]
