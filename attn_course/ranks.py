@@ -544,16 +544,20 @@ class _Pool:
             q.close()
 
 
+def open_call(events: list[Event]) -> Event | None:
+    """The blocking call (send, receive, wait, collective) a rank was last inside; None: computing."""
+    open_calls = [e for e in events if not e.ended and e.kind not in ("isend", "irecv", "read-pending")]
+    ended = {(e.kind, e.peer, e.op) for e in events if e.ended}
+    still = [e for e in open_calls if (e.kind, e.peer, e.op) not in ended] or open_calls
+    return still[-1] if still else None
+
+
 def _deadlock_text(waiting: list[int], events: list[list[Event]], idle: float) -> str:
     """Which ranks were still waiting after `idle` seconds, and on what."""
     lines = []
     for rank in waiting:
-        open_calls = [
-            e for e in events[rank] if not e.ended and e.kind not in ("isend", "irecv", "read-pending")
-        ]
-        ended = {(e.kind, e.peer, e.op) for e in events[rank] if e.ended}
-        still = [e for e in open_calls if (e.kind, e.peer, e.op) not in ended] or open_calls
-        lines.append(f"rank {rank}: {_describe_wait(still[-1]) if still else 'still computing'}")
+        call = open_call(events[rank])
+        lines.append(f"rank {rank}: {_describe_wait(call) if call is not None else 'still computing'}")
     ranks = ", ".join(str(r) for r in waiting)
     return f"ranks {ranks} were still waiting after {idle:g} s ({'; '.join(lines)})"
 

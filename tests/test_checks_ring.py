@@ -8,7 +8,7 @@ from check_assertions import assert_accepted, assert_rejected
 from learner_code import learner
 
 from attn_course import ranks
-from attn_course.checks import check_ring_attention
+from attn_course.checks import CheckFailed, check_ring_attention
 from attn_course.checks import ring as ring_checks
 
 
@@ -356,3 +356,22 @@ def test_a_deadlock_is_waited_out_once_for_the_same_code_and_shapes(monkeypatch)
         with pytest.raises(RuntimeError, match="stands in for a deadlock"):
             ring_checks._run(ring, 4, inputs)
     assert runs == [4]
+
+
+def test_a_deadlock_is_said_without_trying_the_courses_earlier_exercises(monkeypatch):
+    """A ring that calls the learner's own merge_attention is checked once more with the course's merge
+    in its place (an earlier exercise may be at fault), but not when every waiting rank is blocked on a
+    message: a function of tensors cannot cause that, and each such run waits out the deadlock again."""
+    from blind_n_namespace import namespace
+    from learner_mistakes_blind_n import HOLDOUT_N
+
+    from attn_course.checks import _harness
+
+    searched = []
+    monkeypatch.setattr(_harness, "blamed_exercise", lambda *args: searched.append(args) or None)
+    receives_from_the_right = next(m for m in HOLDOUT_N if m.idea.startswith("receives from rank + 1"))
+    names = namespace(*receives_from_the_right[:1], *receives_from_the_right[2:])  # their merge too
+    with pytest.raises(CheckFailed) as failure:
+        names["check_ring_attention"](names["ring_attention"])
+    assert "never finished" in str(failure.value) and failure.value.finding == "deadlock"
+    assert searched == []

@@ -421,8 +421,14 @@ def _failure(failed: ranks.RanksFailed, candidate: Any, world: int) -> CheckFail
         )
     assert isinstance(failed, ranks.Deadlock)
     return CheckFailed(
-        f"Your ring_attention never finished: {failed}.\n{_deadlock_hint(failed, world)}{called}"
+        f"Your ring_attention never finished: {failed}.\n{_deadlock_hint(failed, world)}{called}",
+        finding="deadlock" if _all_waiting_on_messages(failed) else "",
     )
+
+
+def _all_waiting_on_messages(failed: ranks.Deadlock) -> bool:
+    """Whether every rank still waiting was blocked in a send, a receive or a wait (none computing)."""
+    return all(ranks.open_call(failed.events[rank]) is not None for rank in failed.waiting)
 
 
 def _raised_hint(raised: ranks.Raised) -> str:
