@@ -53,6 +53,9 @@ from solution_runs import SwappedSolutionFile, record_cell  # noqa: E402
 SHARED_FIXTURE_FILES = {"test_browser.py", "test_triton_compile.py", "test_gpu_checks.py"}
 """Test files whose tests share one expensive module fixture (a JupyterLab server, compiled kernels),
 besides the grading tests (a graded class): each file's tests run on one worker."""
+RANKS_FILES = {"test_ring.py", "test_checks_ring.py"}
+"""Test files that run functions on processes (notebook 11's ring): on one worker together, whose pools of
+ranks (a forkserver that imported torch, one pool per world size) they share."""
 
 
 def work_unit(nodeid: str) -> str:
@@ -64,6 +67,8 @@ def work_unit(nodeid: str) -> str:
     'solution-02_scaling'
     >>> work_unit("tests/test_grading_dask.py::test_kill")
     'tests/test_grading_dask.py'
+    >>> work_unit("tests/test_checks_ring.py::test_right_rings_pass[isend-irecv]")
+    'ranks'
     >>> work_unit("tests/test_masking.py::test_causal")
     'tests/test_masking.py::test_causal'
     """
@@ -75,6 +80,8 @@ def work_unit(nodeid: str) -> str:
         return f"solution-{test.split('[', 1)[1].split('-', 1)[0]}"
     if name in SHARED_FIXTURE_FILES or name.startswith("test_grading"):
         return path
+    if name in RANKS_FILES:
+        return "ranks"
     return nodeid
 
 
@@ -87,6 +94,7 @@ UNIT_SECONDS: dict[str, float] = {
     "tests/test_triton_compile.py": 75,
     "tests/test_grading_load.py": 60,
     "tests/test_grading_selfcheck.py": 20,
+    "ranks": 35,
     "solution-07_kv_cache": 20,
 }
 """Seconds each of the longest work units took on one worker (2-core machine, 2026-12-03), so that they
