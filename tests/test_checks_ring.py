@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 from check_assertions import assert_accepted, assert_rejected
-from learner_code import learner
+from learner_code import RING_BLOCKING, learner
 
 from attn_course import ranks
 from attn_course.checks import CheckFailed, check_ring_attention
@@ -58,33 +58,10 @@ def ring_attention(q, k, v, is_causal=False):
     return out
 """
 
-PARITY = """
-import torch.distributed as dist
-from attn_course.merging import merge_attention, partial_attention
-
-
-def ring_attention(q, k, v, is_causal=False):
-    rank, world = dist.get_rank(), dist.get_world_size()
-    kv = torch.cat([k, v], dim=-1).contiguous()
-    d = k.shape[-1]
-    out = lse = None
-    for step in range(world):
-        src = (rank - step) % world
-        if not (is_causal and src > rank):
-            o, l = partial_attention(q, kv[..., :d], kv[..., d:], is_causal=is_causal and src == rank)
-            out, lse = (o, l) if out is None else merge_attention(out, lse, o, l)
-        if step == world - 1:
-            break
-        incoming = torch.empty_like(kv)
-        if rank % 2 == 0:
-            dist.send(kv, (rank + 1) % world)
-            dist.recv(incoming, (rank - 1) % world)
-        else:
-            dist.recv(incoming, (rank - 1) % world)
-            dist.send(kv, (rank + 1) % world)
-        kv = incoming
-    return out
-"""
+PARITY = (
+    "\nimport torch.distributed as dist\nfrom attn_course.merging import merge_attention, partial_attention\n\n"
+    + RING_BLOCKING
+)
 
 BATCHED = """
 import torch.distributed as dist
