@@ -167,6 +167,11 @@ WRONG = [
         "attributes the block received at step s to the wrong rank",
     ),
     (
+        "source-one-step-behind",
+        [("src = (rank - step) % world", "src = (rank - 1 - step) % world  # the block that just arrived")],
+        "attributes the block received at step s to the wrong rank, (r − s − 1) mod R",
+    ),
+    (
         "wrong-neighbour",
         [
             (

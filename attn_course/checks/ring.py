@@ -187,8 +187,18 @@ def _causal_ignored(r: int, j: int, world: int, is_causal: bool) -> str:
     return "full"
 
 
-def _wrong_source(r: int, j: int, world: int, is_causal: bool) -> str:
-    return _right(r, (2 * r - j) % world, world, is_causal)  # the block from j taken for (r + s) mod R
+def _source_taken_as(sign: int, offset: int) -> Callable[[int, int, int, bool], str]:
+    """Modes of a ring that takes the block received at step s for rank (r + sign·s + offset) mod R."""
+
+    def modes(r: int, j: int, world: int, is_causal: bool) -> str:
+        step = (r - j) % world  # the block of rank j is in hand at this step
+        return _right(r, (r + sign * step + offset) % world, world, is_causal)
+
+    return modes
+
+
+_WRONG_SOURCES = {"(r + s)": (1, 0), "(r + s + 1)": (1, 1), "(r − s − 1)": (-1, -1), "(r − s + 1)": (-1, 1)}
+"""Formulas for the rank of the block in hand that learners write instead of (r − s) mod R."""
 
 
 def _own_only(r: int, j: int, world: int, is_causal: bool) -> str:
@@ -240,10 +250,13 @@ _MISTAKES = [
         "ignores is_causal: with is_causal=True, skip the blocks of later ranks and mask the rank's own.",
         _ring_of(_causal_ignored),
     ),
-    Mistake(
-        "attributes the block received at step s to the wrong rank, (r + s) mod R, so it skips and masks "
-        f"the wrong blocks: {_SOURCE_HINT}.",
-        _ring_of(_wrong_source),
+    *(
+        Mistake(
+            f"attributes the block received at step s to the wrong rank, {formula} mod R, so it skips and "
+            f"masks the wrong blocks: {_SOURCE_HINT}.",
+            _ring_of(_source_taken_as(*sign_offset)),
+        )
+        for formula, sign_offset in _WRONG_SOURCES.items()
     ),
     Mistake(
         _AVERAGE,
